@@ -1,0 +1,24 @@
+//! The HTTP API: routes, request validation, the OpenAPI document and Swagger UI, Prometheus
+//! metrics and the health check. Stateless: everything another replica would need lives in
+//! the broker, so any number of replicas can serve the same queue.
+
+pub mod error;
+pub mod extract;
+pub mod metrics;
+pub mod openapi;
+pub mod routes;
+pub mod state;
+
+pub use routes::router;
+pub use state::AppState;
+
+/// Serves `router` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

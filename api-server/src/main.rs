@@ -1,0 +1,68 @@
+//! `crucible-api`: one stateless API replica (plus a lease reaper) against a shared Redis.
+
+use anyhow::Context;
+use clap::Parser;
+use crucible_api_server::{AppState, serve};
+use crucible_shared::BrokerConfig;
+use crucible_task_manager::{Broker, RedisBroker, run_reaper};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "crucible-api", version, about = "Crucible HTTP API replica")]
+struct Args {
+    /// Address to listen on.
+    #[arg(long, env = "CRUCIBLE_BIND", default_value = "127.0.0.1:10907")]
+    bind: String,
+    /// The shared broker.
+    #[arg(long, env = "REDIS_URL")]
+    redis_url: String,
+    /// Seconds between reaper passes (0 disables this replica's reaper).
+    #[arg(long, env = "CRUCIBLE_REAPER_INTERVAL_MS", default_value_t = 1000)]
+    reaper_interval_ms: u64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
+    let args = Args::parse();
+    let cfg = BrokerConfig::from_env()?;
+    let broker: Arc<dyn Broker> = Arc::new(
+        RedisBroker::connect(&args.redis_url, cfg).context("connecting to redis")?,
+    );
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let reaper = (args.reaper_interval_ms > 0).then(|| {
+        tokio::spawn(run_reaper(
+            broker.clone(),
+            Duration::from_millis(args.reaper_interval_ms),
+            stop_rx.clone(),
+        ))
+    });
+    let listener = tokio::net::TcpListener::bind(&args.bind)
+        .await
+        .with_context(|| format!("binding {}", args.bind))?;
+    tracing::info!(addr = %listener.local_addr()?, "api listening");
+    let mut stop = stop_rx.clone();
+    let server = tokio::spawn(serve(listener, AppState::new(broker), async move {
+        let _ = stop.wait_for(|s| *s).await;
+    }));
+    shutdown_signal().await;
+    tracing::info!("shutdown requested");
+    let _ = stop_tx.send(true);
+    server.await??;
+    if let Some(r) = reaper {
+        r.await?;
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("install SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

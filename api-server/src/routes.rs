@@ -1,0 +1,352 @@
+//! Route handlers. Each validates, calls the broker, and shapes the answer; none keeps state.
+
+use crate::error::{HttpError, not_found};
+use crate::extract::{ApiJson, ApiQuery};
+use crate::state::AppState;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use crucible_shared::{
+    ApiError, ApiErrorCode, BatchId, BatchRequest, BatchStatus, EvaluateRequest, HealthStatus,
+    QueueStatus, SubmitResponse, TaskId, TaskSpec, TaskStatus, TaskView, WorkerInfo, WorkerState,
+};
+use crucible_task_manager::CancelOutcome;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+use utoipa::{IntoParams, OpenApi, ToSchema};
+use utoipa_swagger_ui::SwaggerUi;
+
+/// Largest `POST /evaluate` body: two codes at the limit, JSON-escaped, plus the fields.
+pub const EVALUATE_BODY_LIMIT: usize = 4 << 20;
+/// Largest `POST /evaluate/batch` body.
+pub const BATCH_BODY_LIMIT: usize = 64 << 20;
+/// Longest `?wait=` in seconds.
+pub const MAX_WAIT_S: f64 = 60.0;
+
+pub fn router(state: AppState) -> Router {
+    let api = Router::new()
+        .route(
+            "/evaluate",
+            post(evaluate).layer(DefaultBodyLimit::max(EVALUATE_BODY_LIMIT)),
+        )
+        .route(
+            "/evaluate/batch",
+            post(evaluate_batch).layer(DefaultBodyLimit::max(BATCH_BODY_LIMIT)),
+        )
+        .route("/tasks/{id}", get(get_task).delete(cancel_task))
+        .route("/batches/{id}", get(get_batch))
+        .route("/workers/status", get(workers_status))
+        .route("/queue/status", get(queue_status))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics));
+    Router::new()
+        .merge(api)
+        .merge(SwaggerUi::new("/docs").url("/openapi.json", crate::openapi::ApiDoc::openapi()))
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::metrics::track,
+        ))
+        .with_state(state)
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct WaitQuery {
+    /// Seconds to wait for the task to finish (0-60). When it finishes in time the answer is
+    /// 200 with the whole task, else 202 with its id.
+    pub wait: Option<f64>,
+}
+
+fn wait_duration(q: &WaitQuery) -> Result<Option<Duration>, HttpError> {
+    match q.wait {
+        None => Ok(None),
+        Some(s) if s.is_finite() && (0.0..=MAX_WAIT_S).contains(&s) => {
+            Ok(Some(Duration::from_secs_f64(s)))
+        }
+        Some(s) => Err(ApiError::invalid("wait", format!("{s} is out of range 0-{MAX_WAIT_S}")).into()),
+    }
+}
+
+/// The seed is fixed at submission so a retried attempt evaluates the same inputs.
+fn spec_of(request: EvaluateRequest) -> TaskSpec {
+    let seed = request
+        .seed
+        .unwrap_or_else(|| u64::from_le_bytes(uuid::Uuid::new_v4().as_bytes()[..8].try_into().expect("8 bytes")) >> 1);
+    TaskSpec { request, seed }
+}
+
+/// Submit one evaluation.
+#[utoipa::path(
+    post, path = "/evaluate", tag = "tasks",
+    request_body = EvaluateRequest,
+    params(WaitQuery),
+    responses(
+        (status = 202, description = "Queued (or still running after `wait`)", body = SubmitResponse),
+        (status = 200, description = "Finished within `wait`", body = TaskView),
+        (status = 400, description = "Malformed JSON", body = ApiError),
+        (status = 413, description = "Body too large", body = ApiError),
+        (status = 422, description = "A field is out of range", body = ApiError),
+        (status = 429, description = "Queue full", body = ApiError),
+        (status = 503, description = "Broker unavailable", body = ApiError),
+    )
+)]
+pub async fn evaluate(
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<WaitQuery>,
+    ApiJson(request): ApiJson<EvaluateRequest>,
+) -> Result<Response, HttpError> {
+    request.validate()?;
+    let wait = wait_duration(&query)?;
+    let labels = [
+        serde_json::to_value(request.backend).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
+        request.priority.as_str().to_owned(),
+    ];
+    let submitted = state.broker.submit(spec_of(request)).await?;
+    if !submitted.deduplicated {
+        state.metrics.submitted.with_label_values(&[labels[0].as_str(), labels[1].as_str()]).inc();
+    }
+    tracing::info!(task_id = %submitted.task_id, deduplicated = submitted.deduplicated, "task submitted");
+    if let Some(wait) = wait {
+        if let Some(view) = state.broker.wait_terminal(&submitted.task_id, wait).await? {
+            if view.status.is_terminal() {
+                return Ok((StatusCode::OK, Json(view)).into_response());
+            }
+        }
+    }
+    let body = SubmitResponse {
+        task_id: submitted.task_id,
+        status: submitted.status,
+        deduplicated: submitted.deduplicated,
+    };
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct BatchSubmitResponse {
+    pub batch_id: BatchId,
+    pub task_ids: Vec<TaskId>,
+}
+
+/// Submit up to 1000 evaluations at once; all are queued or none (queue cap).
+#[utoipa::path(
+    post, path = "/evaluate/batch", tag = "tasks",
+    request_body = BatchRequest,
+    responses(
+        (status = 202, description = "Queued", body = BatchSubmitResponse),
+        (status = 400, description = "Malformed JSON", body = ApiError),
+        (status = 413, description = "Body too large", body = ApiError),
+        (status = 422, description = "A field is out of range", body = ApiError),
+        (status = 429, description = "Queue full", body = ApiError),
+    )
+)]
+pub async fn evaluate_batch(
+    State(state): State<AppState>,
+    ApiJson(batch): ApiJson<BatchRequest>,
+) -> Result<(StatusCode, Json<BatchSubmitResponse>), HttpError> {
+    batch.validate()?;
+    let n = batch.tasks.len();
+    let specs = batch.tasks.into_iter().map(spec_of).collect();
+    let (batch_id, submitted) = state.broker.submit_batch(specs).await?;
+    tracing::info!(batch_id = %batch_id, tasks = n, "batch submitted");
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(BatchSubmitResponse {
+            batch_id,
+            task_ids: submitted.into_iter().map(|s| s.task_id).collect(),
+        }),
+    ))
+}
+
+/// A task, its status and (when finished) its result.
+#[utoipa::path(
+    get, path = "/tasks/{id}", tag = "tasks",
+    params(("id" = String, Path, description = "Task id"), WaitQuery),
+    responses(
+        (status = 200, description = "The task", body = TaskView),
+        (status = 404, description = "Unknown (or expired) task", body = ApiError),
+    )
+)]
+pub async fn get_task(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<WaitQuery>,
+) -> Result<Json<TaskView>, HttpError> {
+    let id = TaskId(id);
+    let view = match wait_duration(&query)? {
+        Some(wait) => state.broker.wait_terminal(&id, wait).await?,
+        None => state.broker.get_task(&id).await?,
+    };
+    view.map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("task {id}")).into())
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct CancelResponse {
+    pub task_id: TaskId,
+    pub status: TaskStatus,
+    /// The status the task had when it was cancelled.
+    pub was: TaskStatus,
+}
+
+/// Cancel a task: a queued task never runs; a running one has its child killed.
+#[utoipa::path(
+    delete, path = "/tasks/{id}", tag = "tasks",
+    params(("id" = String, Path, description = "Task id")),
+    responses(
+        (status = 200, description = "Cancelled", body = CancelResponse),
+        (status = 404, description = "Unknown task", body = ApiError),
+        (status = 409, description = "Already finished", body = ApiError),
+    )
+)]
+pub async fn cancel_task(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<CancelResponse>, HttpError> {
+    let id = TaskId(id);
+    match state.broker.cancel(&id).await? {
+        CancelOutcome::Cancelled { was } => {
+            tracing::info!(task_id = %id, was = was.as_str(), "task cancelled");
+            Ok(Json(CancelResponse {
+                task_id: id,
+                status: TaskStatus::Cancelled,
+                was,
+            }))
+        }
+        CancelOutcome::AlreadyFinished(status) => Err(ApiError::new(
+            ApiErrorCode::Conflict,
+            format!("task {id} already finished as {}", status.as_str()),
+        )
+        .into()),
+        CancelOutcome::NotFound => Err(ApiError::not_found(format!("task {id}")).into()),
+    }
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct BatchQuery {
+    /// `tasks` to include every task with its result.
+    pub include: Option<String>,
+}
+
+/// Counts by status for a batch, and its tasks when asked.
+#[utoipa::path(
+    get, path = "/batches/{id}", tag = "tasks",
+    params(("id" = String, Path, description = "Batch id"), BatchQuery),
+    responses(
+        (status = 200, description = "The batch", body = BatchStatus),
+        (status = 404, description = "Unknown batch", body = ApiError),
+    )
+)]
+pub async fn get_batch(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<BatchQuery>,
+) -> Result<Json<BatchStatus>, HttpError> {
+    let include_tasks = match query.include.as_deref() {
+        None => false,
+        Some("tasks") => true,
+        Some(other) => {
+            return Err(ApiError::invalid("include", format!("{other:?} is not one of: tasks")).into());
+        }
+    };
+    let id = BatchId(id);
+    state
+        .broker
+        .batch_status(&id, include_tasks)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("batch {id}")).into())
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct WorkersResponse {
+    pub workers: Vec<WorkerInfo>,
+    pub total: usize,
+    /// Workers with a recent heartbeat (not `lost`).
+    pub alive: usize,
+}
+
+/// Every worker on every node, as the shared registry knows them.
+#[utoipa::path(
+    get, path = "/workers/status", tag = "status",
+    responses((status = 200, description = "Workers", body = WorkersResponse), (status = 503, body = ApiError))
+)]
+pub async fn workers_status(State(state): State<AppState>) -> Result<Json<WorkersResponse>, HttpError> {
+    let workers = state.broker.list_workers().await?;
+    let alive = workers.iter().filter(|w| w.state != WorkerState::Lost).count();
+    Ok(Json(WorkersResponse {
+        total: workers.len(),
+        alive,
+        workers,
+    }))
+}
+
+/// Queue depth by priority, running tasks and lifetime counters.
+#[utoipa::path(
+    get, path = "/queue/status", tag = "status",
+    responses((status = 200, description = "Queue", body = QueueStatus), (status = 503, body = ApiError))
+)]
+pub async fn queue_status(State(state): State<AppState>) -> Result<Json<QueueStatus>, HttpError> {
+    Ok(Json(state.broker.queue_status().await?))
+}
+
+/// Whether the broker answers and how many workers are alive. 200 when the broker is up
+/// (`degraded` without live workers), 503 when it is not.
+#[utoipa::path(
+    get, path = "/health", tag = "status",
+    responses((status = 200, description = "Broker reachable", body = HealthStatus), (status = 503, description = "Broker unreachable", body = HealthStatus))
+)]
+pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthStatus>) {
+    let broker = state.broker.kind().to_owned();
+    let version = env!("CARGO_PKG_VERSION").to_owned();
+    let ping = tokio::time::timeout(Duration::from_secs(2), state.broker.ping()).await;
+    if !matches!(ping, Ok(Ok(()))) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(HealthStatus {
+                status: "unavailable".into(),
+                broker,
+                broker_ok: false,
+                workers_alive: 0,
+                workers_unhealthy: 0,
+                version,
+            }),
+        );
+    }
+    let workers = state.broker.list_workers().await.unwrap_or_default();
+    let alive = workers
+        .iter()
+        .filter(|w| !matches!(w.state, WorkerState::Lost | WorkerState::Unhealthy))
+        .count() as u64;
+    let unhealthy = workers.iter().filter(|w| w.state == WorkerState::Unhealthy).count() as u64;
+    (
+        StatusCode::OK,
+        Json(HealthStatus {
+            status: if alive > 0 { "ok" } else { "degraded" }.into(),
+            broker,
+            broker_ok: true,
+            workers_alive: alive,
+            workers_unhealthy: unhealthy,
+            version,
+        }),
+    )
+}
+
+/// Prometheus text exposition.
+#[utoipa::path(
+    get, path = "/metrics", tag = "status",
+    responses((status = 200, description = "Prometheus metrics", body = String, content_type = "text/plain"))
+)]
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let queue = state.broker.queue_status().await;
+    let workers = state.broker.list_workers().await;
+    match (&queue, &workers) {
+        (Ok(q), Ok(w)) => state.metrics.observe_broker(Some((q, w))),
+        _ => state.metrics.observe_broker(None),
+    }
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+}

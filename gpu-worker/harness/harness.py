@@ -1,0 +1,833 @@
+"""Crucible evaluation harness: one KernelBench-style evaluation in a fresh child process.
+
+Run by the worker as ``python -I -B harness.py <taskdir>`` with file descriptor 3 open for the
+protocol (docs/harness-protocol.md). ``<taskdir>`` holds reference.py, candidate.py and
+spec.json. stdout/stderr belong to the candidate; everything the worker needs comes through
+fd 3 as JSON lines: stage events, then exactly one result.
+
+Exit status: 0 after a result was written (whatever the verdict); 2 when fd 3 is not open;
+3 when the evaluation could not even be set up (unreadable spec, torch missing, no CUDA on a
+CUDA worker) -- an infrastructure failure that says nothing about the candidate, so no verdict
+is written for it.
+
+Only the standard library and torch are needed; triton is imported by the candidate, and the
+harness only looks it up in sys.modules to recognise its exception types.
+"""
+import os
+import sys
+
+
+def _open_channel():
+    """Open fd 3 before anything else, so a missing channel fails fast and loudly.
+
+    The fd is marked close-on-exec: programs the candidate may exec must not inherit it.
+    """
+    try:
+        os.fstat(3)
+    except OSError:
+        sys.stderr.write("crucible harness: file descriptor 3 (protocol channel) is not open\n")
+        sys.stderr.flush()
+        sys.exit(2)
+    channel = os.fdopen(3, "w", buffering=1, encoding="utf-8")
+    os.set_inheritable(3, False)
+    return channel
+
+
+_CHANNEL = _open_channel()
+
+import copy  # noqa: E402
+import errno  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import random  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+
+# Our own references to what must not be swapped out by the candidate (integrity hardening
+# builds on these; the torch ones are captured in setup, still before the candidate runs).
+_perf_counter_ns = time.perf_counter_ns
+_json_dumps = json.dumps
+_os_exit = os._exit
+_channel_write = _CHANNEL.write
+_channel_flush = _CHANNEL.flush
+
+STAGES = ("setup", "load_reference", "load_candidate", "instantiate", "correctness", "performance")
+REFERENCE_MODULE = "crucible_reference"
+CANDIDATE_MODULE = "crucible_candidate"
+MAX_ERROR_CHARS = 4000
+MAX_HEADLINE_CHARS = 2500
+TRACEBACK_LINES = 15
+FLUSH_BYTES = 256 << 20   # L2 flush buffer on CUDA, as KernelBench / do_bench
+PERF_BLOCK = 10           # timed calls per model before switching to the other one
+SPEC_DEFAULTS = {
+    "backend": "triton", "device": "cuda", "num_correct_trials": 5, "num_perf_trials": 100,
+    "num_warmup": 3, "measure_performance": True, "atol": 0.01, "rtol": 0.01, "seed": 42,
+}
+
+
+class SetupError(Exception):
+    """The evaluation cannot start for reasons that are not the candidate's (exit 3)."""
+
+
+class Verdict(Exception):
+    """A final verdict: carries the error code, the message and the `compiled` flag."""
+
+    def __init__(self, code, message, compiled=None):
+        super().__init__(code)
+        self.code = code
+        self.message = message
+        self.compiled = compiled
+        self.keep_correct = False   # only for a reference failure after the candidate passed
+
+
+class Trusted:
+    """Functions the harness relies on, captured before any candidate code is imported."""
+    torch = None
+    allclose = None
+    manual_seed = None
+    cuda_manual_seed_all = None
+    Event = None
+    event_record = None
+    event_elapsed = None
+    synchronize = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Protocol output
+# ---------------------------------------------------------------------------------------------
+
+def _finite_or_none(value):
+    """JSON has no NaN/Infinity (and the worker's parser rejects them): map them to null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(v) for v in value]
+    return value
+
+
+def emit(obj):
+    """Write one JSON line on fd 3 with the captured writer; ASCII only, no NaN."""
+    line = _json_dumps(_finite_or_none(obj), allow_nan=False, separators=(",", ":"))
+    _channel_write(line + "\n")
+    _channel_flush()
+
+
+# ---------------------------------------------------------------------------------------------
+# Error classification and messages
+# ---------------------------------------------------------------------------------------------
+
+_CUDA_FAULT_TEXT = (
+    "illegal memory access", "misaligned address", "unspecified launch failure", "cuda error",
+    "device-side assert", "illegal instruction", "triton error [cuda]", "cuda_error_",
+    "cudaerrorillegaladdress", "an illegal", "hardware stack error", "launch timed out",
+)
+_RESOURCE_ERRNOS = {errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE, errno.ENOSPC,
+                    errno.EDQUOT, errno.EFBIG}
+_TRITON_COMPILER_DIR = os.sep + os.path.join("triton", "compiler") + os.sep
+_CPP_EXTENSION_FILE = os.path.join("torch", "utils", "cpp_extension.py")
+
+
+def _chain(exc):
+    """The exception and its causes/contexts, outermost first (cycles cut)."""
+    out, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        out.append(exc)
+        exc = exc.__cause__ if exc.__cause__ is not None else (
+            None if exc.__suppress_context__ else exc.__context__)
+    return out
+
+
+def _triton_types(*names):
+    """Triton exception classes by 'module.Class', only if triton is already imported."""
+    found = []
+    for name in names:
+        module_name, _, cls = name.rpartition(".")
+        module = sys.modules.get(module_name)
+        typ = getattr(module, cls, None) if module is not None else None
+        if isinstance(typ, type):
+            found.append(typ)
+    return tuple(found)
+
+
+def _frames(exc):
+    return [f.filename for e in _chain(exc) for f in traceback.extract_tb(e.__traceback__)]
+
+
+def classify(exc, default):
+    """Map an exception to a verdict code; `default` is the stage's own code.
+
+    Order matters: a Triton CompilationError is COMPILATION whatever its text says; then out of
+    memory (RESOURCE), then CUDA faults (their text is the only reliable signal), then build
+    failures recognised by type, text or by being raised inside torch.utils.cpp_extension or
+    triton/compiler. Under TRITON_INTERPRET=1 an error inside a kernel body comes back as
+    triton's InterpreterError: on a GPU the same mistake is a compile error, so it is
+    COMPILATION too (device_assert does not fire in the interpreter, so no runtime fault hides
+    behind it).
+    """
+    torch = Trusted.torch
+    chain = _chain(exc)
+    texts = " | ".join(f"{type(e).__name__}: {e}" for e in chain).lower()
+
+    if any(isinstance(e, _triton_types("triton.compiler.errors.CompilationError")) for e in chain):
+        return "COMPILATION"
+
+    oom_types = (MemoryError,) + ((torch.OutOfMemoryError,) if torch is not None else ())
+    for e in chain:
+        if isinstance(e, oom_types):
+            return "RESOURCE"
+        if isinstance(e, OSError) and e.errno in _RESOURCE_ERRNOS:
+            return "RESOURCE"   # fork() under RLIMIT_NPROC, too many open files, disk quota
+    if "out of memory" in texts:
+        return "RESOURCE"
+
+    accel = getattr(torch, "AcceleratorError", None) if torch is not None else None
+    if (accel is not None and any(isinstance(e, accel) for e in chain)) or \
+            any(t in texts for t in _CUDA_FAULT_TEXT):
+        return "CUDA_FAULT"
+
+    build_types = _triton_types("triton.runtime.errors.InterpreterError",
+                                "triton.runtime.errors.OutOfResources",
+                                "triton.runtime.errors.PTXASError")
+    if build_types and any(isinstance(e, build_types) for e in chain):
+        return "COMPILATION"
+    if "error building extension" in texts or "passmanager::run failed" in texts:
+        return "COMPILATION"
+    if any(_CPP_EXTENSION_FILE in f or _TRITON_COMPILER_DIR in f for f in _frames(exc)):
+        return "COMPILATION"
+    return default
+
+
+def format_error(exc, focus_file, taskdir, context=""):
+    """Type + message, then the last traceback lines, restricted to `focus_file` frames.
+
+    The restriction keeps the part a model can act on (its own code) and drops torch/triton
+    internals; when no frame is in the focus file, the innermost frames are kept instead.
+    Causes are included (Triton's interpreter wraps the real error). Capped at 4000 chars.
+    """
+    headline = f"{type(exc).__name__}: {exc}"
+    if len(headline) > MAX_HEADLINE_CHARS:
+        headline = headline[:MAX_HEADLINE_CHARS] + " ...[truncated]"
+    if context:
+        headline = f"{context}: {headline}"
+    lines = []
+    chain = _chain(exc)
+    for i, e in enumerate(reversed(chain)):   # root cause first, like Python prints it
+        frames = traceback.extract_tb(e.__traceback__)
+        mine = [f for f in frames if _same_file(f.filename, focus_file)]
+        for entry in traceback.format_list(mine or frames[-3:]):
+            lines.extend(entry.rstrip("\n").split("\n"))
+        if e is not exc:
+            lines.append(traceback.format_exception_only(type(e), e)[-1].rstrip("\n")[:500])
+            lines.append("The above exception was the direct cause of the following exception:")
+    tail = lines[-TRACEBACK_LINES:]
+    message = headline + ("\nTraceback (most recent call last, filtered):\n" + "\n".join(tail)
+                          if tail else "")
+    message = message.replace(taskdir.rstrip(os.sep) + os.sep, "")
+    if len(message) > MAX_ERROR_CHARS:
+        message = message[:MAX_ERROR_CHARS - 15] + "\n...[truncated]"
+    return message
+
+
+def _same_file(a, b):
+    if a == b:
+        return True
+    try:
+        return os.path.realpath(a) == os.path.realpath(b)
+    except (OSError, ValueError):
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers on inputs and outputs
+# ---------------------------------------------------------------------------------------------
+
+def seed_all(seed, device):
+    """Seed torch's CPU generator (and every CUDA generator on a CUDA device)."""
+    Trusted.manual_seed(seed)
+    if device == "cuda":
+        Trusted.cuda_manual_seed_all(seed)
+
+
+def to_device(obj, device):
+    """Move tensors (also inside lists/tuples/dicts) to the device; pass anything else through."""
+    torch = Trusted.torch
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_device(x, device) for x in obj)
+    if isinstance(obj, dict):
+        return {k: to_device(v, device) for k, v in obj.items()}
+    return obj
+
+
+def deep_clone(obj):
+    """A private copy per model, so one model mutating its inputs cannot affect the other."""
+    torch = Trusted.torch
+    if isinstance(obj, torch.Tensor):
+        return obj.clone()
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(deep_clone(x) for x in obj)
+    if isinstance(obj, dict):
+        return {k: deep_clone(v) for k, v in obj.items()}
+    try:
+        return copy.deepcopy(obj)
+    except Exception:
+        return obj
+
+
+def as_call_args(inputs):
+    """get_inputs() returns a list (KernelBench); tolerate a single tensor or a tuple."""
+    return list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+
+
+class DiffStats:
+    """Absolute differences over all compared elements of all trials (in float64)."""
+
+    def __init__(self):
+        self.max = 0.0
+        self.sum = 0.0
+        self.count = 0
+        self.nonfinite = 0   # mismatches whose difference is NaN/Inf (e.g. NaN vs finite)
+
+    def result(self):
+        """(max, mean), or (None, None) when nothing was compared or a difference was NaN/Inf
+        (JSON cannot carry it; the error message says how many)."""
+        if self.count == 0 or self.nonfinite:
+            return None, None
+        return self.max, self.sum / self.count
+
+
+def compare(ref, out, atol, rtol, stats, path="output"):
+    """Compare one output against the reference; returns a list of problems (empty = pass).
+
+    Structure (tensor vs tuple/list, length), shape, dtype and device must match; then values
+    with torch.allclose(atol, rtol, equal_nan=True): NaN where the reference has NaN is fine,
+    NaN (or Inf) where the reference is finite is a mismatch.
+    """
+    torch = Trusted.torch
+    if isinstance(ref, torch.Tensor):
+        if not isinstance(out, torch.Tensor):
+            return [f"{path}: expected a tensor, got {type(out).__name__}"]
+        if tuple(out.shape) != tuple(ref.shape):
+            return [f"{path}: shape {tuple(out.shape)} != expected {tuple(ref.shape)}"]
+        if out.dtype != ref.dtype:
+            return [f"{path}: dtype {out.dtype} != expected {ref.dtype}"]
+        if out.device != ref.device:
+            return [f"{path}: device {out.device} != expected {ref.device}"]
+        return _compare_values(ref, out, atol, rtol, stats, path)
+    if isinstance(ref, (list, tuple)):
+        if not isinstance(out, (list, tuple)):
+            return [f"{path}: expected a {type(ref).__name__} of {len(ref)}, "
+                    f"got {type(out).__name__}"]
+        if len(out) != len(ref):
+            return [f"{path}: {len(out)} outputs, expected {len(ref)}"]
+        problems = []
+        for i, (r, o) in enumerate(zip(ref, out)):
+            problems += compare(r, o, atol, rtol, stats, f"{path}[{i}]")
+        return problems
+    if isinstance(ref, (int, float)) and isinstance(out, (int, float)) and \
+            not isinstance(ref, bool):
+        if math.isclose(out, ref, rel_tol=rtol, abs_tol=atol) or (math.isnan(ref) and math.isnan(out)):
+            return []
+        return [f"{path}: {out!r} != expected {ref!r}"]
+    return [] if out == ref else [f"{path}: {out!r} != expected {ref!r}"]
+
+
+def _compare_values(ref, out, atol, rtol, stats, path):
+    torch = Trusted.torch
+    wide = torch.complex128 if (ref.is_complex() or out.is_complex()) else torch.float64
+    r = ref.detach().to(wide)
+    o = out.detach().to(wide)
+    diff = (o - r).abs()
+    same = (o == r) | (torch.isnan(o) & torch.isnan(r))   # equal infinities, shared NaNs
+    diff = torch.where(same, torch.zeros_like(diff), diff)
+    finite = torch.isfinite(diff)
+    n_nonfinite = int((~finite).sum().item())
+    finite_diff = diff[finite]
+    if finite_diff.numel():
+        stats.max = max(stats.max, float(finite_diff.max().item()))
+        stats.sum += float(finite_diff.sum().item())
+    stats.count += int(finite_diff.numel())
+    stats.nonfinite += n_nonfinite
+
+    if ref.dtype == torch.bool:
+        ok = bool(torch.equal(out, ref))
+    else:
+        ok = bool(Trusted.allclose(out, ref, rtol=rtol, atol=atol, equal_nan=True))
+    if ok:
+        return []
+    bad = int((~torch.isclose(o, r, rtol=rtol, atol=atol, equal_nan=True)).sum().item())
+    msg = (f"{path}: {bad} of {ref.numel()} elements differ beyond atol={atol}, rtol={rtol}")
+    if finite_diff.numel():
+        msg += f" (max abs diff {float(finite_diff.max().item()):.6g})"
+    if n_nonfinite:
+        msg += f"; {n_nonfinite} NaN/Inf where the reference differs"
+    return [msg]
+
+
+def runtime_stats(times_ms):
+    """median/mean/std/min/max in ms; std is the population std (ddof=0), as numpy's default
+    that KernelBench reports."""
+    return {
+        "median": statistics.median(times_ms),
+        "mean": statistics.fmean(times_ms),
+        "std": statistics.pstdev(times_ms) if len(times_ms) > 1 else 0.0,
+        "min": min(times_ms),
+        "max": max(times_ms),
+    }
+
+
+def cpu_model_name():
+    """The CPU model from /proc/cpuinfo, so CPU timings say where they were taken."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+# ---------------------------------------------------------------------------------------------
+# The evaluation, one method per protocol stage
+# ---------------------------------------------------------------------------------------------
+
+class Evaluation:
+    """Runs the stages in order; any stage may end the evaluation by raising Verdict."""
+
+    def __init__(self, taskdir):
+        self.taskdir = os.path.abspath(taskdir)
+        self.ref_path = os.path.join(self.taskdir, "reference.py")
+        self.cand_path = os.path.join(self.taskdir, "candidate.py")
+        self.spec = None
+        self.device = None
+        self.stage_ms = {}
+        self._stage = None
+        self._stage_t0 = 0
+        self.candidate_loaded = False   # candidate code has run: later harness faults are its
+        self.compiled = False
+        self.result = {
+            "compiled": False, "correct": False, "trials_passed": 0, "trials_total": 0,
+            "max_abs_diff": None, "mean_abs_diff": None, "runtime_ms": None,
+            "ref_runtime_ms": None, "speedup": None, "error_code": None, "error_message": None,
+            "device": {"kind": "cpu", "name": "unknown"}, "stage_ms": self.stage_ms,
+        }
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+
+    def begin(self, stage):
+        """Close the running stage's clock and announce the next stage on fd 3."""
+        self._end_stage()
+        self._stage = stage
+        self._stage_t0 = _perf_counter_ns()
+        emit({"event": "stage", "stage": stage})
+
+    def _end_stage(self):
+        if self._stage is not None:
+            self.stage_ms[self._stage] = (_perf_counter_ns() - self._stage_t0) / 1e6
+            self._stage = None
+
+    def finish(self, verdict=None):
+        """Fill in the verdict (if any) and write the single result line."""
+        self._end_stage()
+        if verdict is not None:
+            self.result["error_code"] = verdict.code
+            self.result["error_message"] = verdict.message
+            if verdict.compiled is not None:
+                self.compiled = verdict.compiled
+            if not verdict.keep_correct:
+                self.result["correct"] = False
+        self.result["compiled"] = bool(self.compiled)
+        emit(dict({"event": "result"}, **self.result))
+
+    def fail(self, exc, default, focus_file, context="", compiled=None):
+        """Classify `exc` and raise the Verdict for it."""
+        code = classify(exc, default)
+        if code == "COMPILATION":
+            compiled = False
+        message = format_error(exc, focus_file, self.taskdir, context)
+        for e in _chain(exc):
+            # Free the candidate's locals (e.g. the memory it hoarded) before we go on.
+            traceback.clear_frames(e.__traceback__)
+        raise Verdict(code, message, compiled)
+
+    def sync(self):
+        """Wait for queued GPU work so asynchronous faults surface where they belong."""
+        if self.device == "cuda":
+            Trusted.synchronize()
+
+    # -- stages --------------------------------------------------------------------------------
+
+    def run(self):
+        self.begin("setup")
+        self.setup()
+        self.begin("load_reference")
+        self.load_reference()
+        self.begin("load_candidate")
+        self.load_candidate()
+        torch = Trusted.torch
+        with torch.no_grad():
+            self.begin("instantiate")
+            self.instantiate()
+            self.begin("correctness")
+            self.correctness()
+            if self.result["correct"] and self.spec["measure_performance"]:
+                self.begin("performance")
+                self.performance()
+        self.finish()
+
+    def setup(self):
+        """Read the spec, import torch, capture trusted functions, describe the device.
+
+        A cuda-backend candidate on a CPU worker is answered here (UNSUPPORTED) without ever
+        being imported: load_inline would try to build CUDA code.
+        """
+        try:
+            with open(os.path.join(self.taskdir, "spec.json"), encoding="utf-8") as f:
+                raw = json.load(f)
+        except (OSError, ValueError) as e:
+            raise SetupError(f"cannot read spec.json: {e}")
+        if not isinstance(raw, dict):
+            raise SetupError("spec.json is not an object")
+        spec = dict(SPEC_DEFAULTS, **raw)
+        if spec["backend"] not in ("triton", "cuda") or spec["device"] not in ("cuda", "cpu"):
+            raise SetupError(f"bad backend/device in spec: {spec['backend']!r}/{spec['device']!r}")
+        try:
+            for key in ("num_correct_trials", "num_perf_trials", "num_warmup", "seed"):
+                if isinstance(spec[key], bool) or not isinstance(spec[key], int):
+                    raise SetupError(f"spec.{key} must be an integer")
+            for key in ("atol", "rtol"):
+                spec[key] = float(spec[key])
+                if not (spec[key] >= 0 and math.isfinite(spec[key])):
+                    raise SetupError(f"spec.{key} must be a finite number >= 0")
+        except (TypeError, ValueError) as e:
+            raise SetupError(f"bad spec: {e}")
+        if spec["num_correct_trials"] < 1 or spec["num_perf_trials"] < 1 or spec["num_warmup"] < 0:
+            raise SetupError("spec needs num_correct_trials >= 1, num_perf_trials >= 1, "
+                             "num_warmup >= 0")
+        spec["measure_performance"] = bool(spec["measure_performance"])
+        self.spec = spec
+        self.device = spec["device"]
+        self.result["trials_total"] = spec["num_correct_trials"]
+
+        if self.device == "cpu" and spec["backend"] == "triton":
+            # The worker sets it; make sure, before triton is first imported by the candidate.
+            os.environ.setdefault("TRITON_INTERPRET", "1")
+        try:
+            import torch
+        except Exception as e:
+            raise SetupError(f"cannot import torch: {type(e).__name__}: {e}")
+        Trusted.torch = torch
+        Trusted.allclose = torch.allclose
+        Trusted.manual_seed = torch.manual_seed
+        Trusted.cuda_manual_seed_all = torch.cuda.manual_seed_all
+        Trusted.Event = torch.cuda.Event
+        Trusted.event_record = torch.cuda.Event.record
+        Trusted.event_elapsed = torch.cuda.Event.elapsed_time
+        Trusted.synchronize = torch.cuda.synchronize
+
+        if self.device == "cuda":
+            if not torch.cuda.is_available():
+                raise SetupError("spec asks for device 'cuda' but torch sees no CUDA device")
+            self.result["device"] = {"kind": "cuda", "name": torch.cuda.get_device_name()}
+        else:
+            self.result["device"] = {"kind": "cpu", "name": cpu_model_name()}
+            threads = os.environ.get("CRUCIBLE_CPU_THREADS")
+            if threads:
+                try:
+                    torch.set_num_threads(max(1, int(threads)))
+                except ValueError:
+                    raise SetupError(f"CRUCIBLE_CPU_THREADS is not an integer: {threads!r}")
+
+        if spec["backend"] == "cuda" and self.device == "cpu":
+            raise Verdict("UNSUPPORTED", "backend 'cuda' (nvcc / load_inline) needs a CUDA "
+                          "device; this worker evaluates on CPU (Triton interpreter only)",
+                          compiled=False)
+
+    def _import_file(self, name, path):
+        """Import a file as its own module, registered in sys.modules before it executes so
+        that inspect/linecache (and so @triton.jit) can find its source."""
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {os.path.basename(path)}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+        return module
+
+    def load_reference(self):
+        """Import reference.py; any failure is the problem's fault: REFERENCE."""
+        try:
+            self.ref = self._import_file(REFERENCE_MODULE, self.ref_path)
+        except BaseException as e:
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            raise Verdict("REFERENCE", format_error(e, self.ref_path, self.taskdir,
+                                                    "reference.py failed to import"))
+        missing = [n for n in ("Model", "get_inputs", "get_init_inputs")
+                   if not callable(getattr(self.ref, n, None))]
+        if missing:
+            raise Verdict("REFERENCE", f"reference.py does not define {', '.join(missing)}")
+        self.Model = self.ref.Model
+        self.get_inputs = self.ref.get_inputs
+        self.get_init_inputs = self.ref.get_init_inputs
+
+    def load_candidate(self):
+        """compile() first, so invalid Python is SYNTAX and never runs; then import it.
+
+        Exceptions at import are IMPORT, unless they are build failures (load_inline at module
+        level is the usual CUDA pattern): COMPILATION.
+        """
+        try:
+            with open(self.cand_path, "rb") as f:
+                source = f.read()
+            compile(source, self.cand_path, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError) as e:   # ValueError: null bytes in the source
+            text = "".join(traceback.format_exception_only(type(e), e))
+            text = text.replace(self.taskdir.rstrip(os.sep) + os.sep, "")
+            raise Verdict("SYNTAX", text[:MAX_ERROR_CHARS].rstrip("\n"), compiled=False)
+        except OSError as e:
+            raise SetupError(f"cannot read candidate.py: {e}")
+        self.candidate_loaded = True
+        try:
+            self.cand = self._import_file(CANDIDATE_MODULE, self.cand_path)
+        except BaseException as e:
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            self.fail(e, "IMPORT", self.cand_path, compiled=False)
+
+    def instantiate(self):
+        """Seed, get_init_inputs(), seed, Model(...), seed, ModelNew(...): same parameters
+        when ModelNew creates them in the same order. Both go to the device in eval mode."""
+        dev = self.device
+        seed = self.spec["seed"]
+        try:
+            seed_all(seed, dev)
+            init_inputs = to_device(as_call_args(self.get_init_inputs()), dev)
+            seed_all(seed, dev)
+            ref_model = self.Model(*deep_clone(init_inputs))
+            ref_model = ref_model.to(dev).eval()
+            self.sync()
+        except Exception as e:
+            raise Verdict("REFERENCE", format_error(e, self.ref_path, self.taskdir,
+                                                    "reference model failed to build"))
+        self.ref_model = ref_model
+
+        model_new = getattr(self.cand, "ModelNew", None)
+        if model_new is None:
+            raise Verdict("INSTANTIATION", "candidate.py defines no `ModelNew`", compiled=False)
+        if not callable(model_new):
+            raise Verdict("INSTANTIATION", f"`ModelNew` is not callable "
+                          f"({type(model_new).__name__})", compiled=False)
+        try:
+            seed_all(seed, dev)
+            cand_model = model_new(*deep_clone(init_inputs))
+            if isinstance(cand_model, Trusted.torch.nn.Module):
+                cand_model = cand_model.to(dev).eval()
+            elif not callable(cand_model):
+                raise TypeError(f"ModelNew(...) returned a non-callable "
+                                f"{type(cand_model).__name__}")
+            self.sync()
+        except BaseException as e:
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            self.fail(e, "INSTANTIATION", self.cand_path, compiled=False)
+        self.cand_model = cand_model
+        # Imported and instantiated; for Triton the kernels still have to compile at the first
+        # call (a compile error there turns this back to False).
+        self.compiled = True
+
+    def _run_candidate(self, args, context):
+        try:
+            out = self.cand_model(*args)
+            self.sync()
+            return out
+        except BaseException as e:
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            self.fail(e, "RUNTIME", self.cand_path, context)
+
+    def _run_reference(self, args, context):
+        try:
+            out = self.ref_model(*args)
+            self.sync()
+            return out
+        except Exception as e:
+            raise Verdict("REFERENCE", format_error(e, self.ref_path, self.taskdir, context))
+
+    def _fresh_inputs(self, seed, context):
+        try:
+            seed_all(seed, self.device)
+            return to_device(as_call_args(self.get_inputs()), self.device)
+        except Exception as e:
+            raise Verdict("REFERENCE", format_error(e, self.ref_path, self.taskdir, context))
+
+    def correctness(self):
+        """num_correct_trials trials with seeds from random.Random(seed); every trial runs even
+        after a mismatch, so trials_passed is a real count (partial credit). An exception in
+        forward ends the evaluation (RUNTIME etc.): the process state can't be trusted after."""
+        spec = self.spec
+        rng = random.Random(spec["seed"])
+        trial_seeds = [rng.randint(0, 2 ** 32 - 1) for _ in range(spec["num_correct_trials"])]
+        stats = DiffStats()
+        passed = 0
+        failures = []
+        for i, trial_seed in enumerate(trial_seeds):
+            inputs = self._fresh_inputs(trial_seed, f"get_inputs() failed (trial {i})")
+            ref_args, cand_args = deep_clone(inputs), deep_clone(inputs)
+            ref_out = self._run_reference(ref_args, f"reference forward failed (trial {i})")
+            # ref_out stays alive while the candidate runs: its memory cannot be recycled
+            # into a candidate output that "already holds" the answer.
+            cand_out = self._run_candidate(cand_args, f"candidate forward raised (trial {i})")
+            try:
+                problems = compare(ref_out, cand_out, spec["atol"], spec["rtol"], stats)
+            except Exception as e:
+                problems = [f"output could not be compared: {type(e).__name__}: {e}"]
+            if problems:
+                failures.append((i, problems))
+            else:
+                passed += 1
+            del ref_out, cand_out, ref_args, cand_args
+        self.result["trials_passed"] = passed
+        mx, mean = stats.result()
+        self.result["max_abs_diff"] = mx
+        self.result["mean_abs_diff"] = mean
+        if failures:
+            first_trial, problems = failures[0]
+            lines = [f"{len(failures)} of {len(trial_seeds)} trials failed; "
+                     f"first failing trial {first_trial}:"] + problems[:10]
+            raise Verdict("CORRECTNESS", "\n".join(lines)[:MAX_ERROR_CHARS], compiled=True)
+        self.result["correct"] = True
+
+    def performance(self):
+        """Warm-up, then timed calls alternating reference and candidate in blocks, on one
+        fixed input set drawn from the master seed (a private clone per model).
+
+        CUDA: 256 MiB flush buffer zeroed before each call, synchronize, event pair around the
+        forward, synchronize. CPU: perf_counter_ns around the call. All with the harness's
+        own captured timers."""
+        spec = self.spec
+        inputs = self._fresh_inputs(spec["seed"], "get_inputs() failed (performance)")
+        ref_args, cand_args = deep_clone(inputs), deep_clone(inputs)
+        ref_times, cand_times = [], []
+        try:
+            timer = self._cuda_timer() if self.device == "cuda" else self._cpu_timer
+        except Exception as e:
+            raise SetupError(f"cannot set up timing: {type(e).__name__}: {e}")
+        try:
+            for _ in range(spec["num_warmup"]):
+                self._run_reference(ref_args, "reference forward failed (warm-up)")
+            for _ in range(spec["num_warmup"]):
+                self._run_candidate(cand_args, "candidate forward raised (warm-up)")
+            n = spec["num_perf_trials"]
+            for start in range(0, n, PERF_BLOCK):
+                k = min(PERF_BLOCK, n - start)
+                for _ in range(k):
+                    ref_times.append(self._timed(timer, self.ref_model, ref_args, True))
+                for _ in range(k):
+                    cand_times.append(self._timed(timer, self.cand_model, cand_args, False))
+        except Verdict as v:
+            if v.code != "REFERENCE":
+                self.result["correct"] = False
+                v.message = ("after passing all correctness trials, during performance: "
+                             + v.message)[:MAX_ERROR_CHARS]
+            else:
+                # The candidate was judged correct; keep that, only timings are missing.
+                v.message = "reference failed during performance: " + v.message
+                v.keep_correct = True
+            raise
+        ref = runtime_stats(ref_times)
+        cand = runtime_stats(cand_times)
+        self.result["ref_runtime_ms"] = ref
+        self.result["runtime_ms"] = cand
+        self.result["speedup"] = ref["median"] / cand["median"] if cand["median"] > 0 else None
+
+    def _timed(self, timer, model, args, is_reference):
+        try:
+            return timer(model, args)
+        except BaseException as e:
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            if is_reference:
+                raise Verdict("REFERENCE", format_error(e, self.ref_path, self.taskdir,
+                                                        "reference forward failed (timed)"))
+            self.fail(e, "RUNTIME", self.cand_path, "candidate forward raised (timed)")
+
+    @staticmethod
+    def _cpu_timer(model, args):
+        t0 = _perf_counter_ns()
+        model(*args)
+        t1 = _perf_counter_ns()
+        return (t1 - t0) / 1e6
+
+    def _cuda_timer(self):
+        torch = Trusted.torch
+        flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+        start = Trusted.Event(enable_timing=True)
+        end = Trusted.Event(enable_timing=True)
+        sync, record, elapsed = Trusted.synchronize, Trusted.event_record, Trusted.event_elapsed
+
+        def timer(model, args):
+            flush.zero_()
+            sync()
+            record(start)
+            model(*args)
+            record(end)
+            sync()
+            return elapsed(start, end)
+        return timer
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.stderr.write("usage: python -I -B harness.py <taskdir>\n")
+        _os_exit(3)
+    ev = Evaluation(sys.argv[1])
+    try:
+        try:
+            ev.run()
+        except Verdict as v:
+            ev.finish(v)
+        except SetupError as e:
+            sys.stderr.write(f"crucible harness: setup failed: {e}\n")
+            _flush_std()
+            _os_exit(3)
+        except BaseException as e:   # a harness bug, or the candidate broke the harness
+            detail = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+            sys.stderr.write("crucible harness: internal error\n" + detail)
+            if not ev.candidate_loaded:
+                _flush_std()
+                _os_exit(3)
+            ev.finish(Verdict("RUNTIME", format_error(
+                e, ev.cand_path, ev.taskdir,
+                f"evaluation failed after the candidate was loaded (stage {ev._stage})")))
+    except BaseException as e:       # could not even write the result (fd 3 gone?)
+        sys.stderr.write(f"crucible harness: cannot write the result: {type(e).__name__}: {e}\n")
+        _flush_std()
+        _os_exit(1)
+    _flush_std()
+    _os_exit(0)
+
+
+def _flush_std():
+    """The candidate's output is the worker's to capture: flush what Python still buffers."""
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+//! Worker settings, parsed from environment-style lookups by pure functions.
+
+use crate::device::DeviceSlot;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Limits applied to every task child.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChildLimits {
+    /// RLIMIT_NOFILE.
+    pub max_open_files: u64,
+    /// RLIMIT_NPROC (enforced by the kernel only for non-root workers) and the watchdog's cap
+    /// on processes in the child's group (enforced always).
+    pub max_processes: u64,
+    /// RLIMIT_FSIZE: largest file the child may write.
+    pub max_file_bytes: u64,
+    /// Resident memory of the child's whole process group, enforced by the watchdog (not
+    /// RLIMIT_AS: CUDA reserves huge virtual ranges).
+    pub max_memory_bytes: u64,
+    /// stdout + stderr bytes before the child is killed for flooding.
+    pub max_output_bytes: u64,
+    /// How often the watchdog samples the group.
+    pub watchdog_interval: Duration,
+}
+
+impl Default for ChildLimits {
+    fn default() -> Self {
+        Self {
+            max_open_files: 4096,
+            max_processes: 256,
+            max_file_bytes: 1 << 30,
+            max_memory_bytes: 32 << 30,
+            max_output_bytes: 4 << 20,
+            watchdog_interval: Duration::from_millis(100),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The Python interpreter that has torch (and triton).
+    pub python: PathBuf,
+    /// Parent of the per-task private directories.
+    pub work_root: PathBuf,
+    pub limits: ChildLimits,
+    pub device: DeviceSlot,
+    /// Host name reported in the registry.
+    pub node: String,
+    /// How long one claim call waits for a task before the loop checks for shutdown.
+    pub claim_wait: Duration,
+    /// How often the worker refreshes its registry entry.
+    pub heartbeat_interval: Duration,
+    /// Extra environment variable names passed through to children (never secrets).
+    pub env_passthrough: Vec<String>,
+    /// Threads a CPU child may use (torch.set_num_threads).
+    pub cpu_threads: Option<u32>,
+    /// Command that checks a GPU in a separate process (`<exe> probe-gpu`).
+    pub probe_command: Option<PathBuf>,
+}
+
+impl WorkerConfig {
+    /// Reads `CRUCIBLE_PYTHON`, `CRUCIBLE_WORK_DIR`, `CRUCIBLE_CHILD_MEMORY_MB`,
+    /// `CRUCIBLE_CHILD_MAX_PROCS`, `CRUCIBLE_CHILD_OUTPUT_KB`, `CRUCIBLE_CHILD_ENV_PASSTHROUGH`,
+    /// `CRUCIBLE_CPU_THREADS`.
+    pub fn from_lookup(
+        device: DeviceSlot,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, String> {
+        let num = |key: &str| -> Result<Option<u64>, String> {
+            lookup(key)
+                .filter(|v| !v.trim().is_empty())
+                .map(|v| {
+                    v.trim()
+                        .parse::<u64>()
+                        .map_err(|e| format!("{key}: cannot parse {v:?}: {e}"))
+                })
+                .transpose()
+        };
+        let mut limits = ChildLimits::default();
+        if let Some(mb) = num("CRUCIBLE_CHILD_MEMORY_MB")? {
+            limits.max_memory_bytes = mb << 20;
+        }
+        if let Some(n) = num("CRUCIBLE_CHILD_MAX_PROCS")? {
+            limits.max_processes = n.max(8);
+        }
+        if let Some(kb) = num("CRUCIBLE_CHILD_OUTPUT_KB")? {
+            limits.max_output_bytes = kb << 10;
+        }
+        let work_root = lookup("CRUCIBLE_WORK_DIR")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| std::env::temp_dir().join("crucible"));
+        Ok(Self {
+            python: lookup("CRUCIBLE_PYTHON")
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| "python3".to_owned())
+                .into(),
+            work_root,
+            limits,
+            device,
+            node: lookup("HOSTNAME")
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(read_hostname),
+            claim_wait: Duration::from_secs(1),
+            heartbeat_interval: Duration::from_secs(2),
+            env_passthrough: lookup("CRUCIBLE_CHILD_ENV_PASSTHROUGH")
+                .map(|v| {
+                    v.split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default(),
+            cpu_threads: num("CRUCIBLE_CPU_THREADS")?.map(|n| n as u32),
+            probe_command: std::env::current_exe().ok(),
+        })
+    }
+
+    pub fn from_env(device: DeviceSlot) -> Result<Self, String> {
+        Self::from_lookup(device, |k| std::env::var(k).ok())
+    }
+}
+
+fn read_hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}

@@ -1,0 +1,202 @@
+//! One evaluation from spec to classified verdict: private directory, child environment,
+//! supervised child, classification. Used by the worker's claim loop and by `crucible eval`.
+
+use crate::config::WorkerConfig;
+use crate::device::DeviceSlot;
+use crate::harness::{HARNESS_FILE, HARNESS_SOURCE};
+use crate::supervisor::{ChildSpec, run_child};
+use crate::task_dir::TaskDir;
+use crate::verdict::{Classified, VerdictContext, classify};
+use crucible_shared::{Backend, TaskSpec};
+use std::path::Path;
+use std::time::Instant;
+use tokio::sync::watch;
+
+/// Variables taken from the worker's environment when set: toolchain locations, nothing else.
+const INHERITED: &[&str] = &["CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH"];
+
+/// Names never passed to a child even if configured: the broker and credentials.
+fn is_secret_name(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    ["REDIS", "TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL", "AWS_", "CRUCIBLE_API"]
+        .iter()
+        .any(|s| upper.contains(s))
+}
+
+/// The complete environment of a task child.
+pub fn child_env(
+    cfg: &WorkerConfig,
+    task_dir: &Path,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Vec<(String, String)> {
+    let dir = task_dir.display().to_string();
+    let mut path = String::new();
+    if let Some(bin) = cfg.python.parent().filter(|p| p.is_absolute()) {
+        path.push_str(&bin.display().to_string());
+        path.push(':');
+    }
+    path.push_str("/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin");
+    let mut env: Vec<(String, String)> = vec![
+        ("PATH".into(), path),
+        ("HOME".into(), dir.clone()),
+        ("TMPDIR".into(), format!("{dir}/tmp")),
+        ("XDG_CACHE_HOME".into(), format!("{dir}/cache")),
+        ("TRITON_CACHE_DIR".into(), format!("{dir}/cache/triton")),
+        ("TORCH_EXTENSIONS_DIR".into(), format!("{dir}/cache/torch_extensions")),
+        ("LANG".into(), "C.UTF-8".into()),
+        ("LC_ALL".into(), "C.UTF-8".into()),
+        ("PYTHONUNBUFFERED".into(), "1".into()),
+        ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
+    ];
+    match &cfg.device {
+        DeviceSlot::Gpu { index, .. } => {
+            env.push(("CUDA_VISIBLE_DEVICES".into(), index.to_string()));
+        }
+        DeviceSlot::Cpu { .. } => {
+            // No GPU for a CPU task, even on a node that has one.
+            env.push(("CUDA_VISIBLE_DEVICES".into(), String::new()));
+            env.push(("TRITON_INTERPRET".into(), "1".into()));
+        }
+    }
+    if let Some(n) = cfg.cpu_threads {
+        env.push(("CRUCIBLE_CPU_THREADS".into(), n.to_string()));
+        env.push(("OMP_NUM_THREADS".into(), n.to_string()));
+    }
+    for name in INHERITED
+        .iter()
+        .copied()
+        .chain(cfg.env_passthrough.iter().map(String::as_str))
+    {
+        if is_secret_name(name) || env.iter().any(|(k, _)| k == name) {
+            continue;
+        }
+        if let Some(v) = lookup(name) {
+            env.push((name.to_owned(), v));
+        }
+    }
+    env
+}
+
+/// The harness's `spec.json`.
+pub fn harness_spec(spec: &TaskSpec, device: &DeviceSlot) -> serde_json::Value {
+    let r = &spec.request;
+    serde_json::json!({
+        "backend": match r.backend { Backend::Triton => "triton", Backend::Cuda => "cuda" },
+        "device": match device { DeviceSlot::Gpu { .. } => "cuda", DeviceSlot::Cpu { .. } => "cpu" },
+        "num_correct_trials": r.num_correct_trials,
+        "num_perf_trials": r.num_perf_trials,
+        "num_warmup": 3,
+        "measure_performance": r.measure_performance,
+        "atol": r.atol,
+        "rtol": r.rtol,
+        "seed": spec.seed,
+    })
+}
+
+/// Runs one evaluation to a classified end. `Err` is a fault of this node (no directory, no
+/// interpreter), to be treated like a `ServiceFault`.
+pub async fn run_evaluation(
+    cfg: &WorkerConfig,
+    spec: &TaskSpec,
+    label: &str,
+    cancel: watch::Receiver<bool>,
+) -> std::io::Result<Classified> {
+    let started = Instant::now();
+    let dir = TaskDir::create(&cfg.work_root, label)?;
+    dir.write_new(HARNESS_FILE, HARNESS_SOURCE.as_bytes())?;
+    dir.write_new("reference.py", spec.request.reference_code.as_bytes())?;
+    dir.write_new("candidate.py", spec.request.kernel_code.as_bytes())?;
+    dir.write_new(
+        "spec.json",
+        harness_spec(spec, &cfg.device).to_string().as_bytes(),
+    )?;
+    dir.subdir("tmp")?;
+    dir.subdir("cache")?;
+    let prepare_ms = started.elapsed().as_secs_f64() * 1e3;
+
+    let child = ChildSpec {
+        program: cfg.python.clone(),
+        args: vec![
+            "-I".into(),
+            "-B".into(),
+            dir.path().join(HARNESS_FILE).display().to_string(),
+            dir.path().display().to_string(),
+        ],
+        cwd: dir.path().to_owned(),
+        env: child_env(cfg, dir.path(), |k| std::env::var(k).ok()),
+        limits: cfg.limits.clone(),
+        deadline: std::time::Duration::from_secs(u64::from(spec.request.timeout_s)),
+    };
+    let outcome = run_child(child, cancel).await?;
+    tracing::debug!(
+        label,
+        exit = ?outcome.exit,
+        killed_for = ?outcome.killed_for,
+        wall_ms = outcome.wall.as_millis() as u64,
+        peak_rss_mib = outcome.peak_rss_bytes >> 20,
+        peak_processes = outcome.peak_processes,
+        "task child ended"
+    );
+    let ctx = VerdictContext {
+        trials_total: spec.request.num_correct_trials,
+        device: cfg.device.info(),
+        timeout_s: spec.request.timeout_s,
+        max_output_bytes: cfg.limits.max_output_bytes,
+        max_memory_bytes: cfg.limits.max_memory_bytes,
+        max_processes: cfg.limits.max_processes,
+    };
+    let mut classified = classify(&outcome, &ctx);
+    if let Classified::Verdict(result) = &mut classified {
+        result.stage_ms.insert("worker_prepare".into(), prepare_ms);
+        result
+            .stage_ms
+            .insert("child_wall".into(), outcome.wall.as_secs_f64() * 1e3);
+    }
+    drop(dir);
+    Ok(classified)
+}
+
+/// Evaluates one pair on this machine without a server (`crucible eval`).
+pub async fn evaluate_local(cfg: &WorkerConfig, spec: &TaskSpec) -> std::io::Result<Classified> {
+    let (_keep, cancel) = watch::channel(false);
+    run_evaluation(cfg, spec, "local", cancel).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::WorkerConfig;
+
+    fn cfg(device: DeviceSlot) -> WorkerConfig {
+        let mut c = WorkerConfig::from_lookup(device, |_| None).unwrap();
+        c.python = "/opt/venv/bin/python3".into();
+        c.env_passthrough = vec!["REDIS_URL".into(), "MY_FLAG".into(), "HF_TOKEN".into()];
+        c
+    }
+
+    #[test]
+    fn child_env_is_an_allowlist_without_secrets() {
+        let worker_env = |k: &str| match k {
+            "REDIS_URL" => Some("redis://secret".to_owned()),
+            "HF_TOKEN" => Some("hf_x".to_owned()),
+            "MY_FLAG" => Some("1".to_owned()),
+            "LD_LIBRARY_PATH" => Some("/usr/local/cuda/lib64".to_owned()),
+            _ => None,
+        };
+        let env = child_env(&cfg(DeviceSlot::Gpu { index: 3, name: "H100".into() }), Path::new("/t/x"), worker_env);
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some("3"));
+        assert_eq!(get("HOME"), Some("/t/x"));
+        assert_eq!(get("MY_FLAG"), Some("1"));
+        assert_eq!(get("LD_LIBRARY_PATH"), Some("/usr/local/cuda/lib64"));
+        assert!(get("PATH").unwrap().starts_with("/opt/venv/bin:"));
+        assert_eq!(get("REDIS_URL"), None);
+        assert_eq!(get("HF_TOKEN"), None);
+        assert_eq!(get("TRITON_INTERPRET"), None);
+
+        let cpu = child_env(&cfg(DeviceSlot::Cpu { name: "x".into() }), Path::new("/t/y"), |_| None);
+        let get = |k: &str| cpu.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("TRITON_INTERPRET"), Some("1"));
+        assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some(""));
+    }
+}

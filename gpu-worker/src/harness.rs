@@ -1,0 +1,8 @@
+//! The Python harness, embedded in the binary so a node needs only this binary and a Python
+//! that has torch.
+
+/// Source of `gpu-worker/harness/harness.py`.
+pub const HARNESS_SOURCE: &str = include_str!("../harness/harness.py");
+
+/// The file name the harness gets inside a task directory.
+pub const HARNESS_FILE: &str = "harness.py";

@@ -1,0 +1,23 @@
+//! The GPU worker: one process per device. Owns the claim loop (lease renewal, cancellation,
+//! retries on service faults), device ownership and health (NVML plus a tiny CUDA probe in a
+//! separate process), and the supervision of the task child that runs untrusted code: spawn
+//! with a cleared environment, its own session, rlimits and a private directory; the result
+//! pipe; output caps; the memory/process watchdog; the deadline; and the classification of
+//! every way a child can end. The Python harness is embedded here.
+
+pub mod config;
+pub mod device;
+pub mod harness;
+pub mod evaluation;
+pub mod probe;
+pub mod protocol;
+pub mod supervisor;
+pub mod task_dir;
+pub mod verdict;
+pub mod watchdog;
+pub mod worker;
+
+pub use config::{ChildLimits, WorkerConfig};
+pub use device::{DeviceSlot, discover_devices};
+pub use evaluation::{evaluate_local, run_evaluation};
+pub use worker::Worker;

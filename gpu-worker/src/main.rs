@@ -1,0 +1,71 @@
+//! `crucible-worker`: one worker process for one device, against a shared Redis.
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use crucible_gpu_worker::{DeviceSlot, Worker, WorkerConfig, probe};
+use crucible_shared::BrokerConfig;
+use crucible_task_manager::{Broker, RedisBroker};
+use std::sync::Arc;
+
+#[derive(Parser)]
+#[command(name = "crucible-worker", version, about = "Crucible evaluation worker (one per device)")]
+struct Args {
+    /// GPU index on this node (as NVML numbers it). Without it the worker uses the CPU.
+    #[arg(long, conflicts_with = "cpu")]
+    gpu: Option<u32>,
+    /// Run a CPU worker (PyTorch on CPU, Triton through its interpreter).
+    #[arg(long)]
+    cpu: bool,
+    /// The shared broker.
+    #[arg(long, env = "REDIS_URL")]
+    redis_url: Option<String>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check the CUDA device in this process and print a JSON report (used by workers).
+    ProbeGpu,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if let Some(Command::ProbeGpu) = args.command {
+        println!("{}", serde_json::to_string(&probe::run_probe(0))?);
+        return Ok(());
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
+    let redis_url = args
+        .redis_url
+        .context("REDIS_URL (or --redis-url) is required: a standalone worker needs the shared broker")?;
+    let broker_cfg = BrokerConfig::from_env()?;
+    let broker: Arc<dyn Broker> = Arc::new(
+        RedisBroker::connect(&redis_url, broker_cfg).context("connecting to redis")?,
+    );
+    let device = match args.gpu {
+        Some(index) => DeviceSlot::gpu(index),
+        None => DeviceSlot::cpu(),
+    };
+    let cfg = WorkerConfig::from_env(device).map_err(anyhow::Error::msg)?;
+    let worker = Arc::new(Worker::new(broker, cfg));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let run = tokio::spawn(worker.run(stop_rx));
+    shutdown_signal().await;
+    tracing::info!("shutdown requested");
+    let _ = stop_tx.send(true);
+    run.await?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("install SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,174 @@
+//! The harness's side of the result pipe (fd 3), parsed strictly: the child is untrusted, so
+//! anything off-protocol is a violation, never an instruction. See docs/harness-protocol.md.
+
+use crucible_shared::{DeviceInfo, RuntimeStats, VerdictCode};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// Longest line accepted on the result pipe.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+
+/// The result line: the part of `EvalResult` the harness knows.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HarnessResult {
+    pub compiled: bool,
+    pub correct: bool,
+    pub trials_passed: u32,
+    pub trials_total: u32,
+    #[serde(default)]
+    pub max_abs_diff: Option<f64>,
+    #[serde(default)]
+    pub mean_abs_diff: Option<f64>,
+    #[serde(default)]
+    pub runtime_ms: Option<RuntimeStats>,
+    #[serde(default)]
+    pub ref_runtime_ms: Option<RuntimeStats>,
+    #[serde(default)]
+    pub speedup: Option<f64>,
+    #[serde(default)]
+    pub error_code: Option<VerdictCode>,
+    #[serde(default)]
+    pub error_message: Option<String>,
+    pub device: DeviceInfo,
+    #[serde(default)]
+    pub stage_ms: BTreeMap<String, f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "event", rename_all = "lowercase")]
+pub enum HarnessEvent {
+    Stage { stage: String },
+    Result(Box<HarnessResult>),
+}
+
+/// Everything read from the pipe of one child.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Transcript {
+    pub stages: Vec<String>,
+    pub result: Option<HarnessResult>,
+    /// The first protocol violation, if any; later lines are ignored once one is seen.
+    pub violation: Option<String>,
+}
+
+impl Transcript {
+    /// The stage the child was in when it last spoke.
+    pub fn last_stage(&self) -> Option<&str> {
+        self.stages.last().map(String::as_str)
+    }
+
+    /// Records a violation found outside `push_line` (keeps the first one).
+    pub fn violate(&mut self, why: impl Into<String>) {
+        self.violation.get_or_insert_with(|| why.into());
+    }
+
+    /// Feeds one line (without its newline).
+    pub fn push_line(&mut self, line: &[u8]) {
+        if self.violation.is_some() {
+            return;
+        }
+        if line.len() > MAX_LINE_BYTES {
+            self.violation = Some(format!("protocol line of {} bytes", line.len()));
+            return;
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        if self.result.is_some() {
+            self.violation = Some("output after the result".to_owned());
+            return;
+        }
+        match serde_json::from_slice::<HarnessEvent>(line) {
+            Ok(HarnessEvent::Stage { stage }) => {
+                if stage.len() > 64 || !stage.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                {
+                    self.violation = Some("malformed stage name".to_owned());
+                } else if self.stages.len() < 64 {
+                    self.stages.push(stage);
+                }
+            }
+            Ok(HarnessEvent::Result(result)) => match check_result(&result) {
+                Ok(()) => self.result = Some(*result),
+                Err(why) => self.violation = Some(why),
+            },
+            Err(e) => self.violation = Some(format!("unparseable protocol line: {e}")),
+        }
+    }
+}
+
+/// Rejects results that are internally inconsistent, whoever wrote them.
+fn check_result(r: &HarnessResult) -> Result<(), String> {
+    if r.trials_passed > r.trials_total {
+        return Err("trials_passed exceeds trials_total".to_owned());
+    }
+    if r.correct && (r.trials_passed != r.trials_total || r.error_code.is_some()) {
+        return Err("correct result with failed trials or an error code".to_owned());
+    }
+    let finite = |x: Option<f64>| x.is_none_or(|v| v.is_finite() && v >= 0.0);
+    if !finite(r.max_abs_diff) || !finite(r.speedup) {
+        return Err("non-finite or negative figure in result".to_owned());
+    }
+    for stats in [r.runtime_ms, r.ref_runtime_ms].into_iter().flatten() {
+        let all = [stats.median, stats.mean, stats.std, stats.min, stats.max];
+        if all.iter().any(|v| !v.is_finite() || *v < 0.0) || stats.min > stats.max {
+            return Err("invalid runtime statistics".to_owned());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RESULT: &str = r#"{"event":"result","compiled":true,"correct":true,"trials_passed":5,"trials_total":5,"max_abs_diff":0.0,"mean_abs_diff":0.0,"runtime_ms":{"median":1.0,"mean":1.0,"std":0.1,"min":0.9,"max":1.2},"ref_runtime_ms":{"median":2.0,"mean":2.0,"std":0.1,"min":1.9,"max":2.2},"speedup":2.0,"error_code":null,"error_message":null,"device":{"kind":"cpu","name":"x"},"stage_ms":{"setup":1.0}}"#;
+
+    #[test]
+    fn parses_stages_then_result() {
+        let mut t = Transcript::default();
+        t.push_line(br#"{"event":"stage","stage":"setup"}"#);
+        t.push_line(br#"{"event":"stage","stage":"correctness"}"#);
+        t.push_line(RESULT.as_bytes());
+        assert_eq!(t.violation, None);
+        assert_eq!(t.last_stage(), Some("correctness"));
+        let r = t.result.unwrap();
+        assert_eq!(r.speedup, Some(2.0));
+        assert_eq!(r.runtime_ms.unwrap().median, 1.0);
+    }
+
+    #[test]
+    fn a_second_result_is_a_violation() {
+        let mut t = Transcript::default();
+        t.push_line(RESULT.as_bytes());
+        t.push_line(RESULT.as_bytes());
+        assert_eq!(t.violation.as_deref(), Some("output after the result"));
+    }
+
+    #[test]
+    fn garbage_and_inconsistent_results_are_violations() {
+        for line in [
+            &b"not json"[..],
+            br#"{"event":"launch_missiles"}"#,
+            br#"{"event":"stage","stage":"a b"}"#,
+            RESULT.replace(r#""trials_passed":5"#, r#""trials_passed":6"#).as_bytes(),
+            RESULT.replace(r#""trials_passed":5"#, r#""trials_passed":4"#).as_bytes(),
+            RESULT.replace(r#""speedup":2.0"#, r#""speedup":-1.0"#).as_bytes(),
+            RESULT.replace(r#""compiled":true,"#, r#""compiled":true,"bonus":1,"#).as_bytes(),
+        ] {
+            let mut t = Transcript::default();
+            t.push_line(line);
+            assert!(t.violation.is_some(), "{}", String::from_utf8_lossy(line));
+            assert!(t.result.is_none());
+        }
+    }
+
+    #[test]
+    fn nulls_are_accepted_for_optional_fields() {
+        let mut t = Transcript::default();
+        t.push_line(
+            br#"{"event":"result","compiled":false,"correct":false,"trials_passed":0,"trials_total":5,"max_abs_diff":null,"runtime_ms":null,"error_code":"SYNTAX","error_message":"bad","device":{"kind":"cuda","name":"H100"},"stage_ms":{}}"#,
+        );
+        assert_eq!(t.violation, None);
+        assert_eq!(t.result.unwrap().error_code, Some(VerdictCode::Syntax));
+    }
+}

@@ -1,0 +1,310 @@
+//! Runs one task child and watches it until it is gone: spawn with isolation, read the result
+//! pipe and the capped output, enforce the deadline and the watchdog's limits, obey
+//! cancellation, and kill the whole group at the end whatever happened.
+
+use crate::config::ChildLimits;
+use crate::protocol::{MAX_LINE_BYTES, Transcript};
+use crate::watchdog;
+use nix::sys::resource::{Resource, setrlimit};
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::{Notify, watch};
+
+/// Bytes of combined stdout/stderr kept for the result's `output_tail`.
+const TAIL_BYTES: usize = 8 * 1024;
+/// How long readers may take to drain after the group is dead.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(2);
+
+/// What to run.
+pub struct ChildSpec {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub cwd: PathBuf,
+    /// The complete environment of the child (nothing else is inherited).
+    pub env: Vec<(String, String)>,
+    pub limits: ChildLimits,
+    pub deadline: Duration,
+}
+
+/// Why the supervisor killed the child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillReason {
+    Timeout,
+    OutputLimit,
+    Memory,
+    Processes,
+    Cancelled,
+}
+
+/// How the child's main process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitKind {
+    Code(i32),
+    Signal(i32),
+}
+
+#[derive(Debug, Clone)]
+pub struct ChildOutcome {
+    pub exit: ExitKind,
+    pub killed_for: Option<KillReason>,
+    pub transcript: Transcript,
+    /// The last bytes of stdout and stderr, interleaved as they arrived.
+    pub output_tail: String,
+    pub output_bytes: u64,
+    pub wall: Duration,
+    pub peak_rss_bytes: u64,
+    pub peak_processes: u64,
+}
+
+#[derive(Default)]
+struct OutputCapture {
+    total: u64,
+    tail: Vec<u8>,
+}
+
+impl OutputCapture {
+    fn push(&mut self, chunk: &[u8]) {
+        self.total += chunk.len() as u64;
+        self.tail.extend_from_slice(chunk);
+        if self.tail.len() > TAIL_BYTES {
+            let cut = self.tail.len() - TAIL_BYTES;
+            self.tail.drain(..cut);
+        }
+    }
+}
+
+/// Spawns the child and supervises it to the end. An `Err` means the child could not be
+/// started at all: a fault of this node, not of the candidate.
+pub async fn run_child(
+    spec: ChildSpec,
+    mut cancel: watch::Receiver<bool>,
+) -> std::io::Result<ChildOutcome> {
+    let started = Instant::now();
+    let (pipe_read, pipe_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let mut child = spawn(&spec, &pipe_write)?;
+    // Our copy of the write end must go, or the pipe never reaches EOF.
+    drop(pipe_write);
+    let pid = child.id().map(|p| p as i32).unwrap_or(-1);
+
+    let capture = Arc::new(Mutex::new(OutputCapture::default()));
+    let flooded = Arc::new(Notify::new());
+    let max_output = spec.limits.max_output_bytes;
+    let mut readers = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        readers.push(tokio::spawn(read_output(out, capture.clone(), flooded.clone(), max_output)));
+    }
+    if let Some(err) = child.stderr.take() {
+        readers.push(tokio::spawn(read_output(err, capture.clone(), flooded.clone(), max_output)));
+    }
+    let transcript_task = tokio::spawn(read_transcript(pipe_read));
+
+    let deadline = tokio::time::sleep(spec.deadline);
+    tokio::pin!(deadline);
+    let mut tick = tokio::time::interval(spec.limits.watchdog_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let page = watchdog::page_size();
+    let mut killed_for = None;
+    let mut peak_rss = 0u64;
+    let mut peak_procs = 0u64;
+    let mut cancel_open = true;
+
+    let status = loop {
+        let reason = tokio::select! {
+            status = child.wait() => break status?,
+            _ = &mut deadline, if killed_for.is_none() => Some(KillReason::Timeout),
+            _ = flooded.notified(), if killed_for.is_none() => Some(KillReason::OutputLimit),
+            changed = cancel.changed(), if cancel_open && killed_for.is_none() => match changed {
+                Ok(()) if *cancel.borrow() => Some(KillReason::Cancelled),
+                Ok(()) => None,
+                Err(_) => { cancel_open = false; None }
+            },
+            _ = tick.tick() => {
+                let limits = spec.limits.clone();
+                let usage = tokio::task::spawn_blocking(move || {
+                    watchdog::usage(&watchdog::members(&watchdog::read_table(), pid), page)
+                }).await.unwrap_or_default();
+                peak_rss = peak_rss.max(usage.rss_bytes);
+                peak_procs = peak_procs.max(usage.processes);
+                if killed_for.is_some() {
+                    None
+                } else if usage.processes > limits.max_processes {
+                    Some(KillReason::Processes)
+                } else if usage.rss_bytes > limits.max_memory_bytes {
+                    Some(KillReason::Memory)
+                } else {
+                    None
+                }
+            }
+        };
+        if let Some(reason) = reason {
+            killed_for.get_or_insert(reason);
+            tracing::debug!(pid, ?reason, "killing task child");
+            kill_everything(pid).await;
+        }
+    };
+    // Whatever the main process did, nothing it started may outlive it.
+    kill_everything(pid).await;
+
+    for reader in readers {
+        let _ = tokio::time::timeout(DRAIN_DEADLINE, reader).await;
+    }
+    let transcript = match tokio::time::timeout(DRAIN_DEADLINE, transcript_task).await {
+        Ok(Ok(t)) => t,
+        _ => Transcript {
+            violation: Some("result pipe did not close".to_owned()),
+            ..Transcript::default()
+        },
+    };
+    let exit = match (status.code(), status.signal()) {
+        (Some(code), _) => ExitKind::Code(code),
+        (None, Some(sig)) => ExitKind::Signal(sig),
+        (None, None) => ExitKind::Code(-1),
+    };
+    let capture = capture.lock().expect("output capture lock");
+    Ok(ChildOutcome {
+        exit,
+        killed_for,
+        transcript,
+        output_tail: String::from_utf8_lossy(&capture.tail).into_owned(),
+        output_bytes: capture.total,
+        wall: started.elapsed(),
+        peak_rss_bytes: peak_rss,
+        peak_processes: peak_procs,
+    })
+}
+
+fn spawn(spec: &ChildSpec, result_pipe: &OwnedFd) -> std::io::Result<tokio::process::Child> {
+    let mut cmd = tokio::process::Command::new(&spec.program);
+    cmd.args(&spec.args)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let pipe_fd = result_pipe.as_raw_fd();
+    let limits = spec.limits.clone();
+    let parent = std::process::id() as i32;
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // async-signal-safe system calls (setsid, prctl, getppid, dup2, fcntl, setrlimit).
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            // Dies with the worker. PDEATHSIG follows the *thread* that forked us, so children
+            // must be spawned from long-lived runtime threads, never from spawn_blocking.
+            if nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGKILL) != 0
+                || nix::libc::getppid() != parent
+            {
+                return Err(std::io::Error::other("parent gone before exec"));
+            }
+            if pipe_fd == 3 {
+                if nix::libc::fcntl(3, nix::libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            } else if nix::libc::dup2(pipe_fd, 3) != 3 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let set = |r, v: u64| setrlimit(r, v, v).map_err(std::io::Error::from);
+            set(Resource::RLIMIT_NOFILE, limits.max_open_files)?;
+            set(Resource::RLIMIT_NPROC, limits.max_processes)?;
+            set(Resource::RLIMIT_FSIZE, limits.max_file_bytes)?;
+            set(Resource::RLIMIT_CORE, 0)?;
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+/// Kills the child's group and every process found to belong to it, until none is left (a
+/// fork storm may still be forking while we kill).
+async fn kill_everything(pid: i32) {
+    if pid <= 0 {
+        return;
+    }
+    for _ in 0..20 {
+        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        let members = tokio::task::spawn_blocking(move || {
+            watchdog::members(&watchdog::read_table(), pid)
+        })
+        .await
+        .unwrap_or_default();
+        // The main process stays as a zombie until we reap it; it does not count.
+        let alive: Vec<_> = members.iter().filter(|p| p.pid != pid).collect();
+        if alive.is_empty() {
+            return;
+        }
+        for p in alive {
+            let _ = kill(Pid::from_raw(p.pid), Signal::SIGKILL);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tracing::warn!(pid, "task child processes survived repeated kills");
+}
+
+async fn read_output(
+    mut stream: impl AsyncRead + Unpin,
+    capture: Arc<Mutex<OutputCapture>>,
+    flooded: Arc<Notify>,
+    max_bytes: u64,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let total = {
+                    let mut c = capture.lock().expect("output capture lock");
+                    c.push(&buf[..n]);
+                    c.total
+                };
+                if total > max_bytes {
+                    flooded.notify_one();
+                }
+            }
+        }
+    }
+}
+
+async fn read_transcript(fd: OwnedFd) -> Transcript {
+    let mut transcript = Transcript::default();
+    let Ok(mut rx) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
+        transcript.violation = Some("cannot read the result pipe".to_owned());
+        return transcript;
+    };
+    let mut line = Vec::new();
+    let mut overlong = false;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match rx.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        for &b in &buf[..n] {
+            if b == b'\n' {
+                if overlong {
+                    transcript.violate(format!("protocol line over {MAX_LINE_BYTES} bytes"));
+                } else {
+                    transcript.push_line(&line);
+                }
+                line.clear();
+                overlong = false;
+            } else if line.len() < MAX_LINE_BYTES {
+                line.push(b);
+            } else {
+                overlong = true;
+            }
+        }
+    }
+    if !line.is_empty() {
+        transcript.push_line(&line);
+    }
+    transcript
+}

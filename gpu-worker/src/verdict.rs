@@ -1,0 +1,355 @@
+//! Turns the way a child ended into a verdict about the candidate, or into a service fault to
+//! retry elsewhere. Pure: every rule is tested without spawning anything.
+
+use crate::protocol::HarnessResult;
+use crate::supervisor::{ChildOutcome, ExitKind, KillReason};
+use crucible_shared::{DeviceInfo, EvalResult, VerdictCode};
+
+/// Output excerpt kept in a result.
+const RESULT_TAIL_BYTES: usize = 2048;
+
+/// Substrings by which the CUDA runtime reports a device fault.
+const CUDA_FAULT_MARKERS: &[&str] = &[
+    "illegal memory access",
+    "misaligned address",
+    "unspecified launch failure",
+    "illegal instruction",
+    "device-side assert",
+    "CUDA error",
+    "cudaErrorIllegalAddress",
+];
+
+/// What the worker does with a finished child.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Classified {
+    /// A verdict about the candidate: store it, the task is done.
+    Verdict(Box<EvalResult>),
+    /// The service failed (not the candidate): give the task back for another attempt.
+    ServiceFault(String),
+    /// The task was cancelled while running: store nothing.
+    Cancelled,
+}
+
+/// Facts the classification needs besides the outcome.
+#[derive(Debug, Clone)]
+pub struct VerdictContext {
+    pub trials_total: u32,
+    pub device: DeviceInfo,
+    pub timeout_s: u32,
+    pub max_output_bytes: u64,
+    pub max_memory_bytes: u64,
+    pub max_processes: u64,
+}
+
+/// Harness stages in order; a child that ends before `load_candidate` has not run any
+/// candidate code, so its end cannot be the candidate's fault.
+const STAGES: &[&str] = &[
+    "setup",
+    "load_reference",
+    "load_candidate",
+    "instantiate",
+    "correctness",
+    "performance",
+];
+
+fn stage_rank(stage: Option<&str>) -> usize {
+    stage
+        .and_then(|s| STAGES.iter().position(|x| *x == s))
+        .map(|i| i + 1)
+        .unwrap_or(0)
+}
+
+pub fn classify(outcome: &ChildOutcome, ctx: &VerdictContext) -> Classified {
+    if outcome.killed_for == Some(KillReason::Cancelled) {
+        return Classified::Cancelled;
+    }
+    let tail = tail_excerpt(&outcome.output_tail);
+    if let (Some(result), None) = (&outcome.transcript.result, &outcome.transcript.violation) {
+        return Classified::Verdict(Box::new(from_harness(result.clone(), ctx, tail)));
+    }
+
+    let stage = outcome.transcript.last_stage();
+    let rank = stage_rank(stage);
+    let stage_name = stage.unwrap_or("start");
+    let describe_end = || match (outcome.killed_for, outcome.exit) {
+        (Some(reason), _) => format!("killed by the worker ({reason:?})"),
+        (None, ExitKind::Signal(sig)) => format!("killed by {}", signal_name(sig)),
+        (None, ExitKind::Code(c)) => format!("exited with code {c}"),
+    };
+    if rank < stage_rank(Some("load_reference")) {
+        return Classified::ServiceFault(format!(
+            "harness ended before loading the problem ({}); output: {}",
+            describe_end(),
+            tail.as_deref().unwrap_or("")
+        ));
+    }
+    let candidate_ran = rank >= stage_rank(Some("load_candidate"));
+    let compiled = rank >= stage_rank(Some("correctness"));
+
+    let (code, message) = match (outcome.killed_for, outcome.exit) {
+        (Some(KillReason::Timeout), _) => (
+            VerdictCode::Timeout,
+            format!(
+                "no verdict within the {}s deadline (stage: {stage_name}); the process group was killed",
+                ctx.timeout_s
+            ),
+        ),
+        (Some(KillReason::OutputLimit), _) => (
+            VerdictCode::OutputLimit,
+            format!(
+                "wrote more than {} bytes to stdout/stderr (stage: {stage_name})",
+                ctx.max_output_bytes
+            ),
+        ),
+        (Some(KillReason::Memory), _) => (
+            VerdictCode::Resource,
+            format!(
+                "used more than {} MiB of host memory (stage: {stage_name})",
+                ctx.max_memory_bytes >> 20
+            ),
+        ),
+        (Some(KillReason::Processes), _) => (
+            VerdictCode::Resource,
+            format!(
+                "started more than {} processes (stage: {stage_name})",
+                ctx.max_processes
+            ),
+        ),
+        (Some(KillReason::Cancelled), _) => unreachable!("handled above"),
+        (None, _) if outcome.transcript.violation.is_some() => (
+            VerdictCode::Runtime,
+            format!(
+                "result pipe protocol violated: {}",
+                outcome.transcript.violation.as_deref().unwrap_or_default()
+            ),
+        ),
+        (None, ExitKind::Signal(sig)) if has_cuda_fault(&outcome.output_tail) => (
+            VerdictCode::CudaFault,
+            format!(
+                "CUDA fault, child killed by {} (stage: {stage_name})",
+                signal_name(sig)
+            ),
+        ),
+        (None, ExitKind::Signal(sig)) if sig == nix::libc::SIGKILL => (
+            VerdictCode::Resource,
+            format!("killed by SIGKILL from outside the worker, likely out of memory (stage: {stage_name})"),
+        ),
+        (None, ExitKind::Signal(sig)) => (
+            VerdictCode::Crash,
+            format!("killed by {} (stage: {stage_name})", signal_name(sig)),
+        ),
+        (None, ExitKind::Code(_)) if has_cuda_fault(&outcome.output_tail) => (
+            VerdictCode::CudaFault,
+            format!("CUDA fault before a result was reported (stage: {stage_name})"),
+        ),
+        (None, ExitKind::Code(c)) => (
+            VerdictCode::Runtime,
+            format!("exited with code {c} before reporting a result (stage: {stage_name})"),
+        ),
+    };
+    let code = if candidate_ran {
+        code
+    } else {
+        // Only the reference had run: the problem itself misbehaved.
+        VerdictCode::Reference
+    };
+    let mut result = EvalResult::failed_before_trials(
+        code,
+        message,
+        compiled,
+        ctx.trials_total,
+        ctx.device.clone(),
+    );
+    result.output_tail = tail;
+    Classified::Verdict(Box::new(result))
+}
+
+fn from_harness(r: HarnessResult, ctx: &VerdictContext, tail: Option<String>) -> EvalResult {
+    EvalResult {
+        compiled: r.compiled,
+        correct: r.correct,
+        trials_passed: r.trials_passed,
+        trials_total: r.trials_total,
+        max_abs_diff: r.max_abs_diff,
+        mean_abs_diff: r.mean_abs_diff,
+        runtime_ms: r.runtime_ms,
+        ref_runtime_ms: r.ref_runtime_ms,
+        speedup: r.speedup,
+        error_code: r.error_code,
+        error_message: r.error_message.map(|m| truncate(&m, 8192)),
+        // The worker knows its device; the child's claim is not trusted.
+        device: ctx.device.clone(),
+        stage_ms: r.stage_ms,
+        output_tail: tail,
+    }
+}
+
+pub fn has_cuda_fault(text: &str) -> bool {
+    CUDA_FAULT_MARKERS.iter().any(|m| text.contains(m))
+}
+
+fn tail_excerpt(output: &str) -> Option<String> {
+    let trimmed = output.trim_end();
+    if trimmed.is_empty() {
+        return None;
+    }
+    let start = trimmed.len().saturating_sub(RESULT_TAIL_BYTES);
+    let start = (start..trimmed.len())
+        .find(|i| trimmed.is_char_boundary(*i))
+        .unwrap_or(trimmed.len());
+    Some(trimmed[start..].to_owned())
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+fn signal_name(sig: i32) -> String {
+    nix::sys::signal::Signal::try_from(sig)
+        .map(|s| s.as_str().to_owned())
+        .unwrap_or_else(|_| format!("signal {sig}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::Transcript;
+    use crucible_shared::DeviceKind;
+    use std::time::Duration;
+
+    fn ctx() -> VerdictContext {
+        VerdictContext {
+            trials_total: 5,
+            device: DeviceInfo {
+                kind: DeviceKind::Cpu,
+                name: "test cpu".into(),
+            },
+            timeout_s: 30,
+            max_output_bytes: 1024,
+            max_memory_bytes: 1 << 30,
+            max_processes: 64,
+        }
+    }
+
+    fn outcome(stages: &[&str], exit: ExitKind, killed: Option<KillReason>) -> ChildOutcome {
+        ChildOutcome {
+            exit,
+            killed_for: killed,
+            transcript: Transcript {
+                stages: stages.iter().map(|s| s.to_string()).collect(),
+                result: None,
+                violation: None,
+            },
+            output_tail: String::new(),
+            output_bytes: 0,
+            wall: Duration::from_secs(1),
+            peak_rss_bytes: 0,
+            peak_processes: 1,
+        }
+    }
+
+    fn code_of(c: Classified) -> VerdictCode {
+        match c {
+            Classified::Verdict(r) => r.error_code.unwrap(),
+            other => panic!("expected a verdict, got {other:?}"),
+        }
+    }
+
+    const RUNNING: &[&str] = &["setup", "load_reference", "load_candidate", "instantiate", "correctness"];
+
+    #[test]
+    fn kills_and_signals_map_to_verdicts() {
+        let c = ctx();
+        let sig = |s: i32| ExitKind::Signal(s);
+        assert_eq!(
+            code_of(classify(&outcome(RUNNING, sig(9), Some(KillReason::Timeout)), &c)),
+            VerdictCode::Timeout
+        );
+        assert_eq!(
+            code_of(classify(&outcome(RUNNING, sig(9), Some(KillReason::OutputLimit)), &c)),
+            VerdictCode::OutputLimit
+        );
+        assert_eq!(
+            code_of(classify(&outcome(RUNNING, sig(9), Some(KillReason::Memory)), &c)),
+            VerdictCode::Resource
+        );
+        assert_eq!(
+            code_of(classify(&outcome(RUNNING, sig(9), Some(KillReason::Processes)), &c)),
+            VerdictCode::Resource
+        );
+        assert_eq!(
+            code_of(classify(&outcome(RUNNING, sig(nix::libc::SIGSEGV), None), &c)),
+            VerdictCode::Crash
+        );
+        assert_eq!(
+            code_of(classify(&outcome(RUNNING, ExitKind::Code(0), None), &c)),
+            VerdictCode::Runtime
+        );
+        let mut cuda = outcome(RUNNING, sig(nix::libc::SIGABRT), None);
+        cuda.output_tail = "RuntimeError: CUDA error: an illegal memory access was encountered".into();
+        assert_eq!(code_of(classify(&cuda, &c)), VerdictCode::CudaFault);
+    }
+
+    #[test]
+    fn timeout_message_names_the_stage_and_compiled_follows_it() {
+        match classify(&outcome(RUNNING, ExitKind::Signal(9), Some(KillReason::Timeout)), &ctx()) {
+            Classified::Verdict(r) => {
+                assert!(r.error_message.unwrap().contains("stage: correctness"));
+                assert!(r.compiled);
+                assert!(!r.correct);
+            }
+            other => panic!("{other:?}"),
+        }
+        let loading = &RUNNING[..3];
+        match classify(&outcome(loading, ExitKind::Signal(9), Some(KillReason::Timeout)), &ctx()) {
+            Classified::Verdict(r) => assert!(!r.compiled),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_end_before_the_candidate_is_not_the_candidates_fault() {
+        assert!(matches!(
+            classify(&outcome(&[], ExitKind::Code(1), None), &ctx()),
+            Classified::ServiceFault(_)
+        ));
+        assert!(matches!(
+            classify(&outcome(&["setup"], ExitKind::Signal(11), None), &ctx()),
+            Classified::ServiceFault(_)
+        ));
+        assert_eq!(
+            code_of(classify(
+                &outcome(&["setup", "load_reference"], ExitKind::Signal(11), None),
+                &ctx()
+            )),
+            VerdictCode::Reference
+        );
+    }
+
+    #[test]
+    fn cancellation_and_violations() {
+        assert_eq!(
+            classify(&outcome(RUNNING, ExitKind::Signal(9), Some(KillReason::Cancelled)), &ctx()),
+            Classified::Cancelled
+        );
+        let mut o = outcome(RUNNING, ExitKind::Code(0), None);
+        o.transcript.violation = Some("unparseable protocol line".into());
+        assert_eq!(code_of(classify(&o, &ctx())), VerdictCode::Runtime);
+    }
+
+    #[test]
+    fn tail_is_capped_on_a_char_boundary() {
+        let long = "é".repeat(3000);
+        let t = tail_excerpt(&long).unwrap();
+        assert!(t.len() <= RESULT_TAIL_BYTES);
+        assert!(t.chars().all(|c| c == 'é'));
+        assert_eq!(tail_excerpt("  \n"), None);
+    }
+}

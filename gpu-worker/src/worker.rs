@@ -1,0 +1,284 @@
+//! The claim loop of one worker: register, claim, renew the lease while the child runs, store
+//! the verdict (or give the task back on a service fault), keep the device healthy.
+
+use crate::config::WorkerConfig;
+use crate::device::{DeviceSlot, check_gpu};
+use crate::evaluation::run_evaluation;
+use crate::verdict::Classified;
+use chrono::Utc;
+use crucible_shared::{EvalResult, TaskId, VerdictCode, WorkerId, WorkerInfo, WorkerState};
+use crucible_task_manager::{AckOutcome, Broker, Lease, LeaseState};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Consecutive service faults after which the worker stops claiming for a while.
+const FAULTS_BEFORE_BACKOFF: u32 = 3;
+const UNHEALTHY_RECHECK: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone)]
+struct Status {
+    state: WorkerState,
+    current_task: Option<TaskId>,
+    tasks_done: u64,
+}
+
+pub struct Worker {
+    broker: Arc<dyn Broker>,
+    cfg: WorkerConfig,
+    id: WorkerId,
+    started_at: chrono::DateTime<Utc>,
+    status: Arc<Mutex<Status>>,
+}
+
+impl Worker {
+    pub fn new(broker: Arc<dyn Broker>, cfg: WorkerConfig) -> Self {
+        let id = WorkerId(format!(
+            "{}-{}-{}",
+            cfg.node,
+            match &cfg.device {
+                DeviceSlot::Gpu { index, .. } => format!("gpu{index}"),
+                DeviceSlot::Cpu { .. } => "cpu".to_owned(),
+            },
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        ));
+        Self {
+            broker,
+            cfg,
+            id,
+            started_at: Utc::now(),
+            status: Arc::new(Mutex::new(Status {
+                state: WorkerState::Starting,
+                current_task: None,
+                tasks_done: 0,
+            })),
+        }
+    }
+
+    pub fn id(&self) -> &WorkerId {
+        &self.id
+    }
+
+    fn set(&self, state: WorkerState, current_task: Option<TaskId>) {
+        let mut s = self.status.lock().expect("worker status lock");
+        s.state = state;
+        s.current_task = current_task;
+    }
+
+    fn info(&self) -> WorkerInfo {
+        let s = self.status.lock().expect("worker status lock").clone();
+        WorkerInfo {
+            worker_id: self.id.clone(),
+            node: self.cfg.node.clone(),
+            device: self.cfg.device.info(),
+            device_index: self.cfg.device.index(),
+            state: s.state,
+            current_task: s.current_task,
+            tasks_done: s.tasks_done,
+            started_at: self.started_at,
+            last_heartbeat: Utc::now(),
+        }
+    }
+
+    async fn publish(&self) {
+        if let Err(e) = self.broker.worker_heartbeat(&self.info()).await {
+            tracing::warn!(worker_id = %self.id, error = %e, "worker heartbeat failed");
+        }
+    }
+
+    /// Runs until `shutdown` turns true. A task in flight at shutdown is killed and given back
+    /// to the queue so another worker takes it at once.
+    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        tracing::info!(worker_id = %self.id, device = ?self.cfg.device, "worker starting");
+        let registry = {
+            let me = self.clone();
+            let mut stop = shutdown.clone();
+            tokio::spawn(async move {
+                loop {
+                    me.publish().await;
+                    tokio::select! {
+                        _ = tokio::time::sleep(me.cfg.heartbeat_interval) => {}
+                        _ = stop.changed() => return,
+                    }
+                }
+            })
+        };
+
+        let mut healthy = self.ensure_healthy().await;
+        let mut faults = 0u32;
+        let mut claim_errors = 0u32;
+        while !*shutdown.borrow() {
+            if !healthy || faults >= FAULTS_BEFORE_BACKOFF {
+                self.set(WorkerState::Unhealthy, None);
+                self.publish().await;
+                tokio::select! {
+                    _ = tokio::time::sleep(UNHEALTHY_RECHECK) => {}
+                    _ = shutdown.changed() => break,
+                }
+                healthy = self.ensure_healthy().await;
+                faults = 0;
+                continue;
+            }
+            self.set(WorkerState::Idle, None);
+            let claimed = tokio::select! {
+                c = self.broker.claim(&self.id, self.cfg.claim_wait) => c,
+                _ = shutdown.changed() => break,
+            };
+            let lease = match claimed {
+                Ok(Some(lease)) => {
+                    claim_errors = 0;
+                    lease
+                }
+                Ok(None) => continue,
+                Err(e) => {
+                    claim_errors += 1;
+                    let backoff = Duration::from_millis(200 * 2u64.pow(claim_errors.min(5)));
+                    tracing::warn!(worker_id = %self.id, error = %e, ?backoff, "claim failed");
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = shutdown.changed() => break,
+                    }
+                    continue;
+                }
+            };
+            match self.run_task(&lease, shutdown.clone()).await {
+                TaskEnd::Stored | TaskEnd::Cancelled => faults = 0,
+                TaskEnd::ServiceFault => faults += 1,
+                TaskEnd::DeviceUnhealthy => healthy = false,
+            }
+        }
+        self.set(WorkerState::Stopping, None);
+        registry.abort();
+        if let Err(e) = self.broker.deregister_worker(&self.id).await {
+            tracing::warn!(worker_id = %self.id, error = %e, "deregister failed");
+        }
+        tracing::info!(worker_id = %self.id, "worker stopped");
+    }
+
+    /// GPU workers check their device before taking work; CPU workers are always ready.
+    async fn ensure_healthy(&self) -> bool {
+        let DeviceSlot::Gpu { index, .. } = &self.cfg.device else {
+            return true;
+        };
+        match check_gpu(*index, self.cfg.probe_command.as_deref()).await {
+            Ok(detail) => {
+                tracing::info!(worker_id = %self.id, gpu = index, detail, "gpu healthy");
+                true
+            }
+            Err(detail) => {
+                tracing::error!(worker_id = %self.id, gpu = index, detail, "gpu unhealthy");
+                false
+            }
+        }
+    }
+
+    async fn run_task(&self, lease: &Lease, mut shutdown: watch::Receiver<bool>) -> TaskEnd {
+        let task_id = lease.task_id.clone();
+        tracing::info!(worker_id = %self.id, task_id = %task_id, attempt = lease.attempt, "task started");
+        self.set(WorkerState::Busy, Some(task_id.clone()));
+        self.publish().await;
+
+        let (cancel_tx, cancel_rx) = watch::channel(false);
+        let renewer = {
+            let broker = self.broker.clone();
+            let lease = lease.clone();
+            let cancel_tx = cancel_tx.clone();
+            let every = broker.config().lease_ttl / 3;
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    match broker.renew(&lease).await {
+                        Ok(LeaseState::Held) => {}
+                        Ok(state) => {
+                            tracing::info!(task_id = %lease.task_id, ?state, "lease ended, stopping the child");
+                            let _ = cancel_tx.send(true);
+                            return;
+                        }
+                        Err(e) => tracing::warn!(task_id = %lease.task_id, error = %e, "lease renewal failed"),
+                    }
+                }
+            })
+        };
+        let shutdown_watch = {
+            let cancel_tx = cancel_tx.clone();
+            tokio::spawn(async move {
+                while shutdown.changed().await.is_ok() {
+                    if *shutdown.borrow() {
+                        let _ = cancel_tx.send(true);
+                        return;
+                    }
+                }
+            })
+        };
+
+        let outcome = run_evaluation(&self.cfg, &lease.spec, task_id.as_str(), cancel_rx).await;
+        renewer.abort();
+        shutdown_watch.abort();
+
+        let end = match outcome {
+            Ok(Classified::Verdict(result)) => self.store_verdict(lease, *result).await,
+            Ok(Classified::ServiceFault(reason)) => {
+                self.give_back(lease, &reason).await;
+                TaskEnd::ServiceFault
+            }
+            Ok(Classified::Cancelled) => {
+                // Cancelled by a client, or our lease was lost, or we are shutting down: in
+                // the last case the task goes back to the queue now rather than at expiry.
+                if matches!(self.broker.renew(lease).await, Ok(LeaseState::Held)) {
+                    self.give_back(lease, "worker shut down during the task").await;
+                }
+                TaskEnd::Cancelled
+            }
+            Err(e) => {
+                self.give_back(lease, &format!("worker could not run the task: {e}"))
+                    .await;
+                TaskEnd::ServiceFault
+            }
+        };
+        self.set(WorkerState::Idle, None);
+        end
+    }
+
+    async fn store_verdict(&self, lease: &Lease, result: EvalResult) -> TaskEnd {
+        if result.error_code == Some(VerdictCode::CudaFault) {
+            if let DeviceSlot::Gpu { index, .. } = &self.cfg.device {
+                // A fault is the kernel's only if the GPU is fine afterwards; otherwise the
+                // verdict cannot be trusted and the task is retried on a healthy device.
+                if let Err(detail) = check_gpu(*index, self.cfg.probe_command.as_deref()).await {
+                    tracing::error!(worker_id = %self.id, task_id = %lease.task_id, detail, "gpu unhealthy after a cuda fault");
+                    self.give_back(lease, &format!("gpu failed its health check after a cuda fault: {detail}")).await;
+                    return TaskEnd::DeviceUnhealthy;
+                }
+                tracing::info!(worker_id = %self.id, task_id = %lease.task_id, "gpu healthy after a cuda fault");
+            }
+        }
+        let verdict = result.error_code;
+        match self.broker.complete(lease, result).await {
+            Ok(AckOutcome::Accepted) => {
+                self.status.lock().expect("worker status lock").tasks_done += 1;
+                tracing::info!(worker_id = %self.id, task_id = %lease.task_id, ?verdict, "task done");
+            }
+            Ok(AckOutcome::Stale) => {
+                tracing::warn!(worker_id = %self.id, task_id = %lease.task_id, "result refused, lease no longer ours");
+            }
+            Err(e) => {
+                tracing::error!(worker_id = %self.id, task_id = %lease.task_id, error = %e, "could not store result, the lease will expire and the task be retried");
+            }
+        }
+        TaskEnd::Stored
+    }
+
+    async fn give_back(&self, lease: &Lease, reason: &str) {
+        tracing::warn!(worker_id = %self.id, task_id = %lease.task_id, reason, "giving task back");
+        if let Err(e) = self.broker.release(lease, reason).await {
+            tracing::error!(worker_id = %self.id, task_id = %lease.task_id, error = %e, "release failed, the lease will expire instead");
+        }
+    }
+}
+
+enum TaskEnd {
+    Stored,
+    Cancelled,
+    ServiceFault,
+    DeviceUnhealthy,
+}

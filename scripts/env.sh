@@ -1,0 +1,45 @@
+# Sourced by the other scripts: finds or installs what Crucible needs on this machine.
+# Nothing here downloads from outside PyPI and Debian's archive.
+
+crucible_root() { cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd; }
+
+log() { printf '[crucible] %s\n' "$*" >&2; }
+
+# A Python with torch and triton. Order: $CRUCIBLE_PYTHON, then a python3 that already has
+# torch, then the cached venv (created on first use: ~1.5 min and ~5 GB, reused afterwards).
+ensure_python() {
+  if [ -n "${CRUCIBLE_PYTHON:-}" ]; then
+    "$CRUCIBLE_PYTHON" -c 'import torch' 2>/dev/null || { log "CRUCIBLE_PYTHON=$CRUCIBLE_PYTHON cannot import torch"; return 1; }
+    export CRUCIBLE_PYTHON; return 0
+  fi
+  local venv="${CRUCIBLE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/crucible/venv}"
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import torch, triton' 2>/dev/null; then
+    export CRUCIBLE_PYTHON="$venv/bin/python"; return 0
+  fi
+  if [ -z "${CRUCIBLE_FORCE_VENV:-}" ] && python3 -c 'import torch, triton' 2>/dev/null; then
+    export CRUCIBLE_PYTHON="$(command -v python3)"; return 0
+  fi
+  log "creating the Python environment in $venv (torch + triton; first time only)"
+  mkdir -p "$(dirname "$venv")"
+  rm -rf "$venv.partial"
+  python3 -m venv "$venv.partial"
+  "$venv.partial/bin/pip" install --quiet --disable-pip-version-check --upgrade pip
+  "$venv.partial/bin/pip" install --quiet --disable-pip-version-check torch triton numpy
+  "$venv.partial/bin/python" -c 'import torch, triton' || { log "venv has no working torch"; return 1; }
+  # Made under a temporary name and moved at the end, so an interrupted install is redone.
+  rm -rf "$venv" && mv "$venv.partial" "$venv"
+  # A venv records its own path in scripts; the interpreter itself is path-independent.
+  export CRUCIBLE_PYTHON="$venv/bin/python"
+}
+
+# redis-server for the tests and for REDIS_URL deployments on this node.
+ensure_redis() {
+  if command -v redis-server >/dev/null 2>&1; then return 0; fi
+  log "installing redis-server from Debian"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+  # The package starts a system instance; the tests start their own on free ports.
+  command -v redis-server >/dev/null 2>&1
+}

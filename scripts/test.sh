@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what the tests need when missing (redis-server, the Python venv with torch and
+# triton), builds every binary, and runs the whole suite: unit tests, broker contract tests
+# against a real redis-server, the harness checks and the end-to-end tests that start real
+# API and worker processes.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+cd "$(crucible_root)"
+ensure_redis
+ensure_python
+log "python: $CRUCIBLE_PYTHON ($("$CRUCIBLE_PYTHON" -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'))"
+log "redis: $(redis-server --version | cut -d' ' -f3)"
+export CRUCIBLE_PYTHON
+# The end-to-end tests run the binaries this build makes.
+cargo build --workspace --bins
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --no-fail-fast "$@"
+else
+  cargo test --workspace --no-fail-fast "$@"
+fi

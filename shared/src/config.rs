@@ -1,0 +1,126 @@
+//! Settings every process must agree on, parsed from environment-style key/value pairs by a pure
+//! function (the caller passes the lookup, so tests need no environment).
+
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ConfigError {
+    #[error("{key}: cannot parse {value:?}: {reason}")]
+    Invalid {
+        key: String,
+        value: String,
+        reason: String,
+    },
+}
+
+/// Queue semantics shared by the API, the reaper and the workers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BrokerConfig {
+    /// A lease not renewed for this long is returned to the queue by the reaper.
+    pub lease_ttl: Duration,
+    /// Attempts before a task whose workers keep disappearing is marked `failed`.
+    pub max_attempts: u32,
+    /// How long finished tasks, batches and idempotency keys are kept.
+    pub result_ttl: Duration,
+    /// Most queued tasks; beyond it submissions get 429.
+    pub queue_cap: u64,
+    /// A worker with no heartbeat for this long is reported `lost`.
+    pub worker_liveness: Duration,
+    /// Key prefix, so several deployments (or tests) can share one Redis.
+    pub key_prefix: String,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        Self {
+            lease_ttl: Duration::from_secs(30),
+            max_attempts: 3,
+            result_ttl: Duration::from_secs(24 * 3600),
+            queue_cap: 100_000,
+            worker_liveness: Duration::from_secs(15),
+            key_prefix: "crucible".to_owned(),
+        }
+    }
+}
+
+impl BrokerConfig {
+    /// Reads `CRUCIBLE_LEASE_TTL_MS`, `CRUCIBLE_MAX_ATTEMPTS`, `CRUCIBLE_RESULT_TTL_S`,
+    /// `CRUCIBLE_QUEUE_CAP`, `CRUCIBLE_WORKER_LIVENESS_MS`, `CRUCIBLE_KEY_PREFIX`.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut cfg = Self::default();
+        if let Some(ms) = parse::<u64>(&lookup, "CRUCIBLE_LEASE_TTL_MS")? {
+            cfg.lease_ttl = Duration::from_millis(ms.max(100));
+        }
+        if let Some(n) = parse::<u32>(&lookup, "CRUCIBLE_MAX_ATTEMPTS")? {
+            cfg.max_attempts = n.max(1);
+        }
+        if let Some(s) = parse::<u64>(&lookup, "CRUCIBLE_RESULT_TTL_S")? {
+            cfg.result_ttl = Duration::from_secs(s.max(1));
+        }
+        if let Some(n) = parse::<u64>(&lookup, "CRUCIBLE_QUEUE_CAP")? {
+            cfg.queue_cap = n;
+        }
+        if let Some(ms) = parse::<u64>(&lookup, "CRUCIBLE_WORKER_LIVENESS_MS")? {
+            cfg.worker_liveness = Duration::from_millis(ms.max(100));
+        }
+        if let Some(p) = lookup("CRUCIBLE_KEY_PREFIX").filter(|p| !p.is_empty()) {
+            cfg.key_prefix = p;
+        }
+        Ok(cfg)
+    }
+
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+}
+
+fn parse<T: std::str::FromStr>(
+    lookup: &impl Fn(&str) -> Option<String>,
+    key: &str,
+) -> Result<Option<T>, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    match lookup(key) {
+        None => Ok(None),
+        Some(v) if v.trim().is_empty() => Ok(None),
+        Some(v) => v
+            .trim()
+            .parse::<T>()
+            .map(Some)
+            .map_err(|e| ConfigError::Invalid {
+                key: key.to_owned(),
+                value: v.clone(),
+                reason: e.to_string(),
+            }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn overrides_and_errors() {
+        let env: HashMap<&str, &str> = [
+            ("CRUCIBLE_LEASE_TTL_MS", "2000"),
+            ("CRUCIBLE_MAX_ATTEMPTS", "5"),
+            ("CRUCIBLE_QUEUE_CAP", "10"),
+            ("CRUCIBLE_KEY_PREFIX", "t1"),
+        ]
+        .into();
+        let cfg = BrokerConfig::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap();
+        assert_eq!(cfg.lease_ttl, Duration::from_secs(2));
+        assert_eq!(cfg.max_attempts, 5);
+        assert_eq!(cfg.queue_cap, 10);
+        assert_eq!(cfg.key_prefix, "t1");
+        assert_eq!(cfg.result_ttl, Duration::from_secs(86400));
+
+        let err = BrokerConfig::from_lookup(|k| {
+            (k == "CRUCIBLE_MAX_ATTEMPTS").then(|| "three".to_owned())
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("CRUCIBLE_MAX_ATTEMPTS"));
+    }
+}

@@ -1,0 +1,83 @@
+//! The API's error body and the single place where error codes map to HTTP statuses.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// Machine-readable error codes of the HTTP API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ApiErrorCode {
+    /// The body is not valid JSON or does not have the expected shape.
+    MalformedJson,
+    /// A field is present but its value is not allowed.
+    Validation,
+    /// The body is larger than the server accepts.
+    PayloadTooLarge,
+    /// The content type is not `application/json`.
+    UnsupportedMediaType,
+    /// No such task, batch or route.
+    NotFound,
+    /// The request conflicts with the current state (e.g. cancelling a finished task).
+    Conflict,
+    /// The queue is at its cap; retry later.
+    QueueFull,
+    /// The broker cannot be reached; retry later.
+    BrokerUnavailable,
+    /// A bug on our side.
+    Internal,
+}
+
+impl ApiErrorCode {
+    /// The one mapping from error code to HTTP status.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ApiErrorCode::MalformedJson => 400,
+            ApiErrorCode::Validation => 422,
+            ApiErrorCode::PayloadTooLarge => 413,
+            ApiErrorCode::UnsupportedMediaType => 415,
+            ApiErrorCode::NotFound => 404,
+            ApiErrorCode::Conflict => 409,
+            ApiErrorCode::QueueFull => 429,
+            ApiErrorCode::BrokerUnavailable => 503,
+            ApiErrorCode::Internal => 500,
+        }
+    }
+}
+
+/// Every 4xx/5xx body: `{code, message}`; `field` names the offending field where there is one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, thiserror::Error)]
+#[error("{code:?}: {message}")]
+pub struct ApiError {
+    pub code: ApiErrorCode,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+impl ApiError {
+    pub fn new(code: ApiErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            field: None,
+        }
+    }
+
+    /// A validation error naming `field`; the message starts with the field name too, so a
+    /// client that only prints `message` still learns which field was wrong.
+    pub fn invalid(field: &str, message: impl AsRef<str>) -> Self {
+        Self {
+            code: ApiErrorCode::Validation,
+            message: format!("{field}: {}", message.as_ref()),
+            field: Some(field.to_owned()),
+        }
+    }
+
+    pub fn not_found(what: impl AsRef<str>) -> Self {
+        Self::new(ApiErrorCode::NotFound, format!("{} not found", what.as_ref()))
+    }
+
+    pub fn http_status(&self) -> u16 {
+        self.code.http_status()
+    }
+}

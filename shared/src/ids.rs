@@ -1,0 +1,66 @@
+//! Identifiers. Each is a newtype over a string so a task id can never be passed where a worker
+//! id is expected; on the wire they are plain strings.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use utoipa::ToSchema;
+
+macro_rules! string_id {
+    ($(#[$meta:meta])* $name:ident, $prefix:literal) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
+        #[serde(transparent)]
+        #[schema(value_type = String)]
+        pub struct $name(pub String);
+
+        impl $name {
+            /// A fresh random id.
+            pub fn random() -> Self {
+                Self(format!(concat!($prefix, "{}"), uuid::Uuid::new_v4().simple()))
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(s: &str) -> Self {
+                Self(s.to_owned())
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(s: String) -> Self {
+                Self(s)
+            }
+        }
+    };
+}
+
+string_id!(
+    /// One evaluation task.
+    TaskId,
+    "t_"
+);
+string_id!(
+    /// A group of tasks submitted together.
+    BatchId,
+    "b_"
+);
+string_id!(
+    /// A worker process (one per device); chosen by the worker, stable across its heartbeats.
+    WorkerId,
+    "w_"
+);
+string_id!(
+    /// The fencing token of one lease: only its holder may renew, complete or release it.
+    LeaseToken,
+    "l_"
+);

@@ -1,0 +1,24 @@
+//! Wire types shared by every Crucible process: requests, task views, results, worker and
+//! queue views (all serde + utoipa schemas), the API error codes with their one HTTP mapping,
+//! request validation and configuration parsing. Nothing here does I/O.
+
+pub mod config;
+pub mod error;
+pub mod ids;
+pub mod request;
+pub mod status;
+pub mod task;
+pub mod worker;
+
+pub use config::{BrokerConfig, ConfigError};
+pub use error::{ApiError, ApiErrorCode};
+pub use ids::{BatchId, LeaseToken, TaskId, WorkerId};
+pub use request::{
+    Backend, BatchRequest, EvaluateRequest, MAX_BATCH_TASKS, MAX_CODE_BYTES, Priority, TaskSpec,
+};
+pub use status::{BatchStatus, HealthStatus, QueueStatus, StatusCounts};
+pub use task::{
+    DeviceInfo, DeviceKind, EvalResult, RuntimeStats, SubmitResponse, TaskStatus, TaskView,
+    VerdictCode,
+};
+pub use worker::{WorkerInfo, WorkerState};

@@ -1,0 +1,201 @@
+//! A task as clients see it, and the result of an evaluation.
+
+use crate::ids::{BatchId, TaskId, WorkerId};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use utoipa::ToSchema;
+
+/// `queued → running → done | failed | cancelled`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskStatus {
+    Queued,
+    Running,
+    /// The evaluation reached a verdict (which may be "does not compile", "wrong", "hangs").
+    Done,
+    /// The service could not produce a verdict after `max_attempts` (an outage, not a kernel).
+    Failed,
+    Cancelled,
+}
+
+impl TaskStatus {
+    pub const ALL: [TaskStatus; 5] = [
+        TaskStatus::Queued,
+        TaskStatus::Running,
+        TaskStatus::Done,
+        TaskStatus::Failed,
+        TaskStatus::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Queued => "queued",
+            TaskStatus::Running => "running",
+            TaskStatus::Done => "done",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            TaskStatus::Done | TaskStatus::Failed | TaskStatus::Cancelled
+        )
+    }
+}
+
+/// Why a kernel got the verdict it got. These are verdicts about the candidate, never about the
+/// service: an outage makes a task `failed`, not one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum VerdictCode {
+    /// The candidate is not valid Python.
+    Syntax,
+    /// Importing the candidate failed (missing module, error at import time).
+    Import,
+    /// A kernel failed to build (nvcc / load_inline, Triton compilation).
+    Compilation,
+    /// `ModelNew` is missing or its constructor raised.
+    Instantiation,
+    /// The candidate raised while running.
+    Runtime,
+    /// Outputs differ from the reference (shape, dtype or values).
+    Correctness,
+    /// The GPU reported a fault (illegal memory access, misaligned address, ...).
+    CudaFault,
+    /// The child died from a signal (segfault, abort, ...).
+    Crash,
+    /// The wall-clock deadline passed; the child's process group was killed.
+    Timeout,
+    /// The child wrote more to stdout/stderr than allowed.
+    OutputLimit,
+    /// The child exceeded a memory, process or file limit.
+    Resource,
+    /// The backend cannot run on this worker (e.g. `cuda` on a CPU worker).
+    Unsupported,
+    /// The reference problem itself failed to load or run.
+    Reference,
+}
+
+/// Summary statistics of timed trials, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RuntimeStats {
+    pub median: f64,
+    pub mean: f64,
+    pub std: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+/// Where the timings were taken. CPU timings are labelled and never mixed with GPU timings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    Cuda,
+    Cpu,
+}
+
+impl DeviceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceKind::Cuda => "cuda",
+            DeviceKind::Cpu => "cpu",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DeviceInfo {
+    pub kind: DeviceKind,
+    /// e.g. "NVIDIA H100 80GB HBM3", or the CPU model.
+    pub name: String,
+}
+
+/// The verdict of one evaluation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct EvalResult {
+    pub compiled: bool,
+    pub correct: bool,
+    pub trials_passed: u32,
+    pub trials_total: u32,
+    /// Largest absolute difference to the reference over all trials.
+    pub max_abs_diff: Option<f64>,
+    pub mean_abs_diff: Option<f64>,
+    /// Candidate timings (only when correct and performance was asked for).
+    pub runtime_ms: Option<RuntimeStats>,
+    /// Reference timings, same device, same protocol.
+    pub ref_runtime_ms: Option<RuntimeStats>,
+    /// `ref_runtime_ms.median / runtime_ms.median`.
+    pub speedup: Option<f64>,
+    pub error_code: Option<VerdictCode>,
+    pub error_message: Option<String>,
+    pub device: DeviceInfo,
+    /// Wall time of each stage of the evaluation, in milliseconds.
+    #[serde(default)]
+    pub stage_ms: BTreeMap<String, f64>,
+    /// The last lines the candidate printed (capped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tail: Option<String>,
+}
+
+impl EvalResult {
+    /// A verdict reached without any trial having run (crash, timeout, compile failure, ...).
+    pub fn failed_before_trials(
+        code: VerdictCode,
+        message: impl Into<String>,
+        compiled: bool,
+        trials_total: u32,
+        device: DeviceInfo,
+    ) -> Self {
+        Self {
+            compiled,
+            correct: false,
+            trials_passed: 0,
+            trials_total,
+            max_abs_diff: None,
+            mean_abs_diff: None,
+            runtime_ms: None,
+            ref_runtime_ms: None,
+            speedup: None,
+            error_code: Some(code),
+            error_message: Some(message.into()),
+            device,
+            stage_ms: BTreeMap::new(),
+            output_tail: None,
+        }
+    }
+}
+
+/// `GET /tasks/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TaskView {
+    pub task_id: TaskId,
+    pub status: TaskStatus,
+    pub result: Option<EvalResult>,
+    /// Why the service could not produce a verdict (`failed`) or why it stopped (`cancelled`).
+    pub error: Option<String>,
+    /// Attempts started so far (1 on the first claim; +1 for each retry after a lost worker).
+    pub attempts: u32,
+    pub worker_id: Option<WorkerId>,
+    pub priority: crate::request::Priority,
+    pub batch_id: Option<BatchId>,
+    pub submitted_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// `202` answer of `POST /evaluate`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SubmitResponse {
+    pub task_id: TaskId,
+    pub status: TaskStatus,
+    /// True when an idempotency key matched an earlier submission.
+    #[serde(default)]
+    pub deduplicated: bool,
+}

@@ -1,0 +1,147 @@
+//! The queue contract both brokers implement; `tests/contract.rs` runs one suite against both.
+
+use async_trait::async_trait;
+use crucible_shared::{
+    BatchId, BatchStatus, BrokerConfig, EvalResult, LeaseToken, QueueStatus, TaskId, TaskSpec,
+    TaskStatus, TaskView, WorkerId, WorkerInfo,
+};
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    /// Accepting the submission would take the queue past its cap.
+    #[error("queue is full ({queued} queued, cap {cap})")]
+    QueueFull { queued: u64, cap: u64 },
+    /// The broker's backing store cannot be reached.
+    #[error("broker unavailable: {0}")]
+    Unavailable(String),
+    /// Stored data could not be decoded (a bug or a foreign writer).
+    #[error("corrupt broker data: {0}")]
+    Corrupt(String),
+}
+
+/// What `submit` did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Submitted {
+    pub task_id: TaskId,
+    pub status: TaskStatus,
+    /// True when the idempotency key matched an earlier task, which is returned instead.
+    pub deduplicated: bool,
+}
+
+/// A claimed task. Only the holder of `token` may renew, complete or release it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lease {
+    pub task_id: TaskId,
+    pub token: LeaseToken,
+    pub worker_id: WorkerId,
+    pub spec: TaskSpec,
+    /// 1 on the first claim of the task, 2 after one requeue, ...
+    pub attempt: u32,
+}
+
+/// Answer to a lease renewal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseState {
+    /// Still ours; expiry pushed out by `lease_ttl`.
+    Held,
+    /// The task was cancelled: stop work now.
+    Cancelled,
+    /// Another attempt owns the task (or it finished): our work will not be accepted.
+    Lost,
+}
+
+/// Answer to `complete` or `release`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckOutcome {
+    Accepted,
+    /// The token is no longer current; nothing was written.
+    Stale,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// The task was queued or running and is now `cancelled`.
+    Cancelled { was: TaskStatus },
+    /// The task had already finished with this status; nothing changed.
+    AlreadyFinished(TaskStatus),
+    NotFound,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReapReport {
+    /// Expired leases returned to the queue.
+    pub requeued: u64,
+    /// Expired leases whose task had used all its attempts, now `failed`.
+    pub failed: u64,
+}
+
+#[async_trait]
+pub trait Broker: Send + Sync + 'static {
+    fn config(&self) -> &BrokerConfig;
+
+    /// `"redis"` or `"memory"`.
+    fn kind(&self) -> &'static str;
+
+    async fn ping(&self) -> Result<(), BrokerError>;
+
+    /// Queues one task (or returns the task its idempotency key already names).
+    async fn submit(&self, spec: TaskSpec) -> Result<Submitted, BrokerError>;
+
+    /// Queues all tasks of a batch atomically with respect to the queue cap: either every task
+    /// is accepted or none is.
+    async fn submit_batch(
+        &self,
+        specs: Vec<TaskSpec>,
+    ) -> Result<(BatchId, Vec<Submitted>), BrokerError>;
+
+    async fn get_task(&self, id: &TaskId) -> Result<Option<TaskView>, BrokerError>;
+
+    /// The spec (request and seed) of a task, while it is kept.
+    async fn get_spec(&self, id: &TaskId) -> Result<Option<TaskSpec>, BrokerError>;
+
+    /// A queued task never runs; a running one is marked `cancelled` at once and its worker
+    /// learns it at its next renewal.
+    async fn cancel(&self, id: &TaskId) -> Result<CancelOutcome, BrokerError>;
+
+    async fn batch_status(
+        &self,
+        id: &BatchId,
+        include_tasks: bool,
+    ) -> Result<Option<BatchStatus>, BrokerError>;
+
+    async fn queue_status(&self) -> Result<QueueStatus, BrokerError>;
+
+    /// Takes the next task for `worker`, waiting up to `wait` for one to arrive. High before
+    /// normal before low, but low is guaranteed a share of claims so it never starves.
+    async fn claim(&self, worker: &WorkerId, wait: Duration) -> Result<Option<Lease>, BrokerError>;
+
+    /// Heartbeat of a lease: extends its expiry by `lease_ttl` if the token is current.
+    async fn renew(&self, lease: &Lease) -> Result<LeaseState, BrokerError>;
+
+    /// Stores the verdict and marks the task `done`, if the token is current.
+    async fn complete(&self, lease: &Lease, result: EvalResult) -> Result<AckOutcome, BrokerError>;
+
+    /// Gives the task back after a failure of the service (not of the kernel): it is requeued
+    /// for another attempt, or marked `failed` with `reason` once `max_attempts` are used.
+    async fn release(&self, lease: &Lease, reason: &str) -> Result<AckOutcome, BrokerError>;
+
+    /// Requeues (or fails) every task whose lease expired.
+    async fn reap_expired(&self) -> Result<ReapReport, BrokerError>;
+
+    /// Registers or refreshes a worker in the shared registry.
+    async fn worker_heartbeat(&self, info: &WorkerInfo) -> Result<(), BrokerError>;
+
+    async fn deregister_worker(&self, id: &WorkerId) -> Result<(), BrokerError>;
+
+    /// Every registered worker; one whose heartbeat is older than `worker_liveness` is
+    /// reported with state `lost`, and one silent for much longer is dropped.
+    async fn list_workers(&self) -> Result<Vec<WorkerInfo>, BrokerError>;
+
+    /// Waits until the task is terminal or `timeout` passes; returns its latest view.
+    async fn wait_terminal(
+        &self,
+        id: &TaskId,
+        timeout: Duration,
+    ) -> Result<Option<TaskView>, BrokerError>;
+}

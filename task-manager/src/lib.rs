@@ -1,0 +1,16 @@
+//! The task queue. Owns every Redis key and Lua script, the [`Broker`] trait and its two
+//! implementations ([`RedisBroker`] for deployments, [`MemoryBroker`] for a single process),
+//! leases with fencing tokens, retries, the reaper, cancellation, idempotency keys, batches,
+//! result TTLs and the worker registry. It knows nothing about HTTP or Python.
+
+pub mod broker;
+pub mod memory;
+pub mod reaper;
+pub mod redis_broker;
+
+pub use broker::{
+    AckOutcome, Broker, BrokerError, CancelOutcome, Lease, LeaseState, ReapReport, Submitted,
+};
+pub use memory::MemoryBroker;
+pub use reaper::run_reaper;
+pub use redis_broker::RedisBroker;

@@ -1,0 +1,17 @@
+-- ARGV: prefix, task_id, result_ttl_ms.
+-- Returns {'cancelled', previous status}, {'finished', status} or {'not_found'}.
+local id, ttl = ARGV[2], tonumber(ARGV[3])
+local key = task_key(id)
+local f = redis.call('HMGET', key, 'status', 'priority')
+local status = f[1]
+if not status then return { 'not_found' } end
+if TERMINAL[status] then return { 'finished', status } end
+if status == 'queued' then
+  redis.call('LREM', queue_key(f[2]), 0, id)
+else
+  -- The lease token stays so that its holder learns of the cancellation at its next renewal.
+  redis.call('ZREM', LEASES, id)
+end
+redis.call('HSET', key, 'error', 'cancelled by request')
+transition(id, status, 'cancelled', now_ms(), ttl)
+return { 'cancelled', status }

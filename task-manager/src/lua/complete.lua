@@ -1,0 +1,9 @@
+-- ARGV: prefix, task_id, lease_token, result_json, result_ttl_ms. Returns 'accepted' or 'stale'.
+local id, token, result, ttl = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local key = task_key(id)
+local f = redis.call('HMGET', key, 'status', 'lease_token')
+if f[1] ~= 'running' or f[2] ~= token then return 'stale' end
+redis.call('ZREM', LEASES, id)
+redis.call('HSET', key, 'result', result)
+transition(id, 'running', 'done', now_ms(), ttl)
+return 'accepted'

@@ -1,0 +1,20 @@
+-- ARGV: prefix, retention_ms. Returns {now, id_1, last_seen_1, json_1, ...}; workers silent for
+-- longer than the retention are dropped.
+local retention = tonumber(ARGV[2])
+local now = now_ms()
+local registry = P .. ':workers'
+redis.call('ZREMRANGEBYSCORE', registry, '-inf', now - retention)
+local entries = redis.call('ZRANGE', registry, 0, -1, 'WITHSCORES')
+local out = { now }
+for i = 1, #entries, 2 do
+  local id = entries[i]
+  local json = redis.call('GET', P .. ':worker:' .. id)
+  if json then
+    out[#out + 1] = id
+    out[#out + 1] = entries[i + 1]
+    out[#out + 1] = json
+  else
+    redis.call('ZREM', registry, id)
+  end
+end
+return out

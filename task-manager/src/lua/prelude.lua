@@ -1,0 +1,103 @@
+-- Shared helpers, concatenated in front of every script. Every script takes the key prefix as
+-- ARGV[1] and builds its keys from it (single-node Redis; the key layout is not cluster-slotted).
+
+local P = ARGV[1]
+local STATS = P .. ':stats'
+local LEASES = P .. ':leases'
+local WAKE = P .. ':wake'
+local WAKE_MAX = 1024
+-- Tokens only matter to claimers blocked right now; an unread token is useless after a while.
+local WAKE_TTL_MS = 60000
+
+local TERMINAL = { done = true, failed = true, cancelled = true }
+
+-- One clock for every node: the Redis server's.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function task_key(id) return P .. ':task:' .. id end
+local function batch_key(b) return P .. ':batch:' .. b end
+local function batch_tasks_key(b) return P .. ':batch:' .. b .. ':tasks' end
+local function queue_key(prio) return P .. ':queue:' .. prio end
+local function idem_key(k) return P .. ':idem:' .. k end
+
+local function queued_total()
+  return redis.call('LLEN', queue_key('high')) + redis.call('LLEN', queue_key('normal'))
+    + redis.call('LLEN', queue_key('low'))
+end
+
+-- One token per newly queued task, so that as many blocked claimers wake as there is work.
+local function wake(n)
+  n = math.min(n, WAKE_MAX)
+  if n <= 0 then return end
+  local tokens = {}
+  for i = 1, n do tokens[i] = '1' end
+  redis.call('LPUSH', WAKE, unpack(tokens))
+  redis.call('LTRIM', WAKE, 0, WAKE_MAX - 1)
+  redis.call('PEXPIRE', WAKE, WAKE_TTL_MS)
+end
+
+-- A batch is kept for result_ttl after its last open task finished.
+local function expire_batch_if_finished(b, ttl)
+  local bk = batch_key(b)
+  local open = redis.call('HMGET', bk, 'queued', 'running')
+  if (tonumber(open[1]) or 0) + (tonumber(open[2]) or 0) <= 0 then
+    redis.call('PEXPIRE', bk, ttl)
+    redis.call('PEXPIRE', batch_tasks_key(b), ttl)
+  end
+end
+
+-- Moves a task from one status to another and keeps everything derived from statuses in step:
+-- the counters of every batch the task is counted in (its own, plus batches that reused it
+-- through an idempotency key; a batch may count it more than once), the lifetime stats and,
+-- for a terminal status, finished_at and the TTLs of the task and its idempotency key.
+local function transition(id, from, to, now, ttl)
+  local key = task_key(id)
+  local fields = redis.call('HMGET', key, 'batches', 'idem')
+  local batches, idem = fields[1], fields[2]
+  if batches then
+    for b in string.gmatch(batches, '%S+') do
+      local bk = batch_key(b)
+      if redis.call('EXISTS', bk) == 1 then
+        redis.call('HINCRBY', bk, from, -1)
+        redis.call('HINCRBY', bk, to, 1)
+      end
+    end
+  end
+  redis.call('HSET', key, 'status', to)
+  if TERMINAL[to] then
+    redis.call('HSET', key, 'finished_at', now)
+    redis.call('HINCRBY', STATS, to, 1)
+    redis.call('PEXPIRE', key, ttl)
+    -- The key may already name a newer task if this one's record had vanished; leave that be.
+    if idem and redis.call('GET', idem_key(idem)) == id then
+      redis.call('PEXPIRE', idem_key(idem), ttl)
+    end
+    if batches then
+      for b in string.gmatch(batches, '%S+') do
+        if redis.call('EXISTS', batch_key(b)) == 1 then expire_batch_if_finished(b, ttl) end
+      end
+    end
+  end
+end
+
+-- The end of a running attempt that produced no verdict: back to the head of its queue (it
+-- has waited longest) or, once every attempt is used, failed with `reason`.
+local function requeue_or_fail(id, max_attempts, ttl, now, reason)
+  local key = task_key(id)
+  redis.call('ZREM', LEASES, id)
+  local f = redis.call('HMGET', key, 'attempts', 'priority')
+  if (tonumber(f[1]) or 0) >= max_attempts then
+    redis.call('HSET', key, 'error', reason)
+    transition(id, 'running', 'failed', now, ttl)
+    return 'failed'
+  end
+  redis.call('HDEL', key, 'worker_id', 'lease_token', 'started_at')
+  transition(id, 'running', 'queued', now, ttl)
+  redis.call('LPUSH', queue_key(f[2]), id)
+  redis.call('HINCRBY', STATS, 'requeued', 1)
+  wake(1)
+  return 'requeued'
+end

@@ -1,0 +1,98 @@
+//! The reaper: returns expired leases to the queue at a fixed interval. Any number of replicas
+//! may run it at once; every reap is one atomic broker operation.
+
+use crate::broker::Broker;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::MissedTickBehavior;
+
+/// Calls [`Broker::reap_expired`] every `interval` until `shutdown` turns true (or its sender
+/// is dropped). Errors are logged and the next tick tries again.
+pub async fn run_reaper(
+    broker: Arc<dyn Broker>,
+    interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut ticks = tokio::time::interval(interval.max(Duration::from_millis(1)));
+    // After a stall one reap catches up with everything; a burst of reaps would add nothing.
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    tracing::info!(
+        broker = broker.kind(),
+        interval_ms = interval.as_millis() as u64,
+        "reaper started"
+    );
+    loop {
+        if *shutdown.borrow_and_update() {
+            break;
+        }
+        tokio::select! {
+            changed = shutdown.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+                continue;
+            }
+            _ = ticks.tick() => {}
+        }
+        match broker.reap_expired().await {
+            Ok(r) if r.requeued + r.failed > 0 => {
+                tracing::info!(requeued = r.requeued, failed = r.failed, "reaped expired leases");
+            }
+            Ok(_) => tracing::trace!("no expired leases"),
+            Err(e) => tracing::warn!(error = %e, "reaping expired leases failed"),
+        }
+    }
+    tracing::info!("reaper stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryBroker;
+    use crucible_shared::{BrokerConfig, EvaluateRequest, TaskSpec, TaskStatus, WorkerId};
+    use tokio::time::Instant;
+
+    #[tokio::test]
+    async fn requeues_expired_leases_and_stops_on_shutdown() {
+        let cfg = BrokerConfig {
+            lease_ttl: Duration::from_millis(100),
+            ..BrokerConfig::default()
+        };
+        let broker: Arc<dyn Broker> = Arc::new(MemoryBroker::new(cfg));
+        let spec = TaskSpec {
+            request: EvaluateRequest::new("class Model: pass", "class ModelNew: pass"),
+            seed: 1,
+        };
+        let id = broker.submit(spec).await.unwrap().task_id;
+        let worker = WorkerId::from("w_reaper");
+        broker
+            .claim(&worker, Duration::ZERO)
+            .await
+            .unwrap()
+            .expect("task is queued");
+
+        let (stop, rx) = watch::channel(false);
+        let reaper = tokio::spawn(run_reaper(
+            broker.clone(),
+            Duration::from_millis(20),
+            rx,
+        ));
+
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let view = broker.get_task(&id).await.unwrap().unwrap();
+            if view.status == TaskStatus::Queued {
+                break;
+            }
+            assert!(Instant::now() < deadline, "lease was never reaped");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+
+        stop.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), reaper)
+            .await
+            .expect("reaper stops on shutdown")
+            .unwrap();
+    }
+}

@@ -1,0 +1,794 @@
+//! [`RedisBroker`]: the queue shared by every API replica and worker. Every state transition
+//! is one Lua script (`src/lua/`), so it is atomic, and every timestamp comes from Redis `TIME`,
+//! so all nodes share one clock.
+//!
+//! Keys, all under `{prefix}:`
+//! - `task:{id}` hash: status, spec, attempts, priority, worker_id, lease_token, submitted_at,
+//!   started_at, finished_at (ms), result, error, batch_id, batches (every batch counting the
+//!   task), idem. Expires `result_ttl` after the task finishes.
+//! - `queue:{high|normal|low}` lists of task ids (FIFO), `leases` zset scored by expiry ms,
+//!   `wake` list that blocked claimers BLPOP on.
+//! - `batch:{id}` hash of counters by status and `batch:{id}:tasks` list; `idem:{key}` string.
+//!   Expire `result_ttl` after their tasks finish.
+//! - `stats` hash of lifetime counters (and the claim counter of the round robin).
+//! - `worker:{id}` JSON and `workers` zset of last-seen ms, both expiring when workers go quiet.
+//!
+//! Keys are built inside the scripts from the prefix, so this layout targets a single Redis
+//! node (or a primary with replicas), not Redis Cluster.
+
+use crate::broker::{
+    AckOutcome, Broker, BrokerError, CancelOutcome, Lease, LeaseState, ReapReport, Submitted,
+};
+use crate::memory::{CLAIM_CYCLE, worker_retention};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use crucible_shared::{
+    BatchId, BatchStatus, BrokerConfig, EvalResult, LeaseToken, Priority, QueueStatus,
+    StatusCounts, TaskId, TaskSpec, TaskStatus, TaskView, WorkerId, WorkerInfo, WorkerState,
+};
+use deadpool_redis::{Connection, Manager, Pool, Runtime};
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Script};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Bound on every ordinary command, so a hung Redis surfaces as `Unavailable`. Generous
+/// because a batch submission may carry hundreds of megabytes of source.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const POOL_SIZE: usize = 32;
+/// Expired leases handled per reap script call, so that one call never stalls Redis.
+const REAP_CHUNK: u64 = 500;
+/// Shortest BLPOP worth issuing; a shorter remaining wait ends the claim instead.
+const MIN_BLOCK: Duration = Duration::from_millis(10);
+/// Slack over the BLPOP timeout before the client gives up on the reply.
+const BLOCK_MARGIN: Duration = Duration::from_secs(2);
+/// Connections kept for blocking waits; more waiters than this open their own.
+const MAX_IDLE_BLOCKING: usize = 16;
+/// First and longest pause of `wait_terminal`'s polling.
+const POLL_START: Duration = Duration::from_millis(20);
+const POLL_MAX: Duration = Duration::from_millis(200);
+
+/// Fields of the task hash that make up a [`TaskView`], in [`decode_view`]'s order.
+const VIEW_FIELDS: [&str; 10] = [
+    "status",
+    "attempts",
+    "priority",
+    "worker_id",
+    "submitted_at",
+    "started_at",
+    "finished_at",
+    "result",
+    "error",
+    "batch_id",
+];
+
+macro_rules! lua {
+    ($file:literal) => {
+        Script::new(concat!(
+            include_str!("lua/prelude.lua"),
+            "\n",
+            include_str!(concat!("lua/", $file))
+        ))
+    };
+}
+
+struct Scripts {
+    submit: Script,
+    claim: Script,
+    renew: Script,
+    complete: Script,
+    release: Script,
+    reap: Script,
+    cancel: Script,
+    heartbeat: Script,
+    list_workers: Script,
+}
+
+impl Scripts {
+    fn load() -> Self {
+        Self {
+            submit: lua!("submit.lua"),
+            claim: lua!("claim.lua"),
+            renew: lua!("renew.lua"),
+            complete: lua!("complete.lua"),
+            release: lua!("release.lua"),
+            reap: lua!("reap.lua"),
+            cancel: lua!("cancel.lua"),
+            heartbeat: lua!("heartbeat.lua"),
+            list_workers: lua!("list_workers.lua"),
+        }
+    }
+}
+
+pub struct RedisBroker {
+    cfg: BrokerConfig,
+    pool: Pool,
+    /// Blocking waits (BLPOP) get connections of their own: on a pooled connection a waiter
+    /// dropped mid-wait would hand back a connection still blocked on the server.
+    client: redis::Client,
+    idle_blocking: Mutex<Vec<MultiplexedConnection>>,
+    scripts: Scripts,
+    /// [`CLAIM_CYCLE`] as the claim script reads it, e.g. `hnhlhnh`.
+    claim_cycle: String,
+}
+
+/// Connection and pool failures mean Redis cannot be reached; replies of the wrong shape mean
+/// the data is not what this code wrote.
+fn redis_err(e: RedisError) -> BrokerError {
+    match e.kind() {
+        ErrorKind::Parse | ErrorKind::UnexpectedReturnType => BrokerError::Corrupt(e.to_string()),
+        _ => BrokerError::Unavailable(e.to_string()),
+    }
+}
+
+fn corrupt(what: impl std::fmt::Display) -> BrokerError {
+    BrokerError::Corrupt(what.to_string())
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+fn time_from_ms(ms: &str) -> Result<DateTime<Utc>, BrokerError> {
+    // Scores come back as doubles ("1712345678901" or "1.712345678901e12").
+    let value: f64 = ms
+        .parse()
+        .map_err(|_| corrupt(format!("bad timestamp {ms:?}")))?;
+    DateTime::from_timestamp_millis(value as i64)
+        .ok_or_else(|| corrupt(format!("timestamp out of range {ms:?}")))
+}
+
+/// The pause after `prev` in a polling loop: doubling from [`POLL_START`] up to [`POLL_MAX`].
+fn next_poll(prev: Option<Duration>) -> Duration {
+    prev.map_or(POLL_START, |d| (d * 2).min(POLL_MAX))
+}
+
+fn parse_status(s: &str) -> Result<TaskStatus, BrokerError> {
+    TaskStatus::parse(s).ok_or_else(|| corrupt(format!("unknown task status {s:?}")))
+}
+
+/// Builds a view from the [`VIEW_FIELDS`] of a task hash; `None` when the task is unknown.
+fn decode_view(id: &TaskId, fields: Vec<Option<String>>) -> Result<Option<TaskView>, BrokerError> {
+    let [
+        status,
+        attempts,
+        priority,
+        worker_id,
+        submitted_at,
+        started_at,
+        finished_at,
+        result,
+        error,
+        batch_id,
+    ]: [Option<String>; 10] = fields
+        .try_into()
+        .map_err(|_| corrupt("task hash reply of the wrong length"))?;
+    let Some(status) = status else {
+        return Ok(None);
+    };
+    let time = |t: Option<String>| t.as_deref().map(time_from_ms).transpose();
+    Ok(Some(TaskView {
+        task_id: id.clone(),
+        status: parse_status(&status)?,
+        result: result
+            .as_deref()
+            .map(serde_json::from_str)
+            .transpose()
+            .map_err(|e| corrupt(format!("result of task {id}: {e}")))?,
+        error,
+        attempts: attempts
+            .as_deref()
+            .unwrap_or("0")
+            .parse()
+            .map_err(|_| corrupt(format!("attempts of task {id}")))?,
+        worker_id: worker_id.map(WorkerId),
+        priority: priority
+            .as_deref()
+            .and_then(Priority::parse)
+            .ok_or_else(|| corrupt(format!("priority of task {id}")))?,
+        batch_id: batch_id.map(BatchId),
+        submitted_at: time(submitted_at)?
+            .ok_or_else(|| corrupt(format!("task {id} has no submitted_at")))?,
+        started_at: time(started_at)?,
+        finished_at: time(finished_at)?,
+    }))
+}
+
+impl RedisBroker {
+    /// Builds the connection pool; nothing is sent to Redis until the first call (use
+    /// [`Broker::ping`] to check it), so a process can start while Redis is still down.
+    pub fn connect(url: &str, cfg: BrokerConfig) -> Result<Self, BrokerError> {
+        let conn_cfg = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT));
+        let manager = Manager::new_with_config(url, conn_cfg).map_err(redis_err)?;
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(RESPONSE_TIMEOUT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .recycle_timeout(Some(CONNECT_TIMEOUT))
+            .build()
+            .map_err(|e| BrokerError::Unavailable(format!("redis pool: {e}")))?;
+        let client = redis::Client::open(url).map_err(redis_err)?;
+        let claim_cycle = CLAIM_CYCLE
+            .iter()
+            .map(|p| &p.as_str()[..1])
+            .collect::<String>();
+        Ok(Self {
+            cfg,
+            pool,
+            client,
+            idle_blocking: Mutex::new(Vec::new()),
+            scripts: Scripts::load(),
+            claim_cycle,
+        })
+    }
+
+    fn prefix(&self) -> &str {
+        &self.cfg.key_prefix
+    }
+
+    fn key(&self, suffix: &str) -> String {
+        format!("{}:{suffix}", self.cfg.key_prefix)
+    }
+
+    async fn conn(&self) -> Result<Connection, BrokerError> {
+        self.pool
+            .get()
+            .await
+            .map_err(|e| BrokerError::Unavailable(format!("redis pool: {e}")))
+    }
+
+    async fn submit_specs(
+        &self,
+        specs: &[TaskSpec],
+        batch: Option<&BatchId>,
+    ) -> Result<Vec<Submitted>, BrokerError> {
+        let mut inv = self.scripts.submit.prepare_invoke();
+        inv.arg(self.prefix())
+            .arg(self.cfg.queue_cap)
+            .arg(batch.map_or("", |b| b.as_str()))
+            .arg(ms(self.cfg.result_ttl))
+            .arg(specs.len());
+        for spec in specs {
+            let json = serde_json::to_string(spec).map_err(|e| corrupt(format!("spec: {e}")))?;
+            inv.arg(TaskId::random().as_str())
+                .arg(spec.request.priority.as_str())
+                .arg(spec.request.idempotency_key.as_deref().unwrap_or(""))
+                .arg(json);
+        }
+        let mut c = self.conn().await?;
+        let reply: Vec<String> = inv.invoke_async(&mut c).await.map_err(redis_err)?;
+        match reply.first().map(String::as_str) {
+            Some("full") => {
+                let queued = reply
+                    .get(1)
+                    .and_then(|q| q.parse().ok())
+                    .ok_or_else(|| corrupt("submit reply without queue length"))?;
+                Err(BrokerError::QueueFull {
+                    queued,
+                    cap: self.cfg.queue_cap,
+                })
+            }
+            Some("ok") if reply.len() == 1 + 3 * specs.len() => reply[1..]
+                .chunks_exact(3)
+                .map(|t| {
+                    Ok(Submitted {
+                        task_id: TaskId(t[0].clone()),
+                        status: parse_status(&t[1])?,
+                        deduplicated: t[2] == "1",
+                    })
+                })
+                .collect(),
+            _ => Err(corrupt(format!("unexpected submit reply {reply:?}"))),
+        }
+    }
+
+    async fn try_claim(&self, worker: &WorkerId) -> Result<Option<Lease>, BrokerError> {
+        let token = LeaseToken::random();
+        let mut c = self.conn().await?;
+        let reply: Option<(String, String, u32)> = self
+            .scripts
+            .claim
+            .arg(self.prefix())
+            .arg(worker.as_str())
+            .arg(token.as_str())
+            .arg(ms(self.cfg.lease_ttl))
+            .arg(&self.claim_cycle)
+            .invoke_async(&mut c)
+            .await
+            .map_err(redis_err)?;
+        let Some((id, spec, attempt)) = reply else {
+            return Ok(None);
+        };
+        let task_id = TaskId(id);
+        // The task is leased already; a spec that cannot be decoded is left to the reaper,
+        // which fails it once its attempts are used.
+        let spec = serde_json::from_str(&spec)
+            .map_err(|e| corrupt(format!("spec of task {task_id}: {e}")))?;
+        tracing::debug!(task_id = %task_id, worker_id = %worker, attempt, "task claimed");
+        Ok(Some(Lease {
+            task_id,
+            token,
+            worker_id: worker.clone(),
+            spec,
+            attempt,
+        }))
+    }
+
+    /// Blocks until a submit pushes a wake token or `timeout` passes.
+    async fn wait_for_wake(&self, timeout: Duration) -> Result<(), BrokerError> {
+        let idle = self
+            .idle_blocking
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let reused = idle.is_some();
+        let mut conn = match idle {
+            Some(c) => c,
+            None => self.blocking_conn().await?,
+        };
+        let result = self.blpop_wake(&mut conn, timeout).await;
+        match result {
+            Ok(()) => {
+                let mut idle = self
+                    .idle_blocking
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if idle.len() < MAX_IDLE_BLOCKING {
+                    idle.push(conn);
+                }
+                Ok(())
+            }
+            // A kept connection may have died while idle (e.g. Redis restarted); one fresh
+            // attempt tells that apart from Redis being down.
+            Err(e) if reused => {
+                tracing::debug!(error = %e, "idle blocking connection failed, reconnecting");
+                let mut fresh = self.blocking_conn().await?;
+                self.blpop_wake(&mut fresh, timeout).await
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn blocking_conn(&self) -> Result<MultiplexedConnection, BrokerError> {
+        let cfg = AsyncConnectionConfig::new().set_connection_timeout(Some(CONNECT_TIMEOUT));
+        self.client
+            .get_multiplexed_async_connection_with_config(&cfg)
+            .await
+            .map_err(redis_err)
+    }
+
+    async fn blpop_wake(
+        &self,
+        conn: &mut MultiplexedConnection,
+        timeout: Duration,
+    ) -> Result<(), BrokerError> {
+        conn.set_response_timeout(timeout + BLOCK_MARGIN);
+        let _token: Option<(String, String)> = redis::cmd("BLPOP")
+            .arg(self.key("wake"))
+            .arg(format!("{:.3}", timeout.as_secs_f64()))
+            .query_async(conn)
+            .await
+            .map_err(redis_err)?;
+        Ok(())
+    }
+
+    async fn views(&self, ids: &[TaskId]) -> Result<Vec<TaskView>, BrokerError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for id in ids {
+            pipe.cmd("HMGET")
+                .arg(self.key(&format!("task:{id}")))
+                .arg(&VIEW_FIELDS[..]);
+        }
+        let mut c = self.conn().await?;
+        let rows: Vec<Vec<Option<String>>> = pipe.query_async(&mut c).await.map_err(redis_err)?;
+        let mut out = Vec::with_capacity(ids.len());
+        for (id, row) in ids.iter().zip(rows) {
+            // A finished task may have expired before its batch; it is simply left out.
+            if let Some(view) = decode_view(id, row)? {
+                out.push(view);
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl Broker for RedisBroker {
+    fn config(&self) -> &BrokerConfig {
+        &self.cfg
+    }
+
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    async fn ping(&self) -> Result<(), BrokerError> {
+        let mut c = self.conn().await?;
+        let _: String = redis::cmd("PING")
+            .query_async(&mut c)
+            .await
+            .map_err(redis_err)?;
+        Ok(())
+    }
+
+    async fn submit(&self, spec: TaskSpec) -> Result<Submitted, BrokerError> {
+        self.submit_specs(std::slice::from_ref(&spec), None)
+            .await?
+            .pop()
+            .ok_or_else(|| corrupt("submit produced no task"))
+    }
+
+    async fn submit_batch(
+        &self,
+        specs: Vec<TaskSpec>,
+    ) -> Result<(BatchId, Vec<Submitted>), BrokerError> {
+        let batch_id = BatchId::random();
+        let out = self.submit_specs(&specs, Some(&batch_id)).await?;
+        Ok((batch_id, out))
+    }
+
+    async fn get_task(&self, id: &TaskId) -> Result<Option<TaskView>, BrokerError> {
+        let mut c = self.conn().await?;
+        let row: Vec<Option<String>> = redis::cmd("HMGET")
+            .arg(self.key(&format!("task:{id}")))
+            .arg(&VIEW_FIELDS[..])
+            .query_async(&mut c)
+            .await
+            .map_err(redis_err)?;
+        decode_view(id, row)
+    }
+
+    async fn get_spec(&self, id: &TaskId) -> Result<Option<TaskSpec>, BrokerError> {
+        let mut c = self.conn().await?;
+        let spec: Option<String> = redis::cmd("HGET")
+            .arg(self.key(&format!("task:{id}")))
+            .arg("spec")
+            .query_async(&mut c)
+            .await
+            .map_err(redis_err)?;
+        spec.map(|s| serde_json::from_str(&s))
+            .transpose()
+            .map_err(|e| corrupt(format!("spec of task {id}: {e}")))
+    }
+
+    async fn cancel(&self, id: &TaskId) -> Result<CancelOutcome, BrokerError> {
+        let mut c = self.conn().await?;
+        let reply: Vec<String> = self
+            .scripts
+            .cancel
+            .arg(self.prefix())
+            .arg(id.as_str())
+            .arg(ms(self.cfg.result_ttl))
+            .invoke_async(&mut c)
+            .await
+            .map_err(redis_err)?;
+        match reply.as_slice() {
+            [what] if what == "not_found" => Ok(CancelOutcome::NotFound),
+            [what, status] if what == "finished" => {
+                Ok(CancelOutcome::AlreadyFinished(parse_status(status)?))
+            }
+            [what, status] if what == "cancelled" => {
+                let was = parse_status(status)?;
+                tracing::info!(task_id = %id, was = was.as_str(), "task cancelled");
+                Ok(CancelOutcome::Cancelled { was })
+            }
+            _ => Err(corrupt(format!("unexpected cancel reply {reply:?}"))),
+        }
+    }
+
+    async fn batch_status(
+        &self,
+        id: &BatchId,
+        include_tasks: bool,
+    ) -> Result<Option<BatchStatus>, BrokerError> {
+        let mut c = self.conn().await?;
+        let (counts, task_ids): (Vec<Option<u64>>, Vec<String>) = redis::pipe()
+            .atomic()
+            .cmd("HMGET")
+            .arg(self.key(&format!("batch:{id}")))
+            .arg(&["total", "queued", "running", "done", "failed", "cancelled"][..])
+            .cmd("LRANGE")
+            .arg(self.key(&format!("batch:{id}:tasks")))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut c)
+            .await
+            .map_err(redis_err)?;
+        drop(c);
+        let [total, queued, running, done, failed, cancelled]: [Option<u64>; 6] = counts
+            .try_into()
+            .map_err(|_| corrupt("batch hash reply of the wrong length"))?;
+        let Some(total) = total else {
+            return Ok(None);
+        };
+        let task_ids: Vec<TaskId> = task_ids.into_iter().map(TaskId).collect();
+        let tasks = if include_tasks {
+            Some(self.views(&task_ids).await?)
+        } else {
+            None
+        };
+        Ok(Some(BatchStatus {
+            batch_id: id.clone(),
+            total,
+            counts: StatusCounts {
+                queued: queued.unwrap_or(0),
+                running: running.unwrap_or(0),
+                done: done.unwrap_or(0),
+                failed: failed.unwrap_or(0),
+                cancelled: cancelled.unwrap_or(0),
+            },
+            task_ids,
+            tasks,
+        }))
+    }
+
+    async fn queue_status(&self) -> Result<QueueStatus, BrokerError> {
+        let mut c = self.conn().await?;
+        let (high, normal, low, running, stats): (u64, u64, u64, u64, Vec<Option<u64>>) =
+            redis::pipe()
+                .atomic()
+                .cmd("LLEN")
+                .arg(self.key("queue:high"))
+                .cmd("LLEN")
+                .arg(self.key("queue:normal"))
+                .cmd("LLEN")
+                .arg(self.key("queue:low"))
+                .cmd("ZCARD")
+                .arg(self.key("leases"))
+                .cmd("HMGET")
+                .arg(self.key("stats"))
+                .arg(&["submitted", "done", "failed", "cancelled", "requeued"][..])
+                .query_async(&mut c)
+                .await
+                .map_err(redis_err)?;
+        let stat = |i: usize| stats.get(i).copied().flatten().unwrap_or(0);
+        Ok(QueueStatus {
+            queued_high: high,
+            queued_normal: normal,
+            queued_low: low,
+            running,
+            queue_cap: self.cfg.queue_cap,
+            submitted_total: stat(0),
+            done_total: stat(1),
+            failed_total: stat(2),
+            cancelled_total: stat(3),
+            requeued_total: stat(4),
+        })
+    }
+
+    async fn claim(&self, worker: &WorkerId, wait: Duration) -> Result<Option<Lease>, BrokerError> {
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Some(lease) = self.try_claim(worker).await? {
+                return Ok(Some(lease));
+            }
+            // An empty claim deletes the wake list, so a token arriving from here on is fresh.
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining < MIN_BLOCK {
+                return Ok(None);
+            }
+            self.wait_for_wake(remaining).await?;
+        }
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<LeaseState, BrokerError> {
+        let mut c = self.conn().await?;
+        let reply: String = self
+            .scripts
+            .renew
+            .arg(self.prefix())
+            .arg(lease.task_id.as_str())
+            .arg(lease.token.as_str())
+            .arg(ms(self.cfg.lease_ttl))
+            .invoke_async(&mut c)
+            .await
+            .map_err(redis_err)?;
+        match reply.as_str() {
+            "held" => Ok(LeaseState::Held),
+            "cancelled" => Ok(LeaseState::Cancelled),
+            "lost" => Ok(LeaseState::Lost),
+            other => Err(corrupt(format!("unexpected renew reply {other:?}"))),
+        }
+    }
+
+    async fn complete(&self, lease: &Lease, result: EvalResult) -> Result<AckOutcome, BrokerError> {
+        let json = serde_json::to_string(&result).map_err(|e| corrupt(format!("result: {e}")))?;
+        let mut c = self.conn().await?;
+        let reply: String = self
+            .scripts
+            .complete
+            .arg(self.prefix())
+            .arg(lease.task_id.as_str())
+            .arg(lease.token.as_str())
+            .arg(json)
+            .arg(ms(self.cfg.result_ttl))
+            .invoke_async(&mut c)
+            .await
+            .map_err(redis_err)?;
+        match reply.as_str() {
+            "accepted" => Ok(AckOutcome::Accepted),
+            "stale" => {
+                tracing::info!(task_id = %lease.task_id, worker_id = %lease.worker_id, "stale result ignored");
+                Ok(AckOutcome::Stale)
+            }
+            other => Err(corrupt(format!("unexpected complete reply {other:?}"))),
+        }
+    }
+
+    async fn release(&self, lease: &Lease, reason: &str) -> Result<AckOutcome, BrokerError> {
+        let mut c = self.conn().await?;
+        let reply: String = self
+            .scripts
+            .release
+            .arg(self.prefix())
+            .arg(lease.task_id.as_str())
+            .arg(lease.token.as_str())
+            .arg(reason)
+            .arg(self.cfg.max_attempts)
+            .arg(ms(self.cfg.result_ttl))
+            .invoke_async(&mut c)
+            .await
+            .map_err(redis_err)?;
+        match reply.as_str() {
+            "requeued" | "failed" => {
+                tracing::info!(task_id = %lease.task_id, worker_id = %lease.worker_id, outcome = reply.as_str(), reason, "task released");
+                Ok(AckOutcome::Accepted)
+            }
+            "stale" => Ok(AckOutcome::Stale),
+            other => Err(corrupt(format!("unexpected release reply {other:?}"))),
+        }
+    }
+
+    async fn reap_expired(&self) -> Result<ReapReport, BrokerError> {
+        let mut report = ReapReport::default();
+        let mut c = self.conn().await?;
+        loop {
+            let (requeued, failed, examined): (u64, u64, u64) = self
+                .scripts
+                .reap
+                .arg(self.prefix())
+                .arg(self.cfg.max_attempts)
+                .arg(ms(self.cfg.result_ttl))
+                .arg(REAP_CHUNK)
+                .invoke_async(&mut c)
+                .await
+                .map_err(redis_err)?;
+            report.requeued += requeued;
+            report.failed += failed;
+            if examined < REAP_CHUNK {
+                return Ok(report);
+            }
+        }
+    }
+
+    async fn worker_heartbeat(&self, info: &WorkerInfo) -> Result<(), BrokerError> {
+        let json = serde_json::to_string(info).map_err(|e| corrupt(format!("worker: {e}")))?;
+        let mut c = self.conn().await?;
+        let _: i64 = self
+            .scripts
+            .heartbeat
+            .arg(self.prefix())
+            .arg(info.worker_id.as_str())
+            .arg(json)
+            .arg(ms(worker_retention(self.cfg.worker_liveness)))
+            .invoke_async(&mut c)
+            .await
+            .map_err(redis_err)?;
+        Ok(())
+    }
+
+    async fn deregister_worker(&self, id: &WorkerId) -> Result<(), BrokerError> {
+        let mut c = self.conn().await?;
+        let _: (u64, u64) = redis::pipe()
+            .atomic()
+            .cmd("DEL")
+            .arg(self.key(&format!("worker:{id}")))
+            .cmd("ZREM")
+            .arg(self.key("workers"))
+            .arg(id.as_str())
+            .query_async(&mut c)
+            .await
+            .map_err(redis_err)?;
+        Ok(())
+    }
+
+    async fn list_workers(&self) -> Result<Vec<WorkerInfo>, BrokerError> {
+        let mut c = self.conn().await?;
+        let reply: Vec<String> = self
+            .scripts
+            .list_workers
+            .arg(self.prefix())
+            .arg(ms(worker_retention(self.cfg.worker_liveness)))
+            .invoke_async(&mut c)
+            .await
+            .map_err(redis_err)?;
+        let (now, entries) = reply
+            .split_first()
+            .ok_or_else(|| corrupt("empty worker list reply"))?;
+        let now = time_from_ms(now)?;
+        let liveness = chrono::Duration::from_std(self.cfg.worker_liveness)
+            .map_err(|e| corrupt(format!("worker_liveness: {e}")))?;
+        let mut out = Vec::with_capacity(entries.len() / 3);
+        for entry in entries.chunks_exact(3) {
+            let mut info: WorkerInfo = serde_json::from_str(&entry[2])
+                .map_err(|e| corrupt(format!("worker {}: {e}", entry[0])))?;
+            // The registry's clock, not the worker's, decides liveness.
+            info.last_heartbeat = time_from_ms(&entry[1])?;
+            if now - info.last_heartbeat > liveness {
+                info.state = WorkerState::Lost;
+            }
+            out.push(info);
+        }
+        out.sort_by(|a, b| a.worker_id.cmp(&b.worker_id));
+        Ok(out)
+    }
+
+    async fn wait_terminal(
+        &self,
+        id: &TaskId,
+        timeout: Duration,
+    ) -> Result<Option<TaskView>, BrokerError> {
+        let deadline = Instant::now() + timeout;
+        let mut pause = None;
+        loop {
+            let view = self.get_task(id).await?;
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            match view {
+                Some(v) if !v.status.is_terminal() && !remaining.is_zero() => {
+                    let p = next_poll(pause);
+                    pause = Some(p);
+                    tokio::time::sleep(p.min(remaining)).await;
+                }
+                other => return Ok(other),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn polling_backs_off_to_a_cap() {
+        let mut p = None;
+        let seen: Vec<u64> = (0..6)
+            .map(|_| {
+                let d = next_poll(p);
+                p = Some(d);
+                d.as_millis() as u64
+            })
+            .collect();
+        assert_eq!(seen, [20, 40, 80, 160, 200, 200]);
+    }
+
+    #[test]
+    fn timestamps_parse_from_integer_and_double_scores() {
+        let a = time_from_ms("1712345678901").unwrap();
+        let b = time_from_ms("1.712345678901e12").unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.timestamp_millis(), 1_712_345_678_901);
+        assert!(time_from_ms("soon").is_err());
+    }
+
+    #[test]
+    fn missing_status_means_unknown_task() {
+        let id = TaskId::from("t_x");
+        assert_eq!(decode_view(&id, vec![None; 10]).unwrap(), None);
+        assert!(decode_view(&id, vec![None; 3]).is_err());
+    }
+
+    #[test]
+    fn claim_cycle_is_spelled_for_the_script() {
+        let broker = RedisBroker::connect("redis://127.0.0.1:1", BrokerConfig::default()).unwrap();
+        assert_eq!(broker.claim_cycle, "hnhlhnh");
+    }
+}

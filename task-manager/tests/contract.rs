@@ -1,0 +1,1153 @@
+//! The broker contract: one suite, every test run against `MemoryBroker` (module `memory`) and
+//! against `RedisBroker` on a real `redis-server` child process (module `redis`).
+//!
+//! Every wait is bounded: each test runs under [`TEST_DEADLINE`] and every poll has its own
+//! deadline. Sleeps appear only where the passage of time is the thing under test.
+
+use chrono::Utc;
+use crucible_shared::{
+    BrokerConfig, DeviceInfo, DeviceKind, EvalResult, EvaluateRequest, LeaseToken, Priority,
+    TaskId, TaskSpec, TaskStatus, TaskView, VerdictCode, WorkerId, WorkerInfo, WorkerState,
+};
+use crucible_task_manager::{
+    AckOutcome, Broker, BrokerError, CancelOutcome, Lease, LeaseState, MemoryBroker, RedisBroker,
+};
+use std::collections::HashSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+use tokio::time::Instant;
+
+const TEST_DEADLINE: Duration = Duration::from_secs(60);
+/// Bound on any single "eventually" poll.
+const POLL_DEADLINE: Duration = Duration::from_secs(10);
+const POLL_EVERY: Duration = Duration::from_millis(20);
+
+// ---------------------------------------------------------------------------------------------
+// Environment
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Backend {
+    Memory,
+    Redis,
+}
+
+/// A throwaway `redis-server` on a free port, killed on drop.
+struct RedisServer {
+    child: Child,
+    url: String,
+}
+
+impl RedisServer {
+    async fn start() -> Self {
+        let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| {
+            if std::path::Path::new("/usr/bin/redis-server").exists() {
+                "/usr/bin/redis-server".to_owned()
+            } else {
+                "redis-server".to_owned()
+            }
+        });
+        // The port is free when probed but another process may take it before redis binds
+        // it; redis then exits at once and another port is tried.
+        for _ in 0..5 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("bind a probe socket on 127.0.0.1")
+                .port();
+            let child = Command::new(&bin)
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "cannot start {bin:?} ({e}): the redis contract tests need a real \
+                         redis-server; install it (apt-get install redis-server) or set \
+                         REDIS_SERVER to its path"
+                    )
+                });
+            let mut server = RedisServer {
+                child,
+                url: format!("redis://127.0.0.1:{port}"),
+            };
+            if server.wait_ready().await {
+                return server;
+            }
+        }
+        panic!("redis-server never became ready on any of 5 ports");
+    }
+
+    /// Polls PING until it answers; false if the server exited (port taken).
+    async fn wait_ready(&mut self) -> bool {
+        let deadline = Instant::now() + POLL_DEADLINE;
+        let client = redis::Client::open(self.url.as_str()).expect("valid redis url");
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                eprintln!("redis-server on {} exited early: {status}", self.url);
+                return false;
+            }
+            if let Ok(mut c) = client.get_multiplexed_async_connection().await {
+                let pong: redis::RedisResult<String> =
+                    redis::cmd("PING").query_async(&mut c).await;
+                if pong.is_ok() {
+                    return true;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on {} did not answer PING within {POLL_DEADLINE:?}",
+                self.url
+            );
+            tokio::time::sleep(POLL_EVERY).await;
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Env {
+    backend: Backend,
+    cfg: BrokerConfig,
+    broker: Arc<dyn Broker>,
+    redis: Option<RedisServer>,
+}
+
+impl Env {
+    async fn start(backend: Backend, mut cfg: BrokerConfig) -> Self {
+        cfg.key_prefix = format!("ct{}", uuid::Uuid::new_v4().simple());
+        match backend {
+            Backend::Memory => Env {
+                backend,
+                broker: Arc::new(MemoryBroker::new(cfg.clone())),
+                cfg,
+                redis: None,
+            },
+            Backend::Redis => {
+                let server = RedisServer::start().await;
+                let broker = RedisBroker::connect(&server.url, cfg.clone()).expect("connect");
+                broker.ping().await.expect("ping the fresh redis");
+                Env {
+                    backend,
+                    broker: Arc::new(broker),
+                    cfg,
+                    redis: Some(server),
+                }
+            }
+        }
+    }
+
+    /// Another node on the same queue: a second `RedisBroker` on the same Redis (as a second
+    /// API replica would be), or the same in-process broker.
+    fn peer(&self) -> Arc<dyn Broker> {
+        match &self.redis {
+            Some(server) => Arc::new(
+                RedisBroker::connect(&server.url, self.cfg.clone()).expect("connect peer"),
+            ),
+            None => self.broker.clone(),
+        }
+    }
+
+    async fn raw(&self) -> Option<redis::aio::MultiplexedConnection> {
+        let server = self.redis.as_ref()?;
+        let client = redis::Client::open(server.url.as_str()).expect("valid url");
+        Some(
+            client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("raw redis connection"),
+        )
+    }
+
+    async fn view(&self, id: &TaskId) -> TaskView {
+        self.broker
+            .get_task(id)
+            .await
+            .expect("get_task")
+            .unwrap_or_else(|| panic!("task {id} not found"))
+    }
+
+    /// Drives `claim` until it is blocked waiting for work: one poll for the memory broker
+    /// (it registers its waker before returning Pending); for Redis, until the server lists a
+    /// client inside BLPOP.
+    async fn block<F: Future>(&self, claim: &mut Pin<Box<F>>) {
+        match self.backend {
+            Backend::Memory => {
+                let polled = std::future::poll_fn(|cx| Poll::Ready(claim.as_mut().poll(cx))).await;
+                assert!(polled.is_pending(), "claim returned with nothing queued");
+            }
+            Backend::Redis => {
+                let mut raw = self.raw().await.expect("redis env");
+                let blocked = async {
+                    let deadline = Instant::now() + POLL_DEADLINE;
+                    loop {
+                        let clients: String = redis::cmd("CLIENT")
+                            .arg("LIST")
+                            .query_async(&mut raw)
+                            .await
+                            .expect("client list");
+                        if clients.contains("cmd=blpop") {
+                            return;
+                        }
+                        assert!(Instant::now() < deadline, "claim never blocked in BLPOP");
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                };
+                tokio::select! {
+                    _ = claim.as_mut() => panic!("claim returned with nothing queued"),
+                    () = blocked => {}
+                }
+            }
+        }
+    }
+}
+
+fn config() -> BrokerConfig {
+    BrokerConfig {
+        lease_ttl: Duration::from_secs(30),
+        max_attempts: 3,
+        result_ttl: Duration::from_secs(600),
+        queue_cap: 10_000,
+        worker_liveness: Duration::from_secs(15),
+        key_prefix: String::new(),
+    }
+}
+
+fn spec(tag: &str) -> TaskSpec {
+    spec_with(tag, Priority::Normal, None)
+}
+
+fn spec_with(tag: &str, priority: Priority, idempotency_key: Option<&str>) -> TaskSpec {
+    let mut request = EvaluateRequest::new(
+        format!("class Model: pass  # {tag}"),
+        "class ModelNew: pass",
+    );
+    request.priority = priority;
+    request.idempotency_key = idempotency_key.map(str::to_owned);
+    TaskSpec { request, seed: 42 }
+}
+
+fn verdict(tag: &str) -> EvalResult {
+    EvalResult::failed_before_trials(
+        VerdictCode::Correctness,
+        tag,
+        true,
+        5,
+        DeviceInfo {
+            kind: DeviceKind::Cpu,
+            name: "test cpu".to_owned(),
+        },
+    )
+}
+
+fn worker(n: u32) -> WorkerId {
+    WorkerId(format!("w_test{n}"))
+}
+
+fn worker_info(id: &WorkerId, state: WorkerState) -> WorkerInfo {
+    WorkerInfo {
+        worker_id: id.clone(),
+        node: "node-a".to_owned(),
+        device: DeviceInfo {
+            kind: DeviceKind::Cuda,
+            name: "NVIDIA H100".to_owned(),
+        },
+        device_index: Some(0),
+        state,
+        current_task: None,
+        tasks_done: 3,
+        started_at: Utc::now(),
+        last_heartbeat: Utc::now(),
+    }
+}
+
+fn stale(lease: &Lease) -> Lease {
+    Lease {
+        token: LeaseToken::random(),
+        ..lease.clone()
+    }
+}
+
+async fn claim_now(broker: &Arc<dyn Broker>, w: &WorkerId) -> Lease {
+    broker
+        .claim(w, Duration::ZERO)
+        .await
+        .expect("claim")
+        .expect("a task is queued")
+}
+
+/// Polls `check` until it yields a value, for at most [`POLL_DEADLINE`].
+async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + POLL_DEADLINE;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// Calls `reap_expired` until it reports something, returning what it reported.
+async fn reap_until(broker: &Arc<dyn Broker>, what: &str) -> crucible_task_manager::ReapReport {
+    eventually(what, async || {
+        let r = broker.reap_expired().await.expect("reap");
+        (r.requeued + r.failed > 0).then_some(r)
+    })
+    .await
+}
+
+macro_rules! contract {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::run(super::Backend::Memory, super::$name).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::run(super::Backend::Redis, super::$name).await;
+                }
+            )*
+        }
+    };
+}
+
+async fn run<F, Fut>(backend: Backend, test: F)
+where
+    F: FnOnce(Backend) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    tokio::time::timeout(TEST_DEADLINE, test(backend))
+        .await
+        .unwrap_or_else(|_| panic!("test exceeded {TEST_DEADLINE:?} on {backend:?}"));
+}
+
+contract!(
+    submit_then_get_task_and_spec,
+    claim_leases_with_fresh_token,
+    claim_returns_none_after_wait,
+    claim_wakes_on_submit,
+    renew_extends_and_reports_lost_and_cancelled,
+    complete_is_fenced_by_token,
+    stale_complete_after_reap_writes_nothing,
+    reap_requeues_then_fails_after_max_attempts,
+    release_requeues_then_fails_with_reason,
+    high_before_normal_before_low,
+    low_is_not_starved,
+    fifo_within_priority,
+    idempotency_key_returns_same_task,
+    queue_cap_refuses_submissions,
+    batch_status_counts_every_transition,
+    cancel_in_every_state,
+    finished_records_expire_after_result_ttl,
+    finished_records_all_carry_a_ttl,
+    queue_status_counts,
+    worker_registry_is_shared_and_detects_lost_workers,
+    wait_terminal_returns_on_finish_or_timeout,
+    task_submitted_on_one_node_is_claimed_on_another,
+    concurrent_claimers_claim_each_task_once,
+);
+
+// ---------------------------------------------------------------------------------------------
+// The contract
+// ---------------------------------------------------------------------------------------------
+
+async fn submit_then_get_task_and_spec(backend: Backend) {
+    let env = Env::start(backend, config()).await;
+    assert_eq!(
+        env.broker.kind(),
+        match backend {
+            Backend::Memory => "memory",
+            Backend::Redis => "redis",
+        }
+    );
+    env.broker.ping().await.expect("ping");
+
+    let s = spec_with("a", Priority::High, None);
+    let before = Utc::now() - chrono::Duration::seconds(5);
+    let sub = env.broker.submit(s.clone()).await.expect("submit");
+    assert_eq!(sub.status, TaskStatus::Queued);
+    assert!(!sub.deduplicated);
+
+    let view = env.view(&sub.task_id).await;
+    assert_eq!(view.task_id, sub.task_id);
+    assert_eq!(view.status, TaskStatus::Queued);
+    assert_eq!(view.priority, Priority::High);
+    assert_eq!(view.attempts, 0);
+    assert_eq!(view.worker_id, None);
+    assert_eq!(view.batch_id, None);
+    assert_eq!((view.result, view.error), (None, None));
+    assert_eq!((view.started_at, view.finished_at), (None, None));
+    assert!(view.submitted_at >= before && view.submitted_at <= Utc::now() + chrono::Duration::seconds(5));
+
+    assert_eq!(env.broker.get_spec(&sub.task_id).await.unwrap(), Some(s));
+    let unknown = TaskId::random();
+    assert_eq!(env.broker.get_task(&unknown).await.unwrap(), None);
+    assert_eq!(env.broker.get_spec(&unknown).await.unwrap(), None);
+}
+
+async fn claim_leases_with_fresh_token(backend: Backend) {
+    let env = Env::start(backend, config()).await;
+    let a = env.broker.submit(spec("a")).await.unwrap().task_id;
+    let b = env.broker.submit(spec("b")).await.unwrap().task_id;
+
+    let w = worker(1);
+    let first = claim_now(&env.broker, &w).await;
+    let second = claim_now(&env.broker, &w).await;
+    assert_eq!((first.task_id.clone(), second.task_id.clone()), (a.clone(), b));
+    assert_ne!(first.token, second.token);
+    assert_eq!((first.attempt, second.attempt), (1, 1));
+    assert_eq!(first.worker_id, w);
+    assert_eq!(first.spec, spec("a"));
+
+    let view = env.view(&a).await;
+    assert_eq!(view.status, TaskStatus::Running);
+    assert_eq!(view.worker_id, Some(w));
+    assert_eq!(view.attempts, 1);
+    let started = view.started_at.expect("started_at is set");
+    assert!(started >= view.submitted_at);
+}
+
+async fn claim_returns_none_after_wait(backend: Backend) {
+    let env = Env::start(backend, config()).await;
+    let t0 = Instant::now();
+    let got = env
+        .broker
+        .claim(&worker(1), Duration::from_millis(300))
+        .await
+        .unwrap();
+    let waited = t0.elapsed();
+    assert_eq!(got, None);
+    assert!(waited >= Duration::from_millis(250), "returned after {waited:?}");
+    assert!(waited < Duration::from_secs(5), "returned after {waited:?}");
+    assert_eq!(
+        env.broker.claim(&worker(1), Duration::ZERO).await.unwrap(),
+        None
+    );
+}
+
+async fn claim_wakes_on_submit(backend: Backend) {
+    let env = Env::start(backend, config()).await;
+    let w = worker(1);
+    let mut claim = Box::pin(env.broker.claim(&w, Duration::from_secs(30)));
+    env.block(&mut claim).await;
+
+    let t0 = Instant::now();
+    let id = env.broker.submit(spec("a")).await.unwrap().task_id;
+    let lease = tokio::time::timeout(Duration::from_secs(5), claim)
+        .await
+        .expect("claim woke up")
+        .unwrap()
+        .expect("claim got the task");
+    assert_eq!(lease.task_id, id);
+    assert!(t0.elapsed() < Duration::from_secs(2), "woke after {:?}", t0.elapsed());
+}
+
+async fn renew_extends_and_reports_lost_and_cancelled(backend: Backend) {
+    let cfg = BrokerConfig {
+        lease_ttl: Duration::from_millis(1000),
+        ..config()
+    };
+    let env = Env::start(backend, cfg).await;
+    let id = env.broker.submit(spec("a")).await.unwrap().task_id;
+    let lease = claim_now(&env.broker, &worker(1)).await;
+
+    // Renewing every 400 ms keeps a 1 s lease alive well past its first expiry.
+    for _ in 0..4 {
+        assert_eq!(env.broker.renew(&lease).await.unwrap(), LeaseState::Held);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    assert_eq!(env.broker.renew(&lease).await.unwrap(), LeaseState::Held);
+    let reaped = env.broker.reap_expired().await.unwrap();
+    assert_eq!((reaped.requeued, reaped.failed), (0, 0));
+    assert_eq!(env.view(&id).await.status, TaskStatus::Running);
+
+    assert_eq!(env.broker.renew(&stale(&lease)).await.unwrap(), LeaseState::Lost);
+
+    env.broker.cancel(&id).await.unwrap();
+    assert_eq!(env.broker.renew(&lease).await.unwrap(), LeaseState::Cancelled);
+
+    // A finished task is no one's to renew.
+    let id2 = env.broker.submit(spec("b")).await.unwrap().task_id;
+    let lease2 = claim_now(&env.broker, &worker(1)).await;
+    assert_eq!(lease2.task_id, id2);
+    env.broker.complete(&lease2, verdict("ok")).await.unwrap();
+    assert_eq!(env.broker.renew(&lease2).await.unwrap(), LeaseState::Lost);
+}
+
+async fn complete_is_fenced_by_token(backend: Backend) {
+    let env = Env::start(backend, config()).await;
+    let id = env.broker.submit(spec("a")).await.unwrap().task_id;
+    let lease = claim_now(&env.broker, &worker(1)).await;
+
+    assert_eq!(
+        env.broker.complete(&stale(&lease), verdict("forged")).await.unwrap(),
+        AckOutcome::Stale
+    );
+    assert_eq!(env.view(&id).await.status, TaskStatus::Running);
+
+    assert_eq!(
+        env.broker.complete(&lease, verdict("first")).await.unwrap(),
+        AckOutcome::Accepted
+    );
+    let view = env.view(&id).await;
+    assert_eq!(view.status, TaskStatus::Done);
+    assert_eq!(view.result, Some(verdict("first")));
+    let finished = view.finished_at.expect("finished_at is set");
+    assert!(finished >= view.started_at.unwrap());
+
+    // Exactly one result: the same lease cannot complete twice, nor release afterwards.
+    assert_eq!(
+        env.broker.complete(&lease, verdict("second")).await.unwrap(),
+        AckOutcome::Stale
+    );
+    assert_eq!(
+        env.broker.release(&lease, "late").await.unwrap(),
+        AckOutcome::Stale
+    );
+    let view = env.view(&id).await;
+    assert_eq!(view.result, Some(verdict("first")));
+    assert_eq!(view.status, TaskStatus::Done);
+}
+
+async fn stale_complete_after_reap_writes_nothing(backend: Backend) {
+    let cfg = BrokerConfig {
+        lease_ttl: Duration::from_millis(300),
+        ..config()
+    };
+    let env = Env::start(backend, cfg).await;
+    let id = env.broker.submit(spec("a")).await.unwrap().task_id;
+    let first = claim_now(&env.broker, &worker(1)).await;
+    let r = reap_until(&env.broker, "the first lease to expire").await;
+    assert_eq!((r.requeued, r.failed), (1, 0));
+
+    let second = claim_now(&env.broker, &worker(2)).await;
+    assert_eq!(second.task_id, id);
+    assert_eq!(second.attempt, 2);
+
+    assert_eq!(
+        env.broker.complete(&first, verdict("old")).await.unwrap(),
+        AckOutcome::Stale
+    );
+    assert_eq!(env.broker.renew(&first).await.unwrap(), LeaseState::Lost);
+    let view = env.view(&id).await;
+    assert_eq!(view.status, TaskStatus::Running);
+    assert_eq!(view.result, None);
+    assert_eq!(view.worker_id, Some(worker(2)));
+
+    assert_eq!(
+        env.broker.complete(&second, verdict("new")).await.unwrap(),
+        AckOutcome::Accepted
+    );
+    assert_eq!(env.view(&id).await.result, Some(verdict("new")));
+}
+
+async fn reap_requeues_then_fails_after_max_attempts(backend: Backend) {
+    let cfg = BrokerConfig {
+        lease_ttl: Duration::from_millis(300),
+        max_attempts: 2,
+        ..config()
+    };
+    let env = Env::start(backend, cfg).await;
+    let id = env.broker.submit(spec("a")).await.unwrap().task_id;
+    assert_eq!(env.broker.reap_expired().await.unwrap().requeued, 0);
+
+    let first = claim_now(&env.broker, &worker(1)).await;
+    assert_eq!(first.attempt, 1);
+    let r = reap_until(&env.broker, "the first lease to expire").await;
+    assert_eq!((r.requeued, r.failed), (1, 0));
+    let view = env.view(&id).await;
+    assert_eq!(view.status, TaskStatus::Queued);
+    assert_eq!(view.worker_id, None);
+    assert_eq!(view.attempts, 1);
+
+    let second = claim_now(&env.broker, &worker(2)).await;
+    assert_eq!((second.task_id.clone(), second.attempt), (id.clone(), 2));
+    assert_ne!(second.token, first.token);
+    let r = reap_until(&env.broker, "the second lease to expire").await;
+    assert_eq!((r.requeued, r.failed), (0, 1));
+
+    let view = env.view(&id).await;
+    assert_eq!(view.status, TaskStatus::Failed);
+    assert_eq!(view.attempts, 2);
+    let error = view.error.expect("a failed task says why");
+    assert!(error.contains("lease expired"), "{error}");
+    assert!(view.finished_at.is_some());
+    assert_eq!(env.broker.claim(&worker(3), Duration::ZERO).await.unwrap(), None);
+
+    let q = env.broker.queue_status().await.unwrap();
+    assert_eq!((q.requeued_total, q.failed_total, q.running), (1, 1, 0));
+}
+
+async fn release_requeues_then_fails_with_reason(backend: Backend) {
+    let cfg = BrokerConfig {
+        max_attempts: 2,
+        ..config()
+    };
+    let env = Env::start(backend, cfg).await;
+    let id = env.broker.submit(spec("a")).await.unwrap().task_id;
+
+    let first = claim_now(&env.broker, &worker(1)).await;
+    assert_eq!(
+        env.broker.release(&stale(&first), "forged").await.unwrap(),
+        AckOutcome::Stale
+    );
+    assert_eq!(
+        env.broker.release(&first, "gpu unhealthy").await.unwrap(),
+        AckOutcome::Accepted
+    );
+    let view = env.view(&id).await;
+    assert_eq!(view.status, TaskStatus::Queued);
+    assert_eq!(view.worker_id, None);
+
+    let second = claim_now(&env.broker, &worker(2)).await;
+    assert_eq!(second.attempt, 2);
+    assert_eq!(
+        env.broker.release(&first, "late").await.unwrap(),
+        AckOutcome::Stale
+    );
+    assert_eq!(
+        env.broker.release(&second, "harness crashed").await.unwrap(),
+        AckOutcome::Accepted
+    );
+    let view = env.view(&id).await;
+    assert_eq!(view.status, TaskStatus::Failed);
+    assert_eq!(view.error.as_deref(), Some("harness crashed"));
+    assert!(view.finished_at.is_some());
+    assert_eq!(
+        env.broker.complete(&second, verdict("late")).await.unwrap(),
+        AckOutcome::Stale
+    );
+    let q = env.broker.queue_status().await.unwrap();
+    assert_eq!((q.requeued_total, q.failed_total), (1, 1));
+}
+
+async fn high_before_normal_before_low(backend: Backend) {
+    let env = Env::start(backend, config()).await;
+    let low = env.broker.submit(spec_with("l", Priority::Low, None)).await.unwrap().task_id;
+    let normal = env.broker.submit(spec_with("n", Priority::Normal, None)).await.unwrap().task_id;
+    let high = env.broker.submit(spec_with("h", Priority::High, None)).await.unwrap().task_id;
+    let w = worker(1);
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        order.push(claim_now(&env.broker, &w).await.task_id);
+    }
+    assert_eq!(order, [high, normal, low]);
+}
+
+async fn low_is_not_starved(backend: Backend) {
+    let env = Env::start(backend, config()).await;
+    let specs: Vec<TaskSpec> = (0..20)
+        .map(|i| spec_with(&format!("h{i}"), Priority::High, None))
+        .collect();
+    env.broker.submit_batch(specs).await.unwrap();
+    let low = env.broker.submit(spec_with("l", Priority::Low, None)).await.unwrap().task_id;
+
+    let w = worker(1);
+    let mut claimed = Vec::new();
+    for _ in 0..7 {
+        claimed.push(claim_now(&env.broker, &w).await.task_id);
+    }
+    assert!(claimed.contains(&low), "low task not among the first 7 claims");
+}
+
+async fn fifo_within_priority(backend: Backend) {
+    let env = Env::start(backend, config()).await;
+    let mut submitted = Vec::new();
+    for i in 0..5 {
+        submitted.push(env.broker.submit(spec(&format!("t{i}"))).await.unwrap().task_id);
+    }
+    let (_, in_batch) = env
+        .broker
+        .submit_batch((5..8).map(|i| spec(&format!("t{i}"))).collect())
+        .await
+        .unwrap();
+    submitted.extend(in_batch.into_iter().map(|s| s.task_id));
+
+    let w = worker(1);
+    let mut claimed = Vec::new();
+    for _ in 0..submitted.len() {
+        claimed.push(claim_now(&env.broker, &w).await.task_id);
+    }
+    assert_eq!(claimed, submitted);
+}
+
+async fn idempotency_key_returns_same_task(backend: Backend) {
+    let env = Env::start(backend, config()).await;
+    let first = env.broker.submit(spec_with("a", Priority::Normal, Some("k1"))).await.unwrap();
+    assert!(!first.deduplicated);
+    let again = env.broker.submit(spec_with("a2", Priority::High, Some("k1"))).await.unwrap();
+    assert_eq!(again.task_id, first.task_id);
+    assert!(again.deduplicated);
+    assert_eq!(again.status, TaskStatus::Queued);
+    let other = env.broker.submit(spec_with("b", Priority::Normal, Some("k2"))).await.unwrap();
+    assert_ne!(other.task_id, first.task_id);
+
+    // Inside a batch: a known key, a new key, and the new key repeated.
+    let (batch, subs) = env
+        .broker
+        .submit_batch(vec![
+            spec_with("c", Priority::Normal, Some("k1")),
+            spec_with("d", Priority::Normal, Some("k3")),
+            spec_with("e", Priority::Normal, Some("k3")),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(subs[0].task_id, first.task_id);
+    assert!(subs[0].deduplicated);
+    assert!(!subs[1].deduplicated);
+    assert_eq!(subs[2].task_id, subs[1].task_id);
+    assert!(subs[2].deduplicated);
+    // The reused task keeps its own batch (none); the new one belongs to this batch.
+    assert_eq!(env.view(&first.task_id).await.batch_id, None);
+    assert_eq!(env.view(&subs[1].task_id).await.batch_id, Some(batch.clone()));
+
+    let q = env.broker.queue_status().await.unwrap();
+    assert_eq!(q.submitted_total, 3);
+    assert_eq!(q.queued(), 3);
+
+    // Counts cover every member, reused ones included, and follow their transitions.
+    let st = env.broker.batch_status(&batch, false).await.unwrap().unwrap();
+    assert_eq!((st.total, st.counts.queued), (3, 3));
+    let w = worker(1);
+    let mut leases = Vec::new();
+    for _ in 0..3 {
+        leases.push(claim_now(&env.broker, &w).await);
+    }
+    let st = env.broker.batch_status(&batch, false).await.unwrap().unwrap();
+    assert_eq!((st.counts.queued, st.counts.running), (0, 3));
+    for lease in &leases {
+        env.broker.complete(lease, verdict("ok")).await.unwrap();
+    }
+    let st = env.broker.batch_status(&batch, false).await.unwrap().unwrap();
+    assert_eq!((st.counts.running, st.counts.done, st.counts.total()), (0, 3, 3));
+
+    // A finished task is still returned for its key.
+    let after = env.broker.submit(spec_with("a3", Priority::Normal, Some("k1"))).await.unwrap();
+    assert_eq!(after.task_id, first.task_id);
+    assert_eq!(after.status, TaskStatus::Done);
+    assert!(after.deduplicated);
+}
+
+async fn queue_cap_refuses_submissions(backend: Backend) {
+    let cfg = BrokerConfig {
+        queue_cap: 3,
+        ..config()
+    };
+    let env = Env::start(backend, cfg).await;
+    env.broker.submit(spec_with("a", Priority::Normal, Some("ka"))).await.unwrap();
+    env.broker.submit(spec("b")).await.unwrap();
+
+    match env.broker.submit_batch(vec![spec("c"), spec("d")]).await {
+        Err(BrokerError::QueueFull { queued: 2, cap: 3 }) => {}
+        other => panic!("expected QueueFull, got {other:?}"),
+    }
+    let q = env.broker.queue_status().await.unwrap();
+    assert_eq!((q.queued(), q.submitted_total, q.queue_cap), (2, 2, 3));
+
+    env.broker.submit(spec("c")).await.unwrap();
+    match env.broker.submit(spec("d")).await {
+        Err(BrokerError::QueueFull { queued: 3, cap: 3 }) => {}
+        other => panic!("expected QueueFull, got {other:?}"),
+    }
+    // A resubmission adds nothing to the queue, so it is answered even at the cap.
+    let dup = env.broker.submit(spec_with("a", Priority::Normal, Some("ka"))).await.unwrap();
+    assert!(dup.deduplicated);
+
+    claim_now(&env.broker, &worker(1)).await;
+    env.broker.submit(spec("d")).await.expect("room again after a claim");
+    assert_eq!(env.broker.queue_status().await.unwrap().queued(), 3);
+}
+
+async fn batch_status_counts_every_transition(backend: Backend) {
+    let env = Env::start(backend, config()).await;
+    let (batch, subs) = env
+        .broker
+        .submit_batch(vec![
+            spec("a"),
+            spec_with("b", Priority::High, None),
+            spec("c"),
+        ])
+        .await
+        .unwrap();
+    let ids: Vec<TaskId> = subs.iter().map(|s| s.task_id.clone()).collect();
+    assert!(subs.iter().all(|s| s.status == TaskStatus::Queued && !s.deduplicated));
+    assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 3);
+    let (other_batch, _) = env.broker.submit_batch(vec![spec("z")]).await.unwrap();
+    assert_ne!(other_batch, batch);
+
+    let st = env.broker.batch_status(&batch, false).await.unwrap().unwrap();
+    assert_eq!(st.batch_id, batch);
+    assert_eq!(st.total, 3);
+    assert_eq!(st.task_ids, ids);
+    assert_eq!(st.counts.queued, 3);
+    assert_eq!(st.tasks, None);
+    assert_eq!(env.view(&ids[0]).await.batch_id, Some(batch.clone()));
+
+    let w = worker(1);
+    let lease = claim_now(&env.broker, &w).await;
+    assert_eq!(lease.task_id, ids[1], "the high task goes first");
+    let st = env.broker.batch_status(&batch, false).await.unwrap().unwrap();
+    assert_eq!((st.counts.queued, st.counts.running), (2, 1));
+
+    env.broker.complete(&lease, verdict("ok")).await.unwrap();
+    env.broker.cancel(&ids[2]).await.unwrap();
+    let st = env.broker.batch_status(&batch, true).await.unwrap().unwrap();
+    assert_eq!(
+        (st.counts.queued, st.counts.running, st.counts.done, st.counts.cancelled),
+        (1, 0, 1, 1)
+    );
+    let tasks = st.tasks.expect("tasks were asked for");
+    let statuses: Vec<TaskStatus> = tasks.iter().map(|t| t.status).collect();
+    assert_eq!(
+        statuses,
+        [TaskStatus::Queued, TaskStatus::Done, TaskStatus::Cancelled]
+    );
+    assert!(tasks.iter().all(|t| t.batch_id.as_ref() == Some(&batch)));
+    assert_eq!(tasks[1].result, Some(verdict("ok")));
+
+    assert_eq!(
+        env.broker
+            .batch_status(&crucible_shared::BatchId::random(), true)
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+async fn cancel_in_every_state(backend: Backend) {
+    let env = Env::start(backend, config()).await;
+    let queued = env.broker.submit(spec("q")).await.unwrap().task_id;
+    assert_eq!(
+        env.broker.cancel(&queued).await.unwrap(),
+        CancelOutcome::Cancelled {
+            was: TaskStatus::Queued
+        }
+    );
+    let view = env.view(&queued).await;
+    assert_eq!(view.status, TaskStatus::Cancelled);
+    assert!(view.finished_at.is_some());
+    assert_eq!(env.broker.queue_status().await.unwrap().queued(), 0);
+    assert_eq!(env.broker.claim(&worker(1), Duration::ZERO).await.unwrap(), None);
+
+    let running = env.broker.submit(spec("r")).await.unwrap().task_id;
+    let lease = claim_now(&env.broker, &worker(1)).await;
+    assert_eq!(
+        env.broker.cancel(&running).await.unwrap(),
+        CancelOutcome::Cancelled {
+            was: TaskStatus::Running
+        }
+    );
+    assert_eq!(env.view(&running).await.status, TaskStatus::Cancelled);
+    assert_eq!(env.broker.renew(&lease).await.unwrap(), LeaseState::Cancelled);
+    assert_eq!(
+        env.broker.complete(&lease, verdict("late")).await.unwrap(),
+        AckOutcome::Stale
+    );
+    assert_eq!(env.view(&running).await.result, None);
+    assert_eq!(env.broker.queue_status().await.unwrap().running, 0);
+
+    let done = env.broker.submit(spec("d")).await.unwrap().task_id;
+    let lease = claim_now(&env.broker, &worker(1)).await;
+    env.broker.complete(&lease, verdict("ok")).await.unwrap();
+    assert_eq!(
+        env.broker.cancel(&done).await.unwrap(),
+        CancelOutcome::AlreadyFinished(TaskStatus::Done)
+    );
+    assert_eq!(
+        env.broker.cancel(&queued).await.unwrap(),
+        CancelOutcome::AlreadyFinished(TaskStatus::Cancelled)
+    );
+    assert_eq!(
+        env.broker.cancel(&TaskId::random()).await.unwrap(),
+        CancelOutcome::NotFound
+    );
+    assert_eq!(env.broker.queue_status().await.unwrap().cancelled_total, 2);
+}
+
+async fn finished_records_expire_after_result_ttl(backend: Backend) {
+    let cfg = BrokerConfig {
+        result_ttl: Duration::from_millis(500),
+        ..config()
+    };
+    let env = Env::start(backend, cfg).await;
+    let (batch, subs) = env
+        .broker
+        .submit_batch(vec![spec_with("a", Priority::Normal, Some("ka")), spec("b")])
+        .await
+        .unwrap();
+    let (a, b) = (subs[0].task_id.clone(), subs[1].task_id.clone());
+    let lease = claim_now(&env.broker, &worker(1)).await;
+    assert_eq!(lease.task_id, a);
+    env.broker.complete(&lease, verdict("ok")).await.unwrap();
+    // The batch is kept while one of its tasks is open, however long that takes.
+    env.broker.cancel(&b).await.unwrap();
+
+    eventually("the finished tasks and their batch to expire", async || {
+        let gone = env.broker.get_task(&a).await.unwrap().is_none()
+            && env.broker.get_task(&b).await.unwrap().is_none()
+            && env.broker.get_spec(&a).await.unwrap().is_none()
+            && env.broker.batch_status(&batch, false).await.unwrap().is_none();
+        gone.then_some(())
+    })
+    .await;
+    let again = env.broker.submit(spec_with("a", Priority::Normal, Some("ka"))).await.unwrap();
+    assert!(!again.deduplicated, "the idempotency key expired with its task");
+    assert_ne!(again.task_id, a);
+    let q = env.broker.queue_status().await.unwrap();
+    assert_eq!((q.done_total, q.cancelled_total), (1, 1), "lifetime counters stay");
+}
+
+async fn finished_records_all_carry_a_ttl(backend: Backend) {
+    let cfg = BrokerConfig {
+        max_attempts: 1,
+        ..config()
+    };
+    let env = Env::start(backend, cfg).await;
+    let (batch, subs) = env
+        .broker
+        .submit_batch(vec![spec_with("a", Priority::Normal, Some("ka")), spec("b")])
+        .await
+        .unwrap();
+    let single = env.broker.submit(spec_with("c", Priority::Low, Some("kc"))).await.unwrap();
+    let w = worker(1);
+    env.broker.worker_heartbeat(&worker_info(&w, WorkerState::Idle)).await.unwrap();
+
+    let done = claim_now(&env.broker, &w).await;
+    env.broker.complete(&done, verdict("ok")).await.unwrap();
+    let failed = claim_now(&env.broker, &w).await;
+    env.broker.release(&failed, "device lost").await.unwrap();
+    env.broker.cancel(&single.task_id).await.unwrap();
+    assert_eq!(env.broker.claim(&w, Duration::ZERO).await.unwrap(), None);
+
+    // Finished records stay readable until result_ttl passes.
+    for s in subs.iter().chain([&single]) {
+        assert!(env.view(&s.task_id).await.status.is_terminal());
+    }
+    let st = env.broker.batch_status(&batch, true).await.unwrap().unwrap();
+    assert_eq!((st.counts.done, st.counts.failed), (1, 1));
+    assert_eq!(st.tasks.unwrap().len(), 2);
+
+    let Some(mut raw) = env.raw().await else {
+        return;
+    };
+    let p = &env.cfg.key_prefix;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{p}:*"))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let task_key = format!("{p}:task:{}", subs[0].task_id);
+    assert!(keys.contains(&task_key), "{keys:?}");
+    assert!(keys.contains(&format!("{p}:batch:{batch}")), "{keys:?}");
+    assert!(keys.contains(&format!("{p}:idem:ka")), "{keys:?}");
+    let exempt = |k: &str| k == format!("{p}:stats") || k.starts_with(&format!("{p}:queue:"));
+    for key in keys.iter().filter(|k| !exempt(k)) {
+        let pttl: i64 = redis::cmd("PTTL").arg(key).query_async(&mut raw).await.unwrap();
+        assert!(pttl > 0, "{key} has no TTL (PTTL {pttl})");
+    }
+    let pttl: i64 = redis::cmd("PTTL").arg(&task_key).query_async(&mut raw).await.unwrap();
+    assert!(pttl <= 600_000, "task TTL {pttl} ms exceeds result_ttl");
+}
+
+async fn queue_status_counts(backend: Backend) {
+    let env = Env::start(backend, config()).await;
+    let empty = env.broker.queue_status().await.unwrap();
+    assert_eq!(empty.queued() + empty.running + empty.submitted_total, 0);
+    assert_eq!(empty.queue_cap, 10_000);
+
+    for (tag, prio) in [
+        ("h", Priority::High),
+        ("n", Priority::Normal),
+        ("l1", Priority::Low),
+        ("l2", Priority::Low),
+    ] {
+        env.broker.submit(spec_with(tag, prio, None)).await.unwrap();
+    }
+    let lease = claim_now(&env.broker, &worker(1)).await;
+    let q = env.broker.queue_status().await.unwrap();
+    assert_eq!(
+        (q.queued_high, q.queued_normal, q.queued_low, q.running, q.submitted_total),
+        (0, 1, 2, 1, 4)
+    );
+    env.broker.complete(&lease, verdict("ok")).await.unwrap();
+    let next = claim_now(&env.broker, &worker(1)).await;
+    env.broker.cancel(&next.task_id).await.unwrap();
+    let q = env.broker.queue_status().await.unwrap();
+    assert_eq!(
+        (q.running, q.done_total, q.cancelled_total, q.failed_total, q.requeued_total),
+        (0, 1, 1, 0, 0)
+    );
+    assert_eq!(q.queued(), 2);
+}
+
+async fn worker_registry_is_shared_and_detects_lost_workers(backend: Backend) {
+    let cfg = BrokerConfig {
+        worker_liveness: Duration::from_millis(400),
+        ..config()
+    };
+    let env = Env::start(backend, cfg).await;
+    let replica = env.peer();
+    let (w1, w2) = (worker(1), worker(2));
+    let info1 = worker_info(&w1, WorkerState::Idle);
+    let mut info2 = worker_info(&w2, WorkerState::Busy);
+    info2.current_task = Some(TaskId::random());
+    env.broker.worker_heartbeat(&info1).await.unwrap();
+    env.broker.worker_heartbeat(&info2).await.unwrap();
+
+    let seen_here = env.broker.list_workers().await.unwrap();
+    let seen_there = replica.list_workers().await.unwrap();
+    assert_eq!(seen_here, seen_there, "both replicas give the same answer");
+    assert_eq!(seen_there.len(), 2);
+    let got2 = seen_there.iter().find(|w| w.worker_id == w2).unwrap();
+    assert_eq!(got2.state, WorkerState::Busy);
+    assert_eq!(got2.current_task, info2.current_task);
+    assert_eq!((got2.device.clone(), got2.tasks_done), (info2.device.clone(), 3));
+
+    replica.deregister_worker(&w2).await.unwrap();
+    let ids: Vec<WorkerId> = env
+        .broker
+        .list_workers()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|w| w.worker_id)
+        .collect();
+    assert_eq!(ids, [w1.clone()]);
+
+    eventually("the silent worker to be reported lost", async || {
+        let list = replica.list_workers().await.unwrap();
+        list.iter()
+            .any(|w| w.worker_id == w1 && w.state == WorkerState::Lost)
+            .then_some(())
+    })
+    .await;
+    env.broker.worker_heartbeat(&info1).await.unwrap();
+    let list = replica.list_workers().await.unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].state, WorkerState::Idle, "a heartbeat revives it");
+
+    eventually("the long-silent worker to be dropped", async || {
+        replica.list_workers().await.unwrap().is_empty().then_some(())
+    })
+    .await;
+}
+
+async fn wait_terminal_returns_on_finish_or_timeout(backend: Backend) {
+    let env = Env::start(backend, config()).await;
+    let id = env.broker.submit(spec("a")).await.unwrap().task_id;
+
+    let t0 = Instant::now();
+    let view = env
+        .broker
+        .wait_terminal(&id, Duration::from_millis(300))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(view.status, TaskStatus::Queued);
+    assert!(t0.elapsed() >= Duration::from_millis(250));
+
+    let waiter = {
+        let broker = env.peer();
+        let id = id.clone();
+        tokio::spawn(async move { broker.wait_terminal(&id, Duration::from_secs(30)).await })
+    };
+    let lease = claim_now(&env.broker, &worker(1)).await;
+    let t0 = Instant::now();
+    env.broker.complete(&lease, verdict("ok")).await.unwrap();
+    let view = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("wait_terminal returned")
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(2), "returned after {:?}", t0.elapsed());
+    assert_eq!(view.status, TaskStatus::Done);
+    assert_eq!(view.result, Some(verdict("ok")));
+
+    assert_eq!(
+        env.broker
+            .wait_terminal(&TaskId::random(), Duration::from_secs(5))
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+async fn task_submitted_on_one_node_is_claimed_on_another(backend: Backend) {
+    let env = Env::start(backend, config()).await;
+    let node_b = env.peer();
+
+    let id = env.broker.submit(spec("a")).await.unwrap().task_id;
+    let lease = node_b
+        .claim(&worker(1), Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("node b sees node a's task");
+    assert_eq!(lease.task_id, id);
+    node_b.complete(&lease, verdict("ok")).await.unwrap();
+    assert_eq!(env.view(&id).await.status, TaskStatus::Done);
+
+    // A claimer blocked on one node is woken by a submit on the other.
+    let w = worker(2);
+    let mut claim = Box::pin(node_b.claim(&w, Duration::from_secs(30)));
+    env.block(&mut claim).await;
+    let t0 = Instant::now();
+    let id = env.broker.submit(spec("b")).await.unwrap().task_id;
+    let lease = tokio::time::timeout(Duration::from_secs(5), claim)
+        .await
+        .expect("claim woke up")
+        .unwrap()
+        .unwrap();
+    assert_eq!(lease.task_id, id);
+    assert!(t0.elapsed() < Duration::from_secs(2));
+}
+
+async fn concurrent_claimers_claim_each_task_once(backend: Backend) {
+    const TASKS: usize = 60;
+    const CLAIMERS: u32 = 6;
+    let env = Env::start(backend, config()).await;
+    let (_, subs) = env
+        .broker
+        .submit_batch((0..TASKS).map(|i| spec(&format!("t{i}"))).collect())
+        .await
+        .unwrap();
+    let submitted: HashSet<TaskId> = subs.into_iter().map(|s| s.task_id).collect();
+
+    let mut claimers = tokio::task::JoinSet::new();
+    for n in 0..CLAIMERS {
+        let broker = env.peer();
+        claimers.spawn(async move {
+            let w = worker(n);
+            let mut got = Vec::new();
+            while let Some(lease) = broker.claim(&w, Duration::from_millis(200)).await.unwrap() {
+                assert_eq!(lease.attempt, 1);
+                got.push(lease.task_id);
+            }
+            got
+        });
+    }
+    let mut claimed = Vec::new();
+    while let Some(got) = claimers.join_next().await {
+        claimed.extend(got.unwrap());
+    }
+    assert_eq!(claimed.len(), TASKS, "every task claimed exactly once");
+    assert_eq!(claimed.into_iter().collect::<HashSet<_>>(), submitted);
+    let q = env.broker.queue_status().await.unwrap();
+    assert_eq!((q.queued(), q.running), (0, TASKS as u64));
+}

@@ -1,0 +1,29 @@
+"""Sum reduction over one dimension, keepdim=True (KernelBench level-1 style, small sizes)."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Sums over `dim`, keeping the reduced dimension."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sum(x, dim=self.dim, keepdim=True)
+
+
+batch_size = 8
+dim1 = 64
+dim2 = 128
+reduce_dim = 1
+
+
+def get_inputs():
+    x = torch.randn(batch_size, dim1, dim2)
+    return [x]
+
+
+def get_init_inputs():
+    return [reduce_dim]

@@ -1,0 +1,282 @@
+//! Harness for the end-to-end tests: real redis-server, real `crucible-api`,
+//! `crucible-worker` and `crucible` processes on free ports, the problems and candidates of
+//! `tests/problems` and `tests/candidates`, and bounded waits. Every process is killed on drop.
+
+use serde_json::{Value, json};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is inside the repo")
+        .to_owned()
+}
+
+/// A binary of this workspace, built by `cargo build --workspace --bins` (scripts/test.sh).
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the binaries first (scripts/test.sh does: cargo build --workspace --bins)",
+        path.display()
+    );
+    path
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// The Python the workers use; scripts/test.sh exports it.
+pub fn python() -> String {
+    std::env::var("CRUCIBLE_PYTHON").unwrap_or_else(|_| "python3".to_owned())
+}
+
+/// Polls `f` until it returns `Some` or `timeout` passes.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(20);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(250));
+    }
+}
+
+/// A child process killed (SIGKILL) when dropped.
+pub struct Proc {
+    pub name: String,
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    pub fn spawn(name: &str, mut cmd: Command, log_dir: &Path) -> Proc {
+        let log = log_dir.join(format!("{name}.log"));
+        let file = std::fs::File::create(&log).expect("log file");
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().expect("dup log"))
+            .stderr(file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning {name}: {e}"));
+        Proc {
+            name: name.to_owned(),
+            child,
+            log,
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then wait up to `timeout` for a clean exit (SIGKILL after).
+    pub fn terminate(&mut self, timeout: Duration) -> bool {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid()),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill9();
+        false
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A private redis-server on a free port.
+pub struct Redis {
+    pub url: String,
+    _proc: Proc,
+}
+
+impl Redis {
+    pub async fn start(log_dir: &Path) -> Redis {
+        let port = free_port();
+        let mut cmd = Command::new("redis-server");
+        cmd.args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--maxmemory-policy",
+            "noeviction",
+        ]);
+        let proc = Proc::spawn("redis", cmd, log_dir);
+        let addr = format!("127.0.0.1:{port}");
+        eventually("redis to accept connections", Duration::from_secs(10), || {
+            let addr = addr.clone();
+            async move { std::net::TcpStream::connect(&addr).ok().map(|_| ()) }
+        })
+        .await;
+        Redis {
+            url: format!("redis://127.0.0.1:{port}"),
+            _proc: proc,
+        }
+    }
+}
+
+/// Environment shared by API and worker processes of one test.
+pub fn service_env(redis_url: &str, prefix: &str) -> Vec<(String, String)> {
+    vec![
+        ("REDIS_URL".into(), redis_url.to_owned()),
+        ("CRUCIBLE_KEY_PREFIX".into(), prefix.to_owned()),
+        ("CRUCIBLE_PYTHON".into(), python()),
+        ("CRUCIBLE_CPU_THREADS".into(), "1".into()),
+        ("RUST_LOG".into(), "info".into()),
+    ]
+}
+
+pub fn api_command(port: u16, env: &[(String, String)]) -> Command {
+    let mut cmd = Command::new(bin("crucible-api"));
+    cmd.env("CRUCIBLE_BIND", format!("127.0.0.1:{port}"))
+        .env("CRUCIBLE_REAPER_INTERVAL_MS", "200")
+        .envs(env.iter().map(|(k, v)| (k, v)));
+    cmd
+}
+
+pub fn worker_command(env: &[(String, String)]) -> Command {
+    let mut cmd = Command::new(bin("crucible-worker"));
+    cmd.arg("--cpu").envs(env.iter().map(|(k, v)| (k, v)));
+    cmd
+}
+
+/// A small HTTP client for one API.
+#[derive(Clone)]
+pub struct Api {
+    pub base: String,
+    pub http: reqwest::Client,
+}
+
+impl Api {
+    pub fn new(port: u16) -> Api {
+        Api {
+            base: format!("http://127.0.0.1:{port}"),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(90))
+                .build()
+                .expect("client"),
+        }
+    }
+
+    pub async fn wait_ready(&self) {
+        eventually("the API to answer /health", Duration::from_secs(30), || async {
+            self.http
+                .get(format!("{}/health", self.base))
+                .send()
+                .await
+                .ok()
+                .map(|_| ())
+        })
+        .await;
+    }
+
+    /// Sends a request; returns the status and the JSON body (Null when not JSON).
+    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("request sent");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    pub async fn submit(&self, body: Value) -> String {
+        let (status, v) = self.post("/evaluate", body).await;
+        assert_eq!(status, 202, "submit answered {status}: {v}");
+        v["task_id"].as_str().expect("task_id").to_owned()
+    }
+
+    /// Waits for a terminal status and returns the task.
+    pub async fn wait_task(&self, id: &str, timeout: Duration) -> Value {
+        eventually(&format!("task {id} to finish"), timeout, || async {
+            let (status, v) = self.get(&format!("/tasks/{id}?wait=5")).await;
+            (status == 200
+                && matches!(v["status"].as_str(), Some("done" | "failed" | "cancelled")))
+            .then_some(v)
+        })
+        .await
+    }
+}
+
+pub fn problem(name: &str) -> String {
+    std::fs::read_to_string(repo_root().join("tests/problems").join(format!("{name}.py")))
+        .unwrap_or_else(|e| panic!("problem {name}: {e}"))
+}
+
+pub fn candidate(file: &str) -> String {
+    std::fs::read_to_string(repo_root().join("tests/candidates").join(file))
+        .unwrap_or_else(|e| panic!("candidate {file}: {e}"))
+}
+
+/// An `/evaluate` body with small trial counts (CPU workers are slow).
+pub fn eval_body(problem_name: &str, candidate_file: &str, timeout_s: u32) -> Value {
+    json!({
+        "reference_code": problem(problem_name),
+        "kernel_code": candidate(candidate_file),
+        "backend": "triton",
+        "num_correct_trials": 2,
+        "num_perf_trials": 5,
+        "timeout_s": timeout_s,
+    })
+}
+
+pub fn log_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir()
+        .join("crucible-e2e")
+        .join(format!("{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("log dir");
+    dir
+}

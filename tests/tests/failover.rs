@@ -1,0 +1,106 @@
+//! Losing processes loses no work: a worker killed with SIGKILL mid-task has its task finished
+//! by another worker (attempts = 2, one result), and an API replica killed mid-batch is
+//! replaced without losing a task.
+
+use crucible_tests::*;
+use serde_json::json;
+use std::time::Duration;
+
+/// The correct ReLU candidate, made slow at import so a test can catch it running.
+fn slow_correct_candidate(seconds: u32) -> String {
+    format!(
+        "import time\ntime.sleep({seconds})\n{}",
+        candidate("elementwise_relu__correct.py")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_killed_mid_task_loses_nothing() {
+    let logs = log_dir("failover-worker");
+    let redis = Redis::start(&logs).await;
+    let mut env = service_env(&redis.url, "failover");
+    env.push(("CRUCIBLE_LEASE_TTL_MS".into(), "1500".into()));
+    env.push(("CRUCIBLE_WORKER_LIVENESS_MS".into(), "3000".into()));
+    let port = free_port();
+    let _api = Proc::spawn("api", api_command(port, &env), &logs);
+    let mut first = Proc::spawn("worker-first", worker_command(&env), &logs);
+    let api = Api::new(port);
+    api.wait_ready().await;
+
+    let id = api
+        .submit(json!({
+            "reference_code": problem("elementwise_relu"),
+            "kernel_code": slow_correct_candidate(8),
+            "num_correct_trials": 2,
+            "num_perf_trials": 5,
+            "timeout_s": 120,
+        }))
+        .await;
+    let running = eventually("the task to run on the first worker", Duration::from_secs(60), || async {
+        let (_, v) = api.get(&format!("/tasks/{id}")).await;
+        (v["status"] == "running").then_some(v)
+    })
+    .await;
+    let first_worker = running["worker_id"].as_str().unwrap().to_owned();
+    assert_eq!(running["attempts"], 1);
+
+    first.kill9();
+    let _second = Proc::spawn("worker-second", worker_command(&env), &logs);
+
+    let task = api.wait_task(&id, Duration::from_secs(180)).await;
+    assert_eq!(task["status"], "done", "{task}");
+    assert_eq!(task["attempts"], 2, "{task}");
+    assert_ne!(task["worker_id"].as_str().unwrap(), first_worker);
+    assert_eq!(task["result"]["correct"], true, "{task}");
+
+    let (_, queue) = api.get("/queue/status").await;
+    assert_eq!(queue["done_total"], 1, "exactly one result: {queue}");
+    assert_eq!(queue["requeued_total"], 1, "{queue}");
+    // The dead worker is reported lost, not silently dropped.
+    eventually("the killed worker to be reported lost", Duration::from_secs(20), || async {
+        let (_, w) = api.get("/workers/status").await;
+        w["workers"]
+            .as_array()?
+            .iter()
+            .any(|w| w["worker_id"] == first_worker.as_str() && w["state"] == "lost")
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_api_restart_mid_batch_loses_nothing() {
+    let logs = log_dir("failover-api");
+    let redis = Redis::start(&logs).await;
+    let env = service_env(&redis.url, "apirestart");
+    let port = free_port();
+    let mut first_api = Proc::spawn("api-first", api_command(port, &env), &logs);
+    let _worker = Proc::spawn("worker", worker_command(&env), &logs);
+    let api = Api::new(port);
+    api.wait_ready().await;
+
+    let tasks: Vec<_> = ["elementwise_relu", "softmax", "reduction_sum", "matmul"]
+        .iter()
+        .map(|p| eval_body(p, &format!("{p}__correct.py"), 120))
+        .collect();
+    let (status, batch) = api.post("/evaluate/batch", json!({ "tasks": tasks })).await;
+    assert_eq!(status, 202, "{batch}");
+    let batch_id = batch["batch_id"].as_str().unwrap().to_owned();
+
+    first_api.kill9();
+    let second_port = free_port();
+    let _second_api = Proc::spawn("api-second", api_command(second_port, &env), &logs);
+    let api = Api::new(second_port);
+    api.wait_ready().await;
+
+    let done = eventually("the batch to finish", Duration::from_secs(300), || async {
+        let (_, b) = api.get(&format!("/batches/{batch_id}?include=tasks")).await;
+        (b["counts"]["done"] == 4).then_some(b)
+    })
+    .await;
+    assert_eq!(done["total"], 4);
+    for task in done["tasks"].as_array().unwrap() {
+        assert_eq!(task["result"]["correct"], true, "{task}");
+        assert_eq!(task["attempts"], 1, "{task}");
+    }
+}

@@ -1,0 +1,158 @@
+//! The client side of Crucible: a typed async HTTP client (retries with backoff on 429, 503
+//! and connection errors) used by trainers and by the `crucible` CLI.
+
+use crucible_shared::{
+    ApiError, BatchRequest, BatchStatus, EvaluateRequest, QueueStatus, SubmitResponse, TaskId,
+    TaskView,
+};
+use serde::de::DeserializeOwned;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server answered with an error body.
+    #[error("HTTP {status}: {error}")]
+    Api { status: u16, error: ApiError },
+    #[error("transport: {0}")]
+    Transport(#[from] reqwest::Error),
+    #[error("unexpected answer (HTTP {status}): {body}")]
+    Unexpected { status: u16, body: String },
+    #[error("gave up after {attempts} attempts: {last}")]
+    Exhausted { attempts: u32, last: String },
+}
+
+/// Answer of `POST /evaluate/batch`.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct BatchSubmitted {
+    pub batch_id: crucible_shared::BatchId,
+    pub task_ids: Vec<TaskId>,
+}
+
+#[derive(Clone)]
+pub struct Client {
+    base: String,
+    http: reqwest::Client,
+    max_attempts: u32,
+}
+
+impl Client {
+    pub fn new(base_url: impl Into<String>) -> Self {
+        Self {
+            base: base_url.into().trim_end_matches('/').to_owned(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(120))
+                .build()
+                .expect("reqwest client builds"),
+            max_attempts: 6,
+        }
+    }
+
+    /// Submits one evaluation. Give it an `idempotency_key` so a retried submission cannot
+    /// create a second task.
+    pub async fn evaluate(&self, request: &EvaluateRequest) -> Result<SubmitResponse, ClientError> {
+        self.send(reqwest::Method::POST, "/evaluate", Some(request)).await
+    }
+
+    pub async fn evaluate_batch(&self, batch: &BatchRequest) -> Result<BatchSubmitted, ClientError> {
+        self.send(reqwest::Method::POST, "/evaluate/batch", Some(batch)).await
+    }
+
+    pub async fn task(&self, id: &TaskId) -> Result<TaskView, ClientError> {
+        self.send::<(), _>(reqwest::Method::GET, &format!("/tasks/{id}"), None)
+            .await
+    }
+
+    pub async fn batch(&self, id: &crucible_shared::BatchId) -> Result<BatchStatus, ClientError> {
+        self.send::<(), _>(reqwest::Method::GET, &format!("/batches/{id}?include=tasks"), None)
+            .await
+    }
+
+    pub async fn queue(&self) -> Result<QueueStatus, ClientError> {
+        self.send::<(), _>(reqwest::Method::GET, "/queue/status", None).await
+    }
+
+    pub async fn workers(&self) -> Result<serde_json::Value, ClientError> {
+        self.send::<(), _>(reqwest::Method::GET, "/workers/status", None).await
+    }
+
+    /// Polls (with the server's long-poll `wait`) until the task is terminal or `timeout`.
+    pub async fn wait(&self, id: &TaskId, timeout: Duration) -> Result<TaskView, ClientError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let wait_s = left.as_secs_f64().min(30.0);
+            let view: TaskView = self
+                .send::<(), _>(reqwest::Method::GET, &format!("/tasks/{id}?wait={wait_s:.1}"), None)
+                .await?;
+            if view.status.is_terminal() || left.is_zero() {
+                return Ok(view);
+            }
+        }
+    }
+
+    async fn send<B: serde::Serialize, T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> Result<T, ClientError> {
+        let mut last = String::new();
+        for attempt in 1..=self.max_attempts {
+            let mut req = self.http.request(method.clone(), format!("{}{path}", self.base));
+            if let Some(b) = body {
+                req = req.json(b);
+            }
+            match req.send().await {
+                Ok(resp) => {
+                    let status = resp.status().as_u16();
+                    let retryable = status == 429 || status == 503;
+                    let bytes = resp.bytes().await?;
+                    if (200..300).contains(&status) {
+                        return serde_json::from_slice(&bytes).map_err(|_| ClientError::Unexpected {
+                            status,
+                            body: String::from_utf8_lossy(&bytes).into_owned(),
+                        });
+                    }
+                    let err = match serde_json::from_slice::<ApiError>(&bytes) {
+                        Ok(error) => ClientError::Api { status, error },
+                        Err(_) => ClientError::Unexpected {
+                            status,
+                            body: String::from_utf8_lossy(&bytes).into_owned(),
+                        },
+                    };
+                    if !retryable {
+                        return Err(err);
+                    }
+                    last = err.to_string();
+                }
+                Err(e) if e.is_connect() || e.is_timeout() => last = e.to_string(),
+                Err(e) => return Err(e.into()),
+            }
+            if attempt < self.max_attempts {
+                tokio::time::sleep(backoff(attempt)).await;
+            }
+        }
+        Err(ClientError::Exhausted {
+            attempts: self.max_attempts,
+            last,
+        })
+    }
+}
+
+/// Exponential backoff with a cap: 0.25 s, 0.5 s, 1 s, ... 8 s.
+pub fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis(250u64.saturating_mul(1 << attempt.saturating_sub(1).min(5)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_caps() {
+        assert_eq!(backoff(1), Duration::from_millis(250));
+        assert_eq!(backoff(2), Duration::from_millis(500));
+        assert_eq!(backoff(6), Duration::from_secs(8));
+        assert_eq!(backoff(60), Duration::from_secs(8));
+    }
+}

@@ -1,0 +1,216 @@
+//! `crucible`: run the whole service on one machine (`crucible up`), evaluate one pair locally
+//! (`crucible eval`), or talk to a running service (`crucible submit`, `crucible status`).
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use crucible_gpu_worker::verdict::Classified;
+use crucible_gpu_worker::{DeviceSlot, Worker, WorkerConfig, discover_devices, evaluate_local, probe};
+use crucible_shared::{Backend, BrokerConfig, EvaluateRequest, TaskSpec};
+use crucible_task_manager::{Broker, MemoryBroker, RedisBroker, run_reaper};
+use crucible_trainer_client::Client;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "crucible", version, about = "Crucible: GPU kernel evaluation for RL trainers")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the API, the lease reaper and one worker per visible GPU (or one CPU worker).
+    Up {
+        #[arg(long, env = "CRUCIBLE_BIND", default_value = "127.0.0.1:10907")]
+        bind: String,
+        /// Shared broker; without it the embedded in-process broker is used.
+        #[arg(long, env = "REDIS_URL")]
+        redis_url: Option<String>,
+        /// Comma-separated GPU indices to use (default: all visible).
+        #[arg(long, env = "CRUCIBLE_GPUS", value_delimiter = ',')]
+        gpus: Option<Vec<u32>>,
+        /// Use one CPU worker even if GPUs are present.
+        #[arg(long)]
+        cpu: bool,
+        /// Add N more CPU workers beside the devices found (for development).
+        #[arg(long, default_value_t = 0)]
+        extra_cpu_workers: u32,
+    },
+    /// Evaluate one candidate against one reference on this machine, without a server.
+    Eval {
+        #[arg(long)]
+        reference: PathBuf,
+        #[arg(long)]
+        kernel: PathBuf,
+        #[arg(long, value_enum, default_value = "triton")]
+        backend: BackendArg,
+        /// Use this GPU (default: GPU 0 if one is visible, else the CPU).
+        #[arg(long)]
+        gpu: Option<u32>,
+        #[arg(long)]
+        cpu: bool,
+        #[arg(long, default_value_t = 5)]
+        trials: u32,
+        #[arg(long, default_value_t = 100)]
+        perf_trials: u32,
+        #[arg(long, default_value_t = 300)]
+        timeout_s: u32,
+    },
+    /// Submit one pair to a running service and wait for the verdict.
+    Submit {
+        #[arg(long, env = "CRUCIBLE_URL", default_value = "http://127.0.0.1:10907")]
+        url: String,
+        #[arg(long)]
+        reference: PathBuf,
+        #[arg(long)]
+        kernel: PathBuf,
+        #[arg(long, value_enum, default_value = "triton")]
+        backend: BackendArg,
+        #[arg(long, default_value_t = 600)]
+        wait_s: u64,
+    },
+    /// Queue and workers of a running service.
+    Status {
+        #[arg(long, env = "CRUCIBLE_URL", default_value = "http://127.0.0.1:10907")]
+        url: String,
+    },
+    /// Check the CUDA device in this process (used by workers).
+    #[command(hide = true)]
+    ProbeGpu,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum BackendArg {
+    Triton,
+    Cuda,
+}
+
+impl From<BackendArg> for Backend {
+    fn from(b: BackendArg) -> Self {
+        match b {
+            BackendArg::Triton => Backend::Triton,
+            BackendArg::Cuda => Backend::Cuda,
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    if let Command::ProbeGpu = cli.command {
+        println!("{}", serde_json::to_string(&probe::run_probe(0))?);
+        return Ok(());
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
+    match cli.command {
+        Command::Up { bind, redis_url, gpus, cpu, extra_cpu_workers } => {
+            up(bind, redis_url, gpus, cpu, extra_cpu_workers).await
+        }
+        Command::Eval { reference, kernel, backend, gpu, cpu, trials, perf_trials, timeout_s } => {
+            let mut request = EvaluateRequest::new(read(&reference)?, read(&kernel)?);
+            request.backend = backend.into();
+            request.num_correct_trials = trials;
+            request.num_perf_trials = perf_trials;
+            request.timeout_s = timeout_s;
+            request.validate()?;
+            let device = match (gpu, cpu) {
+                (_, true) => DeviceSlot::cpu(),
+                (Some(i), false) => DeviceSlot::gpu(i),
+                (None, false) => discover_devices(None).remove(0),
+            };
+            let cfg = WorkerConfig::from_env(device).map_err(anyhow::Error::msg)?;
+            let spec = TaskSpec { request, seed: 42 };
+            match evaluate_local(&cfg, &spec).await? {
+                Classified::Verdict(result) => {
+                    println!("{}", serde_json::to_string_pretty(&result)?);
+                    Ok(())
+                }
+                Classified::ServiceFault(reason) => bail!("the evaluation could not run: {reason}"),
+                Classified::Cancelled => bail!("cancelled"),
+            }
+        }
+        Command::Submit { url, reference, kernel, backend, wait_s } => {
+            let client = Client::new(url);
+            let mut request = EvaluateRequest::new(read(&reference)?, read(&kernel)?);
+            request.backend = backend.into();
+            let submitted = client.evaluate(&request).await?;
+            eprintln!("submitted {}", submitted.task_id);
+            let view = client.wait(&submitted.task_id, Duration::from_secs(wait_s)).await?;
+            println!("{}", serde_json::to_string_pretty(&view)?);
+            Ok(())
+        }
+        Command::Status { url } => {
+            let client = Client::new(url);
+            println!("{}", serde_json::to_string_pretty(&client.queue().await?)?);
+            println!("{}", serde_json::to_string_pretty(&client.workers().await?)?);
+            Ok(())
+        }
+        Command::ProbeGpu => unreachable!("handled before logging starts"),
+    }
+}
+
+fn read(path: &PathBuf) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+async fn up(
+    bind: String,
+    redis_url: Option<String>,
+    gpus: Option<Vec<u32>>,
+    cpu: bool,
+    extra_cpu_workers: u32,
+) -> anyhow::Result<()> {
+    let cfg = BrokerConfig::from_env()?;
+    let broker: Arc<dyn Broker> = match &redis_url {
+        Some(url) => Arc::new(RedisBroker::connect(url, cfg).context("connecting to redis")?),
+        None => Arc::new(MemoryBroker::new(cfg)),
+    };
+    let mut devices = if cpu {
+        vec![DeviceSlot::cpu()]
+    } else {
+        discover_devices(gpus.as_deref())
+    };
+    devices.extend((0..extra_cpu_workers).map(|_| DeviceSlot::cpu()));
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut tasks = Vec::new();
+    tasks.push(tokio::spawn(run_reaper(broker.clone(), Duration::from_secs(1), stop_rx.clone())));
+    for device in devices {
+        let wcfg = WorkerConfig::from_env(device).map_err(anyhow::Error::msg)?;
+        let worker = Arc::new(Worker::new(broker.clone(), wcfg));
+        tasks.push(tokio::spawn(worker.run(stop_rx.clone())));
+    }
+    let listener = tokio::net::TcpListener::bind(&bind)
+        .await
+        .with_context(|| format!("binding {bind}"))?;
+    tracing::info!(
+        addr = %listener.local_addr()?,
+        broker = broker.kind(),
+        workers = tasks.len() - 1,
+        "crucible up"
+    );
+    let mut stop = stop_rx.clone();
+    let server = tokio::spawn(crucible_api_server::serve(
+        listener,
+        crucible_api_server::AppState::new(broker),
+        async move {
+            let _ = stop.wait_for(|s| *s).await;
+        },
+    ));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutdown requested");
+    let _ = stop_tx.send(true);
+    server.await??;
+    for t in tasks {
+        t.await?;
+    }
+    Ok(())
+}
