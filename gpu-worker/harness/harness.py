@@ -54,7 +54,6 @@ _os_exit = os._exit
 _channel_write = _CHANNEL.write
 _channel_flush = _CHANNEL.flush
 
-STAGES = ("setup", "load_reference", "load_candidate", "instantiate", "correctness", "performance")
 REFERENCE_MODULE = "crucible_reference"
 CANDIDATE_MODULE = "crucible_candidate"
 MAX_ERROR_CHARS = 4000
@@ -66,6 +65,11 @@ SPEC_DEFAULTS = {
     "backend": "triton", "device": "cuda", "num_correct_trials": 5, "num_perf_trials": 100,
     "num_warmup": 3, "measure_performance": True, "atol": 0.01, "rtol": 0.01, "seed": 42,
 }
+
+
+# What the candidate (or reference) may raise that we turn into a verdict: everything except
+# KeyboardInterrupt. SystemExit counts: sys.exit() in forward is a failing forward.
+CAUGHT = (Exception, SystemExit)
 
 
 class SetupError(Exception):
@@ -124,7 +128,7 @@ def emit(obj):
 _CUDA_FAULT_TEXT = (
     "illegal memory access", "misaligned address", "unspecified launch failure", "cuda error",
     "device-side assert", "illegal instruction", "triton error [cuda]", "cuda_error_",
-    "cudaerrorillegaladdress", "an illegal", "hardware stack error", "launch timed out",
+    "cudaerrorillegaladdress", "hardware stack error", "launch timed out",
 )
 _RESOURCE_ERRNOS = {errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE, errno.ENOSPC,
                     errno.EDQUOT, errno.EFBIG}
@@ -363,11 +367,11 @@ def _compare_values(ref, out, atol, rtol, stats, path):
     if ok:
         return []
     bad = int((~torch.isclose(o, r, rtol=rtol, atol=atol, equal_nan=True)).sum().item())
-    msg = (f"{path}: {bad} of {ref.numel()} elements differ beyond atol={atol}, rtol={rtol}")
-    if finite_diff.numel():
-        msg += f" (max abs diff {float(finite_diff.max().item()):.6g})"
+    msg = f"{path}: {bad} of {ref.numel()} elements differ beyond atol={atol}, rtol={rtol}"
     if n_nonfinite:
-        msg += f"; {n_nonfinite} NaN/Inf where the reference differs"
+        msg += f" ({n_nonfinite} of them NaN/Inf where the reference has another value)"
+    elif finite_diff.numel():
+        msg += f" (max abs diff {float(finite_diff.max().item()):.6g})"
     return [msg]
 
 
@@ -447,16 +451,20 @@ class Evaluation:
         self.result["compiled"] = bool(self.compiled)
         emit(dict({"event": "result"}, **self.result))
 
-    def fail(self, exc, default, focus_file, context="", compiled=None):
-        """Classify `exc` and raise the Verdict for it."""
+    def fail(self, exc, default, context="", compiled=None):
+        """Classify a candidate exception and raise the Verdict for it."""
         code = classify(exc, default)
         if code == "COMPILATION":
             compiled = False
-        message = format_error(exc, focus_file, self.taskdir, context)
+        message = format_error(exc, self.cand_path, self.taskdir, context)
         for e in _chain(exc):
             # Free the candidate's locals (e.g. the memory it hoarded) before we go on.
             traceback.clear_frames(e.__traceback__)
         raise Verdict(code, message, compiled)
+
+    def reference_failed(self, exc, context):
+        """The problem itself is broken: REFERENCE, whatever the exception."""
+        raise Verdict("REFERENCE", format_error(exc, self.ref_path, self.taskdir, context))
 
     def sync(self):
         """Wait for queued GPU work so asynchronous faults surface where they belong."""
@@ -499,19 +507,14 @@ class Evaluation:
         spec = dict(SPEC_DEFAULTS, **raw)
         if spec["backend"] not in ("triton", "cuda") or spec["device"] not in ("cuda", "cpu"):
             raise SetupError(f"bad backend/device in spec: {spec['backend']!r}/{spec['device']!r}")
-        try:
-            for key in ("num_correct_trials", "num_perf_trials", "num_warmup", "seed"):
-                if isinstance(spec[key], bool) or not isinstance(spec[key], int):
-                    raise SetupError(f"spec.{key} must be an integer")
-            for key in ("atol", "rtol"):
-                spec[key] = float(spec[key])
-                if not (spec[key] >= 0 and math.isfinite(spec[key])):
-                    raise SetupError(f"spec.{key} must be a finite number >= 0")
-        except (TypeError, ValueError) as e:
-            raise SetupError(f"bad spec: {e}")
-        if spec["num_correct_trials"] < 1 or spec["num_perf_trials"] < 1 or spec["num_warmup"] < 0:
-            raise SetupError("spec needs num_correct_trials >= 1, num_perf_trials >= 1, "
-                             "num_warmup >= 0")
+        ints = {"num_correct_trials": 1, "num_perf_trials": 1, "num_warmup": 0, "seed": 0}
+        for key, low in ints.items():
+            if type(spec[key]) is not int or spec[key] < low:
+                raise SetupError(f"spec.{key} must be an integer >= {low}")
+        for key in ("atol", "rtol"):
+            if type(spec[key]) not in (int, float) or not 0 <= spec[key] < math.inf:
+                raise SetupError(f"spec.{key} must be a finite number >= 0")
+            spec[key] = float(spec[key])
         spec["measure_performance"] = bool(spec["measure_performance"])
         self.spec = spec
         self.device = spec["device"]
@@ -537,6 +540,11 @@ class Evaluation:
             if not torch.cuda.is_available():
                 raise SetupError("spec asks for device 'cuda' but torch sees no CUDA device")
             self.result["device"] = {"kind": "cuda", "name": torch.cuda.get_device_name()}
+            # Allocated once, before the candidate can take the memory; zeroed before every
+            # timed call to flush L2.
+            self.flush_buffer = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+            self.start_event = torch.cuda.Event(enable_timing=True)
+            self.end_event = torch.cuda.Event(enable_timing=True)
         else:
             self.result["device"] = {"kind": "cpu", "name": cpu_model_name()}
             threads = os.environ.get("CRUCIBLE_CPU_THREADS")
@@ -570,11 +578,8 @@ class Evaluation:
         """Import reference.py; any failure is the problem's fault: REFERENCE."""
         try:
             self.ref = self._import_file(REFERENCE_MODULE, self.ref_path)
-        except BaseException as e:
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            raise Verdict("REFERENCE", format_error(e, self.ref_path, self.taskdir,
-                                                    "reference.py failed to import"))
+        except CAUGHT as e:
+            self.reference_failed(e, "reference.py failed to import")
         missing = [n for n in ("Model", "get_inputs", "get_init_inputs")
                    if not callable(getattr(self.ref, n, None))]
         if missing:
@@ -602,10 +607,8 @@ class Evaluation:
         self.candidate_loaded = True
         try:
             self.cand = self._import_file(CANDIDATE_MODULE, self.cand_path)
-        except BaseException as e:
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            self.fail(e, "IMPORT", self.cand_path, compiled=False)
+        except CAUGHT as e:
+            self.fail(e, "IMPORT", compiled=False)
 
     def instantiate(self):
         """Seed, get_init_inputs(), seed, Model(...), seed, ModelNew(...): same parameters
@@ -619,9 +622,8 @@ class Evaluation:
             ref_model = self.Model(*deep_clone(init_inputs))
             ref_model = ref_model.to(dev).eval()
             self.sync()
-        except Exception as e:
-            raise Verdict("REFERENCE", format_error(e, self.ref_path, self.taskdir,
-                                                    "reference model failed to build"))
+        except CAUGHT as e:
+            self.reference_failed(e, "reference model failed to build")
         self.ref_model = ref_model
 
         model_new = getattr(self.cand, "ModelNew", None)
@@ -639,10 +641,8 @@ class Evaluation:
                 raise TypeError(f"ModelNew(...) returned a non-callable "
                                 f"{type(cand_model).__name__}")
             self.sync()
-        except BaseException as e:
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            self.fail(e, "INSTANTIATION", self.cand_path, compiled=False)
+        except CAUGHT as e:
+            self.fail(e, "INSTANTIATION", compiled=False)
         self.cand_model = cand_model
         # Imported and instantiated; for Triton the kernels still have to compile at the first
         # call (a compile error there turns this back to False).
@@ -653,25 +653,24 @@ class Evaluation:
             out = self.cand_model(*args)
             self.sync()
             return out
-        except BaseException as e:
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            self.fail(e, "RUNTIME", self.cand_path, context)
+        except CAUGHT as e:
+            self.fail(e, "RUNTIME", context=context)
 
     def _run_reference(self, args, context):
         try:
             out = self.ref_model(*args)
             self.sync()
             return out
-        except Exception as e:
-            raise Verdict("REFERENCE", format_error(e, self.ref_path, self.taskdir, context))
+        except CAUGHT as e:
+            self.reference_failed(e, context)
 
     def _fresh_inputs(self, seed, context):
+        """get_inputs() under `seed` (CPU tensors), then moved to the device."""
         try:
             seed_all(seed, self.device)
             return to_device(as_call_args(self.get_inputs()), self.device)
-        except Exception as e:
-            raise Verdict("REFERENCE", format_error(e, self.ref_path, self.taskdir, context))
+        except CAUGHT as e:
+            self.reference_failed(e, context)
 
     def correctness(self):
         """num_correct_trials trials with seeds from random.Random(seed); every trial runs even
@@ -721,10 +720,7 @@ class Evaluation:
         inputs = self._fresh_inputs(spec["seed"], "get_inputs() failed (performance)")
         ref_args, cand_args = deep_clone(inputs), deep_clone(inputs)
         ref_times, cand_times = [], []
-        try:
-            timer = self._cuda_timer() if self.device == "cuda" else self._cpu_timer
-        except Exception as e:
-            raise SetupError(f"cannot set up timing: {type(e).__name__}: {e}")
+        timer = self._cuda_timer if self.device == "cuda" else self._cpu_timer
         try:
             for _ in range(spec["num_warmup"]):
                 self._run_reference(ref_args, "reference forward failed (warm-up)")
@@ -756,13 +752,10 @@ class Evaluation:
     def _timed(self, timer, model, args, is_reference):
         try:
             return timer(model, args)
-        except BaseException as e:
-            if isinstance(e, KeyboardInterrupt):
-                raise
+        except CAUGHT as e:
             if is_reference:
-                raise Verdict("REFERENCE", format_error(e, self.ref_path, self.taskdir,
-                                                        "reference forward failed (timed)"))
-            self.fail(e, "RUNTIME", self.cand_path, "candidate forward raised (timed)")
+                self.reference_failed(e, "reference forward failed (timed)")
+            self.fail(e, "RUNTIME", context="candidate forward raised (timed)")
 
     @staticmethod
     def _cpu_timer(model, args):
@@ -771,22 +764,15 @@ class Evaluation:
         t1 = _perf_counter_ns()
         return (t1 - t0) / 1e6
 
-    def _cuda_timer(self):
-        torch = Trusted.torch
-        flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-        start = Trusted.Event(enable_timing=True)
-        end = Trusted.Event(enable_timing=True)
-        sync, record, elapsed = Trusted.synchronize, Trusted.event_record, Trusted.event_elapsed
-
-        def timer(model, args):
-            flush.zero_()
-            sync()
-            record(start)
-            model(*args)
-            record(end)
-            sync()
-            return elapsed(start, end)
-        return timer
+    def _cuda_timer(self, model, args):
+        """One timed call: flush L2, sync, event, forward, event, sync (KernelBench's order)."""
+        self.flush_buffer.zero_()
+        Trusted.synchronize()
+        Trusted.event_record(self.start_event)
+        model(*args)
+        Trusted.event_record(self.end_event)
+        Trusted.synchronize()
+        return Trusted.event_elapsed(self.start_event, self.end_event)
 
 
 def main():

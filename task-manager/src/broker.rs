@@ -62,7 +62,9 @@ pub enum AckOutcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CancelOutcome {
     /// The task was queued or running and is now `cancelled`.
-    Cancelled { was: TaskStatus },
+    Cancelled {
+        was: TaskStatus,
+    },
     /// The task had already finished with this status; nothing changed.
     AlreadyFinished(TaskStatus),
     NotFound,

@@ -649,7 +649,8 @@ impl Broker for MemoryBroker {
         let mut st = self.lock();
         let liveness = self.cfg.worker_liveness;
         let retention = worker_retention(liveness);
-        st.workers.retain(|_, (_, seen)| seen.elapsed() <= retention);
+        st.workers
+            .retain(|_, (_, seen)| seen.elapsed() <= retention);
         let mut out: Vec<WorkerInfo> = st
             .workers
             .values()

@@ -37,7 +37,11 @@ pub async fn run_reaper(
         }
         match broker.reap_expired().await {
             Ok(r) if r.requeued + r.failed > 0 => {
-                tracing::info!(requeued = r.requeued, failed = r.failed, "reaped expired leases");
+                tracing::info!(
+                    requeued = r.requeued,
+                    failed = r.failed,
+                    "reaped expired leases"
+                );
             }
             Ok(_) => tracing::trace!("no expired leases"),
             Err(e) => tracing::warn!(error = %e, "reaping expired leases failed"),
@@ -73,11 +77,7 @@ mod tests {
             .expect("task is queued");
 
         let (stop, rx) = watch::channel(false);
-        let reaper = tokio::spawn(run_reaper(
-            broker.clone(),
-            Duration::from_millis(20),
-            rx,
-        ));
+        let reaper = tokio::spawn(run_reaper(broker.clone(), Duration::from_millis(20), rx));
 
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {

@@ -85,15 +85,15 @@ impl RedisServer {
     /// Polls PING until it answers; false if the server exited (port taken).
     async fn wait_ready(&mut self) -> bool {
         let deadline = Instant::now() + POLL_DEADLINE;
-        let client = redis::Client::open(self.url.as_str()).expect("valid redis url");
+        let client = ::redis::Client::open(self.url.as_str()).expect("valid redis url");
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 eprintln!("redis-server on {} exited early: {status}", self.url);
                 return false;
             }
             if let Ok(mut c) = client.get_multiplexed_async_connection().await {
-                let pong: redis::RedisResult<String> =
-                    redis::cmd("PING").query_async(&mut c).await;
+                let pong: ::redis::RedisResult<String> =
+                    ::redis::cmd("PING").query_async(&mut c).await;
                 if pong.is_ok() {
                     return true;
                 }
@@ -150,16 +150,16 @@ impl Env {
     /// API replica would be), or the same in-process broker.
     fn peer(&self) -> Arc<dyn Broker> {
         match &self.redis {
-            Some(server) => Arc::new(
-                RedisBroker::connect(&server.url, self.cfg.clone()).expect("connect peer"),
-            ),
+            Some(server) => {
+                Arc::new(RedisBroker::connect(&server.url, self.cfg.clone()).expect("connect peer"))
+            }
             None => self.broker.clone(),
         }
     }
 
-    async fn raw(&self) -> Option<redis::aio::MultiplexedConnection> {
+    async fn raw(&self) -> Option<::redis::aio::MultiplexedConnection> {
         let server = self.redis.as_ref()?;
-        let client = redis::Client::open(server.url.as_str()).expect("valid url");
+        let client = ::redis::Client::open(server.url.as_str()).expect("valid url");
         Some(
             client
                 .get_multiplexed_async_connection()
@@ -190,7 +190,7 @@ impl Env {
                 let blocked = async {
                     let deadline = Instant::now() + POLL_DEADLINE;
                     loop {
-                        let clients: String = redis::cmd("CLIENT")
+                        let clients: String = ::redis::cmd("CLIENT")
                             .arg("LIST")
                             .query_async(&mut raw)
                             .await
@@ -393,7 +393,10 @@ async fn submit_then_get_task_and_spec(backend: Backend) {
     assert_eq!(view.batch_id, None);
     assert_eq!((view.result, view.error), (None, None));
     assert_eq!((view.started_at, view.finished_at), (None, None));
-    assert!(view.submitted_at >= before && view.submitted_at <= Utc::now() + chrono::Duration::seconds(5));
+    assert!(
+        view.submitted_at >= before
+            && view.submitted_at <= Utc::now() + chrono::Duration::seconds(5)
+    );
 
     assert_eq!(env.broker.get_spec(&sub.task_id).await.unwrap(), Some(s));
     let unknown = TaskId::random();
@@ -409,7 +412,10 @@ async fn claim_leases_with_fresh_token(backend: Backend) {
     let w = worker(1);
     let first = claim_now(&env.broker, &w).await;
     let second = claim_now(&env.broker, &w).await;
-    assert_eq!((first.task_id.clone(), second.task_id.clone()), (a.clone(), b));
+    assert_eq!(
+        (first.task_id.clone(), second.task_id.clone()),
+        (a.clone(), b)
+    );
     assert_ne!(first.token, second.token);
     assert_eq!((first.attempt, second.attempt), (1, 1));
     assert_eq!(first.worker_id, w);
@@ -433,7 +439,10 @@ async fn claim_returns_none_after_wait(backend: Backend) {
         .unwrap();
     let waited = t0.elapsed();
     assert_eq!(got, None);
-    assert!(waited >= Duration::from_millis(250), "returned after {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(250),
+        "returned after {waited:?}"
+    );
     assert!(waited < Duration::from_secs(5), "returned after {waited:?}");
     assert_eq!(
         env.broker.claim(&worker(1), Duration::ZERO).await.unwrap(),
@@ -455,7 +464,11 @@ async fn claim_wakes_on_submit(backend: Backend) {
         .unwrap()
         .expect("claim got the task");
     assert_eq!(lease.task_id, id);
-    assert!(t0.elapsed() < Duration::from_secs(2), "woke after {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "woke after {:?}",
+        t0.elapsed()
+    );
 }
 
 async fn renew_extends_and_reports_lost_and_cancelled(backend: Backend) {
@@ -477,10 +490,16 @@ async fn renew_extends_and_reports_lost_and_cancelled(backend: Backend) {
     assert_eq!((reaped.requeued, reaped.failed), (0, 0));
     assert_eq!(env.view(&id).await.status, TaskStatus::Running);
 
-    assert_eq!(env.broker.renew(&stale(&lease)).await.unwrap(), LeaseState::Lost);
+    assert_eq!(
+        env.broker.renew(&stale(&lease)).await.unwrap(),
+        LeaseState::Lost
+    );
 
     env.broker.cancel(&id).await.unwrap();
-    assert_eq!(env.broker.renew(&lease).await.unwrap(), LeaseState::Cancelled);
+    assert_eq!(
+        env.broker.renew(&lease).await.unwrap(),
+        LeaseState::Cancelled
+    );
 
     // A finished task is no one's to renew.
     let id2 = env.broker.submit(spec("b")).await.unwrap().task_id;
@@ -496,7 +515,10 @@ async fn complete_is_fenced_by_token(backend: Backend) {
     let lease = claim_now(&env.broker, &worker(1)).await;
 
     assert_eq!(
-        env.broker.complete(&stale(&lease), verdict("forged")).await.unwrap(),
+        env.broker
+            .complete(&stale(&lease), verdict("forged"))
+            .await
+            .unwrap(),
         AckOutcome::Stale
     );
     assert_eq!(env.view(&id).await.status, TaskStatus::Running);
@@ -513,7 +535,10 @@ async fn complete_is_fenced_by_token(backend: Backend) {
 
     // Exactly one result: the same lease cannot complete twice, nor release afterwards.
     assert_eq!(
-        env.broker.complete(&lease, verdict("second")).await.unwrap(),
+        env.broker
+            .complete(&lease, verdict("second"))
+            .await
+            .unwrap(),
         AckOutcome::Stale
     );
     assert_eq!(
@@ -588,7 +613,10 @@ async fn reap_requeues_then_fails_after_max_attempts(backend: Backend) {
     let error = view.error.expect("a failed task says why");
     assert!(error.contains("lease expired"), "{error}");
     assert!(view.finished_at.is_some());
-    assert_eq!(env.broker.claim(&worker(3), Duration::ZERO).await.unwrap(), None);
+    assert_eq!(
+        env.broker.claim(&worker(3), Duration::ZERO).await.unwrap(),
+        None
+    );
 
     let q = env.broker.queue_status().await.unwrap();
     assert_eq!((q.requeued_total, q.failed_total, q.running), (1, 1, 0));
@@ -622,7 +650,10 @@ async fn release_requeues_then_fails_with_reason(backend: Backend) {
         AckOutcome::Stale
     );
     assert_eq!(
-        env.broker.release(&second, "harness crashed").await.unwrap(),
+        env.broker
+            .release(&second, "harness crashed")
+            .await
+            .unwrap(),
         AckOutcome::Accepted
     );
     let view = env.view(&id).await;
@@ -639,9 +670,24 @@ async fn release_requeues_then_fails_with_reason(backend: Backend) {
 
 async fn high_before_normal_before_low(backend: Backend) {
     let env = Env::start(backend, config()).await;
-    let low = env.broker.submit(spec_with("l", Priority::Low, None)).await.unwrap().task_id;
-    let normal = env.broker.submit(spec_with("n", Priority::Normal, None)).await.unwrap().task_id;
-    let high = env.broker.submit(spec_with("h", Priority::High, None)).await.unwrap().task_id;
+    let low = env
+        .broker
+        .submit(spec_with("l", Priority::Low, None))
+        .await
+        .unwrap()
+        .task_id;
+    let normal = env
+        .broker
+        .submit(spec_with("n", Priority::Normal, None))
+        .await
+        .unwrap()
+        .task_id;
+    let high = env
+        .broker
+        .submit(spec_with("h", Priority::High, None))
+        .await
+        .unwrap()
+        .task_id;
     let w = worker(1);
     let mut order = Vec::new();
     for _ in 0..3 {
@@ -656,21 +702,35 @@ async fn low_is_not_starved(backend: Backend) {
         .map(|i| spec_with(&format!("h{i}"), Priority::High, None))
         .collect();
     env.broker.submit_batch(specs).await.unwrap();
-    let low = env.broker.submit(spec_with("l", Priority::Low, None)).await.unwrap().task_id;
+    let low = env
+        .broker
+        .submit(spec_with("l", Priority::Low, None))
+        .await
+        .unwrap()
+        .task_id;
 
     let w = worker(1);
     let mut claimed = Vec::new();
     for _ in 0..7 {
         claimed.push(claim_now(&env.broker, &w).await.task_id);
     }
-    assert!(claimed.contains(&low), "low task not among the first 7 claims");
+    assert!(
+        claimed.contains(&low),
+        "low task not among the first 7 claims"
+    );
 }
 
 async fn fifo_within_priority(backend: Backend) {
     let env = Env::start(backend, config()).await;
     let mut submitted = Vec::new();
     for i in 0..5 {
-        submitted.push(env.broker.submit(spec(&format!("t{i}"))).await.unwrap().task_id);
+        submitted.push(
+            env.broker
+                .submit(spec(&format!("t{i}")))
+                .await
+                .unwrap()
+                .task_id,
+        );
     }
     let (_, in_batch) = env
         .broker
@@ -689,13 +749,25 @@ async fn fifo_within_priority(backend: Backend) {
 
 async fn idempotency_key_returns_same_task(backend: Backend) {
     let env = Env::start(backend, config()).await;
-    let first = env.broker.submit(spec_with("a", Priority::Normal, Some("k1"))).await.unwrap();
+    let first = env
+        .broker
+        .submit(spec_with("a", Priority::Normal, Some("k1")))
+        .await
+        .unwrap();
     assert!(!first.deduplicated);
-    let again = env.broker.submit(spec_with("a2", Priority::High, Some("k1"))).await.unwrap();
+    let again = env
+        .broker
+        .submit(spec_with("a2", Priority::High, Some("k1")))
+        .await
+        .unwrap();
     assert_eq!(again.task_id, first.task_id);
     assert!(again.deduplicated);
     assert_eq!(again.status, TaskStatus::Queued);
-    let other = env.broker.submit(spec_with("b", Priority::Normal, Some("k2"))).await.unwrap();
+    let other = env
+        .broker
+        .submit(spec_with("b", Priority::Normal, Some("k2")))
+        .await
+        .unwrap();
     assert_ne!(other.task_id, first.task_id);
 
     // Inside a batch: a known key, a new key, and the new key repeated.
@@ -715,30 +787,55 @@ async fn idempotency_key_returns_same_task(backend: Backend) {
     assert!(subs[2].deduplicated);
     // The reused task keeps its own batch (none); the new one belongs to this batch.
     assert_eq!(env.view(&first.task_id).await.batch_id, None);
-    assert_eq!(env.view(&subs[1].task_id).await.batch_id, Some(batch.clone()));
+    assert_eq!(
+        env.view(&subs[1].task_id).await.batch_id,
+        Some(batch.clone())
+    );
 
     let q = env.broker.queue_status().await.unwrap();
     assert_eq!(q.submitted_total, 3);
     assert_eq!(q.queued(), 3);
 
     // Counts cover every member, reused ones included, and follow their transitions.
-    let st = env.broker.batch_status(&batch, false).await.unwrap().unwrap();
+    let st = env
+        .broker
+        .batch_status(&batch, false)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((st.total, st.counts.queued), (3, 3));
     let w = worker(1);
     let mut leases = Vec::new();
     for _ in 0..3 {
         leases.push(claim_now(&env.broker, &w).await);
     }
-    let st = env.broker.batch_status(&batch, false).await.unwrap().unwrap();
+    let st = env
+        .broker
+        .batch_status(&batch, false)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((st.counts.queued, st.counts.running), (0, 3));
     for lease in &leases {
         env.broker.complete(lease, verdict("ok")).await.unwrap();
     }
-    let st = env.broker.batch_status(&batch, false).await.unwrap().unwrap();
-    assert_eq!((st.counts.running, st.counts.done, st.counts.total()), (0, 3, 3));
+    let st = env
+        .broker
+        .batch_status(&batch, false)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (st.counts.running, st.counts.done, st.counts.total()),
+        (0, 3, 3)
+    );
 
     // A finished task is still returned for its key.
-    let after = env.broker.submit(spec_with("a3", Priority::Normal, Some("k1"))).await.unwrap();
+    let after = env
+        .broker
+        .submit(spec_with("a3", Priority::Normal, Some("k1")))
+        .await
+        .unwrap();
     assert_eq!(after.task_id, first.task_id);
     assert_eq!(after.status, TaskStatus::Done);
     assert!(after.deduplicated);
@@ -750,7 +847,10 @@ async fn queue_cap_refuses_submissions(backend: Backend) {
         ..config()
     };
     let env = Env::start(backend, cfg).await;
-    env.broker.submit(spec_with("a", Priority::Normal, Some("ka"))).await.unwrap();
+    env.broker
+        .submit(spec_with("a", Priority::Normal, Some("ka")))
+        .await
+        .unwrap();
     env.broker.submit(spec("b")).await.unwrap();
 
     match env.broker.submit_batch(vec![spec("c"), spec("d")]).await {
@@ -766,11 +866,18 @@ async fn queue_cap_refuses_submissions(backend: Backend) {
         other => panic!("expected QueueFull, got {other:?}"),
     }
     // A resubmission adds nothing to the queue, so it is answered even at the cap.
-    let dup = env.broker.submit(spec_with("a", Priority::Normal, Some("ka"))).await.unwrap();
+    let dup = env
+        .broker
+        .submit(spec_with("a", Priority::Normal, Some("ka")))
+        .await
+        .unwrap();
     assert!(dup.deduplicated);
 
     claim_now(&env.broker, &worker(1)).await;
-    env.broker.submit(spec("d")).await.expect("room again after a claim");
+    env.broker
+        .submit(spec("d"))
+        .await
+        .expect("room again after a claim");
     assert_eq!(env.broker.queue_status().await.unwrap().queued(), 3);
 }
 
@@ -786,12 +893,20 @@ async fn batch_status_counts_every_transition(backend: Backend) {
         .await
         .unwrap();
     let ids: Vec<TaskId> = subs.iter().map(|s| s.task_id.clone()).collect();
-    assert!(subs.iter().all(|s| s.status == TaskStatus::Queued && !s.deduplicated));
+    assert!(
+        subs.iter()
+            .all(|s| s.status == TaskStatus::Queued && !s.deduplicated)
+    );
     assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 3);
     let (other_batch, _) = env.broker.submit_batch(vec![spec("z")]).await.unwrap();
     assert_ne!(other_batch, batch);
 
-    let st = env.broker.batch_status(&batch, false).await.unwrap().unwrap();
+    let st = env
+        .broker
+        .batch_status(&batch, false)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(st.batch_id, batch);
     assert_eq!(st.total, 3);
     assert_eq!(st.task_ids, ids);
@@ -802,14 +917,29 @@ async fn batch_status_counts_every_transition(backend: Backend) {
     let w = worker(1);
     let lease = claim_now(&env.broker, &w).await;
     assert_eq!(lease.task_id, ids[1], "the high task goes first");
-    let st = env.broker.batch_status(&batch, false).await.unwrap().unwrap();
+    let st = env
+        .broker
+        .batch_status(&batch, false)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((st.counts.queued, st.counts.running), (2, 1));
 
     env.broker.complete(&lease, verdict("ok")).await.unwrap();
     env.broker.cancel(&ids[2]).await.unwrap();
-    let st = env.broker.batch_status(&batch, true).await.unwrap().unwrap();
+    let st = env
+        .broker
+        .batch_status(&batch, true)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
-        (st.counts.queued, st.counts.running, st.counts.done, st.counts.cancelled),
+        (
+            st.counts.queued,
+            st.counts.running,
+            st.counts.done,
+            st.counts.cancelled
+        ),
         (1, 0, 1, 1)
     );
     let tasks = st.tasks.expect("tasks were asked for");
@@ -843,7 +973,10 @@ async fn cancel_in_every_state(backend: Backend) {
     assert_eq!(view.status, TaskStatus::Cancelled);
     assert!(view.finished_at.is_some());
     assert_eq!(env.broker.queue_status().await.unwrap().queued(), 0);
-    assert_eq!(env.broker.claim(&worker(1), Duration::ZERO).await.unwrap(), None);
+    assert_eq!(
+        env.broker.claim(&worker(1), Duration::ZERO).await.unwrap(),
+        None
+    );
 
     let running = env.broker.submit(spec("r")).await.unwrap().task_id;
     let lease = claim_now(&env.broker, &worker(1)).await;
@@ -854,7 +987,10 @@ async fn cancel_in_every_state(backend: Backend) {
         }
     );
     assert_eq!(env.view(&running).await.status, TaskStatus::Cancelled);
-    assert_eq!(env.broker.renew(&lease).await.unwrap(), LeaseState::Cancelled);
+    assert_eq!(
+        env.broker.renew(&lease).await.unwrap(),
+        LeaseState::Cancelled
+    );
     assert_eq!(
         env.broker.complete(&lease, verdict("late")).await.unwrap(),
         AckOutcome::Stale
@@ -888,7 +1024,10 @@ async fn finished_records_expire_after_result_ttl(backend: Backend) {
     let env = Env::start(backend, cfg).await;
     let (batch, subs) = env
         .broker
-        .submit_batch(vec![spec_with("a", Priority::Normal, Some("ka")), spec("b")])
+        .submit_batch(vec![
+            spec_with("a", Priority::Normal, Some("ka")),
+            spec("b"),
+        ])
         .await
         .unwrap();
     let (a, b) = (subs[0].task_id.clone(), subs[1].task_id.clone());
@@ -902,15 +1041,31 @@ async fn finished_records_expire_after_result_ttl(backend: Backend) {
         let gone = env.broker.get_task(&a).await.unwrap().is_none()
             && env.broker.get_task(&b).await.unwrap().is_none()
             && env.broker.get_spec(&a).await.unwrap().is_none()
-            && env.broker.batch_status(&batch, false).await.unwrap().is_none();
+            && env
+                .broker
+                .batch_status(&batch, false)
+                .await
+                .unwrap()
+                .is_none();
         gone.then_some(())
     })
     .await;
-    let again = env.broker.submit(spec_with("a", Priority::Normal, Some("ka"))).await.unwrap();
-    assert!(!again.deduplicated, "the idempotency key expired with its task");
+    let again = env
+        .broker
+        .submit(spec_with("a", Priority::Normal, Some("ka")))
+        .await
+        .unwrap();
+    assert!(
+        !again.deduplicated,
+        "the idempotency key expired with its task"
+    );
     assert_ne!(again.task_id, a);
     let q = env.broker.queue_status().await.unwrap();
-    assert_eq!((q.done_total, q.cancelled_total), (1, 1), "lifetime counters stay");
+    assert_eq!(
+        (q.done_total, q.cancelled_total),
+        (1, 1),
+        "lifetime counters stay"
+    );
 }
 
 async fn finished_records_all_carry_a_ttl(backend: Backend) {
@@ -921,25 +1076,40 @@ async fn finished_records_all_carry_a_ttl(backend: Backend) {
     let env = Env::start(backend, cfg).await;
     let (batch, subs) = env
         .broker
-        .submit_batch(vec![spec_with("a", Priority::Normal, Some("ka")), spec("b")])
+        .submit_batch(vec![
+            spec_with("a", Priority::Normal, Some("ka")),
+            spec("b"),
+        ])
         .await
         .unwrap();
-    let single = env.broker.submit(spec_with("c", Priority::Low, Some("kc"))).await.unwrap();
+    let single = env
+        .broker
+        .submit(spec_with("c", Priority::Low, Some("kc")))
+        .await
+        .unwrap();
     let w = worker(1);
-    env.broker.worker_heartbeat(&worker_info(&w, WorkerState::Idle)).await.unwrap();
+    env.broker
+        .worker_heartbeat(&worker_info(&w, WorkerState::Idle))
+        .await
+        .unwrap();
 
     let done = claim_now(&env.broker, &w).await;
     env.broker.complete(&done, verdict("ok")).await.unwrap();
     let failed = claim_now(&env.broker, &w).await;
     env.broker.release(&failed, "device lost").await.unwrap();
+    // No empty claim follows: it would delete the wake list, hiding a missing TTL on it.
     env.broker.cancel(&single.task_id).await.unwrap();
-    assert_eq!(env.broker.claim(&w, Duration::ZERO).await.unwrap(), None);
 
     // Finished records stay readable until result_ttl passes.
     for s in subs.iter().chain([&single]) {
         assert!(env.view(&s.task_id).await.status.is_terminal());
     }
-    let st = env.broker.batch_status(&batch, true).await.unwrap().unwrap();
+    let st = env
+        .broker
+        .batch_status(&batch, true)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((st.counts.done, st.counts.failed), (1, 1));
     assert_eq!(st.tasks.unwrap().len(), 2);
 
@@ -947,7 +1117,7 @@ async fn finished_records_all_carry_a_ttl(backend: Backend) {
         return;
     };
     let p = &env.cfg.key_prefix;
-    let keys: Vec<String> = redis::cmd("KEYS")
+    let keys: Vec<String> = ::redis::cmd("KEYS")
         .arg(format!("{p}:*"))
         .query_async(&mut raw)
         .await
@@ -958,10 +1128,18 @@ async fn finished_records_all_carry_a_ttl(backend: Backend) {
     assert!(keys.contains(&format!("{p}:idem:ka")), "{keys:?}");
     let exempt = |k: &str| k == format!("{p}:stats") || k.starts_with(&format!("{p}:queue:"));
     for key in keys.iter().filter(|k| !exempt(k)) {
-        let pttl: i64 = redis::cmd("PTTL").arg(key).query_async(&mut raw).await.unwrap();
+        let pttl: i64 = ::redis::cmd("PTTL")
+            .arg(key)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
         assert!(pttl > 0, "{key} has no TTL (PTTL {pttl})");
     }
-    let pttl: i64 = redis::cmd("PTTL").arg(&task_key).query_async(&mut raw).await.unwrap();
+    let pttl: i64 = ::redis::cmd("PTTL")
+        .arg(&task_key)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
     assert!(pttl <= 600_000, "task TTL {pttl} ms exceeds result_ttl");
 }
 
@@ -982,7 +1160,13 @@ async fn queue_status_counts(backend: Backend) {
     let lease = claim_now(&env.broker, &worker(1)).await;
     let q = env.broker.queue_status().await.unwrap();
     assert_eq!(
-        (q.queued_high, q.queued_normal, q.queued_low, q.running, q.submitted_total),
+        (
+            q.queued_high,
+            q.queued_normal,
+            q.queued_low,
+            q.running,
+            q.submitted_total
+        ),
         (0, 1, 2, 1, 4)
     );
     env.broker.complete(&lease, verdict("ok")).await.unwrap();
@@ -990,7 +1174,13 @@ async fn queue_status_counts(backend: Backend) {
     env.broker.cancel(&next.task_id).await.unwrap();
     let q = env.broker.queue_status().await.unwrap();
     assert_eq!(
-        (q.running, q.done_total, q.cancelled_total, q.failed_total, q.requeued_total),
+        (
+            q.running,
+            q.done_total,
+            q.cancelled_total,
+            q.failed_total,
+            q.requeued_total
+        ),
         (0, 1, 1, 0, 0)
     );
     assert_eq!(q.queued(), 2);
@@ -1017,7 +1207,10 @@ async fn worker_registry_is_shared_and_detects_lost_workers(backend: Backend) {
     let got2 = seen_there.iter().find(|w| w.worker_id == w2).unwrap();
     assert_eq!(got2.state, WorkerState::Busy);
     assert_eq!(got2.current_task, info2.current_task);
-    assert_eq!((got2.device.clone(), got2.tasks_done), (info2.device.clone(), 3));
+    assert_eq!(
+        (got2.device.clone(), got2.tasks_done),
+        (info2.device.clone(), 3)
+    );
 
     replica.deregister_worker(&w2).await.unwrap();
     let ids: Vec<WorkerId> = env
@@ -1043,7 +1236,12 @@ async fn worker_registry_is_shared_and_detects_lost_workers(backend: Backend) {
     assert_eq!(list[0].state, WorkerState::Idle, "a heartbeat revives it");
 
     eventually("the long-silent worker to be dropped", async || {
-        replica.list_workers().await.unwrap().is_empty().then_some(())
+        replica
+            .list_workers()
+            .await
+            .unwrap()
+            .is_empty()
+            .then_some(())
     })
     .await;
 }
@@ -1076,7 +1274,11 @@ async fn wait_terminal_returns_on_finish_or_timeout(backend: Backend) {
         .unwrap()
         .unwrap()
         .unwrap();
-    assert!(t0.elapsed() < Duration::from_secs(2), "returned after {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "returned after {:?}",
+        t0.elapsed()
+    );
     assert_eq!(view.status, TaskStatus::Done);
     assert_eq!(view.result, Some(verdict("ok")));
 

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Makes .gpu-run/ (git-ignored): what a GPU run needs that the GPU machine lacks. Release
+# binaries, redis-server and redis-cli with their shared libraries, and the KernelBench
+# problems from ../shared/kernelbench. Name .gpu-run in the device tool's `carry`.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+cd "$(crucible_root)"
+ensure_redis
+KB=${KERNELBENCH_ROOT:-../shared/kernelbench}
+cargo build --release --workspace --bins
+rm -rf .gpu-run && mkdir -p .gpu-run/bin .gpu-run/redis .gpu-run/kernelbench
+cp target/release/crucible target/release/crucible-api target/release/crucible-worker .gpu-run/bin/
+strip .gpu-run/bin/* 2>/dev/null || true
+for exe in "$(command -v redis-server)" "$(command -v redis-cli)"; do
+  cp "$exe" .gpu-run/redis/
+  ldd "$exe" | awk '/=> \//{print $3}' | grep -E 'jemalloc|lzf|atomic' \
+    | xargs -r -I{} cp -L {} .gpu-run/redis/
+done
+cp -r "$KB/level1" "$KB/level2" "$KB/baseline_times" .gpu-run/kernelbench/
+du -sh .gpu-run

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# GPU smoke run, on the GPU machine: Redis, the API and one worker on GPU 0, then real
+# KernelBench level-1 problems with our Triton and CUDA candidates and faulting candidates
+# (illegal memory access, hangs, compile errors); prints the table last. Needs the bundle made
+# by scripts/gpu-bundle.sh (release binaries, redis-server with its libraries, the problems).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+BUNDLE=${BUNDLE:-.gpu-run}
+OUT=${OUT:-/tmp/crucible-smoke}
+mkdir -p "$OUT"
+PY=${CRUCIBLE_PYTHON:-python3}
+REDIS_PORT=${REDIS_PORT:-6390}
+API_PORT=${API_PORT:-10907}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+"$PY" -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' | tee -a "$OUT/gpu.txt"
+
+# Only redis-server gets the bundled libraries: the workers' Python must not see them.
+LD_LIBRARY_PATH="$BUNDLE/redis" "$BUNDLE/redis/redis-server" --port "$REDIS_PORT" --bind 127.0.0.1 \
+  --save "" --appendonly no --maxmemory-policy noeviction >"$OUT/redis.log" 2>&1 &
+pids=($!)
+trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null' EXIT
+for _ in $(seq 100); do
+  LD_LIBRARY_PATH="$BUNDLE/redis" "$BUNDLE/redis/redis-cli" -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG && break
+  sleep 0.1
+done
+
+export REDIS_URL="redis://127.0.0.1:$REDIS_PORT" CRUCIBLE_PYTHON="$PY" RUST_LOG=${RUST_LOG:-info}
+"$BUNDLE/bin/crucible-api" --bind "127.0.0.1:$API_PORT" >"$OUT/api.log" 2>&1 &
+pids+=($!)
+"$BUNDLE/bin/crucible-worker" --gpu 0 >"$OUT/worker.log" 2>&1 &
+pids+=($!)
+# The worker reports ok once its GPU passed the health check (NVML + CUDA probe).
+"$PY" - "$API_PORT" <<'PYEOF'
+import json, sys, time, urllib.request
+url = f"http://127.0.0.1:{sys.argv[1]}/health"
+for _ in range(300):
+    try:
+        health = json.load(urllib.request.urlopen(url, timeout=2))
+        if health["status"] == "ok":
+            break
+    except Exception as e:
+        health = str(e)
+    time.sleep(0.2)
+print("health:", health)
+PYEOF
+
+"$PY" scripts/gpu-smoke/run.py --api "http://127.0.0.1:$API_PORT" \
+  --problems "$BUNDLE/kernelbench" --candidates scripts/gpu-smoke/candidates \
+  --manifest scripts/gpu-smoke/candidates/manifest.json --out "$OUT/tasks.jsonl" "$@"
+rc=$?
+grep -E "gpu (un)?healthy|giving task back|cuda fault" "$OUT/worker.log" | tail -n 20
+exit $rc
