@@ -14,8 +14,8 @@ pub struct HttpError(pub ApiError);
 
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.0.http_status())
-            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status =
+            StatusCode::from_u16(self.0.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = (status, Json(self.0)).into_response();
         if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE {
             response
@@ -67,9 +67,10 @@ impl From<JsonRejection> for HttpError {
                     field,
                 }
             }
-            JsonRejection::JsonSyntaxError(_) => {
-                ApiError::new(ApiErrorCode::MalformedJson, format!("malformed JSON: {text}"))
-            }
+            JsonRejection::JsonSyntaxError(_) => ApiError::new(
+                ApiErrorCode::MalformedJson,
+                format!("malformed JSON: {text}"),
+            ),
             JsonRejection::MissingJsonContentType(_) => ApiError::new(
                 ApiErrorCode::UnsupportedMediaType,
                 "expected a body with content-type application/json",

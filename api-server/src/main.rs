@@ -25,13 +25,14 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .init();
     let args = Args::parse();
     let cfg = BrokerConfig::from_env()?;
-    let broker: Arc<dyn Broker> = Arc::new(
-        RedisBroker::connect(&args.redis_url, cfg).context("connecting to redis")?,
-    );
+    let broker: Arc<dyn Broker> =
+        Arc::new(RedisBroker::connect(&args.redis_url, cfg).context("connecting to redis")?);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let reaper = (args.reaper_interval_ms > 0).then(|| {
         tokio::spawn(run_reaper(

@@ -33,18 +33,25 @@ impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
         let http_requests = IntCounterVec::new(
-            Opts::new("crucible_http_requests_total", "HTTP requests by route and status"),
+            Opts::new(
+                "crucible_http_requests_total",
+                "HTTP requests by route and status",
+            ),
             &["route", "method", "status"],
         )
         .expect("valid metric");
         let http_duration = HistogramVec::new(
-            HistogramOpts::new("crucible_http_request_duration_seconds", "HTTP latency")
-                .buckets(vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0]),
+            HistogramOpts::new("crucible_http_request_duration_seconds", "HTTP latency").buckets(
+                vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0],
+            ),
             &["route"],
         )
         .expect("valid metric");
         let submitted = IntCounterVec::new(
-            Opts::new("crucible_tasks_submitted_total", "Tasks accepted by this replica"),
+            Opts::new(
+                "crucible_tasks_submitted_total",
+                "Tasks accepted by this replica",
+            ),
             &["backend", "priority"],
         )
         .expect("valid metric");
@@ -53,8 +60,8 @@ impl Metrics {
             &["priority"],
         )
         .expect("valid metric");
-        let running = IntGauge::new("crucible_tasks_running", "Tasks holding a lease")
-            .expect("valid metric");
+        let running =
+            IntGauge::new("crucible_tasks_running", "Tasks holding a lease").expect("valid metric");
         let finished = IntGaugeVec::new(
             Opts::new(
                 "crucible_tasks_finished",
@@ -68,8 +75,11 @@ impl Metrics {
             &["state"],
         )
         .expect("valid metric");
-        let broker_up = IntGauge::new("crucible_broker_up", "1 when the broker answered the scrape")
-            .expect("valid metric");
+        let broker_up = IntGauge::new(
+            "crucible_broker_up",
+            "1 when the broker answered the scrape",
+        )
+        .expect("valid metric");
         for c in [
             Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(http_duration.clone()),
@@ -107,7 +117,9 @@ impl Metrics {
             ("normal", queue.queued_normal),
             ("low", queue.queued_low),
         ] {
-            self.queue_depth.with_label_values(&[priority]).set(n as i64);
+            self.queue_depth
+                .with_label_values(&[priority])
+                .set(n as i64);
         }
         self.running.set(queue.running as i64);
         for (status, n) in [
@@ -131,7 +143,9 @@ impl Metrics {
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_owned))
                 .unwrap_or_default();
-            self.workers.with_label_values(&[label.as_str()]).set(n as i64);
+            self.workers
+                .with_label_values(&[label.as_str()])
+                .set(n as i64);
         }
     }
 

@@ -65,15 +65,21 @@ fn wait_duration(q: &WaitQuery) -> Result<Option<Duration>, HttpError> {
         Some(s) if s.is_finite() && (0.0..=MAX_WAIT_S).contains(&s) => {
             Ok(Some(Duration::from_secs_f64(s)))
         }
-        Some(s) => Err(ApiError::invalid("wait", format!("{s} is out of range 0-{MAX_WAIT_S}")).into()),
+        Some(s) => {
+            Err(ApiError::invalid("wait", format!("{s} is out of range 0-{MAX_WAIT_S}")).into())
+        }
     }
 }
 
 /// The seed is fixed at submission so a retried attempt evaluates the same inputs.
 fn spec_of(request: EvaluateRequest) -> TaskSpec {
-    let seed = request
-        .seed
-        .unwrap_or_else(|| u64::from_le_bytes(uuid::Uuid::new_v4().as_bytes()[..8].try_into().expect("8 bytes")) >> 1);
+    let seed = request.seed.unwrap_or_else(|| {
+        u64::from_le_bytes(
+            uuid::Uuid::new_v4().as_bytes()[..8]
+                .try_into()
+                .expect("8 bytes"),
+        ) >> 1
+    });
     TaskSpec { request, seed }
 }
 
@@ -100,20 +106,26 @@ pub async fn evaluate(
     request.validate()?;
     let wait = wait_duration(&query)?;
     let labels = [
-        serde_json::to_value(request.backend).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
+        serde_json::to_value(request.backend)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default(),
         request.priority.as_str().to_owned(),
     ];
     let submitted = state.broker.submit(spec_of(request)).await?;
     if !submitted.deduplicated {
-        state.metrics.submitted.with_label_values(&[labels[0].as_str(), labels[1].as_str()]).inc();
+        state
+            .metrics
+            .submitted
+            .with_label_values(&[labels[0].as_str(), labels[1].as_str()])
+            .inc();
     }
     tracing::info!(task_id = %submitted.task_id, deduplicated = submitted.deduplicated, "task submitted");
-    if let Some(wait) = wait {
-        if let Some(view) = state.broker.wait_terminal(&submitted.task_id, wait).await? {
-            if view.status.is_terminal() {
-                return Ok((StatusCode::OK, Json(view)).into_response());
-            }
-        }
+    if let Some(wait) = wait
+        && let Some(view) = state.broker.wait_terminal(&submitted.task_id, wait).await?
+        && view.status.is_terminal()
+    {
+        return Ok((StatusCode::OK, Json(view)).into_response());
     }
     let body = SubmitResponse {
         task_id: submitted.task_id,
@@ -247,7 +259,9 @@ pub async fn get_batch(
         None => false,
         Some("tasks") => true,
         Some(other) => {
-            return Err(ApiError::invalid("include", format!("{other:?} is not one of: tasks")).into());
+            return Err(
+                ApiError::invalid("include", format!("{other:?} is not one of: tasks")).into(),
+            );
         }
     };
     let id = BatchId(id);
@@ -272,9 +286,14 @@ pub struct WorkersResponse {
     get, path = "/workers/status", tag = "status",
     responses((status = 200, description = "Workers", body = WorkersResponse), (status = 503, body = ApiError))
 )]
-pub async fn workers_status(State(state): State<AppState>) -> Result<Json<WorkersResponse>, HttpError> {
+pub async fn workers_status(
+    State(state): State<AppState>,
+) -> Result<Json<WorkersResponse>, HttpError> {
     let workers = state.broker.list_workers().await?;
-    let alive = workers.iter().filter(|w| w.state != WorkerState::Lost).count();
+    let alive = workers
+        .iter()
+        .filter(|w| w.state != WorkerState::Lost)
+        .count();
     Ok(Json(WorkersResponse {
         total: workers.len(),
         alive,
@@ -319,7 +338,10 @@ pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthSt
         .iter()
         .filter(|w| !matches!(w.state, WorkerState::Lost | WorkerState::Unhealthy))
         .count() as u64;
-    let unhealthy = workers.iter().filter(|w| w.state == WorkerState::Unhealthy).count() as u64;
+    let unhealthy = workers
+        .iter()
+        .filter(|w| w.state == WorkerState::Unhealthy)
+        .count() as u64;
     (
         StatusCode::OK,
         Json(HealthStatus {
@@ -346,7 +368,10 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         _ => state.metrics.observe_broker(None),
     }
     (
-        [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
         state.metrics.render(),
     )
 }

@@ -221,14 +221,14 @@ def format_error(exc, focus_file, taskdir, context=""):
         headline = f"{context}: {headline}"
     lines = []
     chain = _chain(exc)
-    for i, e in enumerate(reversed(chain)):   # root cause first, like Python prints it
+    for e in reversed(chain):   # root cause first, like Python prints it
         frames = traceback.extract_tb(e.__traceback__)
         mine = [f for f in frames if _same_file(f.filename, focus_file)]
         for entry in traceback.format_list(mine or frames[-3:]):
             lines.extend(entry.rstrip("\n").split("\n"))
         if e is not exc:
             lines.append(traceback.format_exception_only(type(e), e)[-1].rstrip("\n")[:500])
-            lines.append("The above exception was the direct cause of the following exception:")
+            lines.append("which led to:")
     tail = lines[-TRACEBACK_LINES:]
     message = headline + ("\nTraceback (most recent call last, filtered):\n" + "\n".join(tail)
                           if tail else "")
@@ -335,9 +335,9 @@ def compare(ref, out, atol, rtol, stats, path="output"):
         for i, (r, o) in enumerate(zip(ref, out)):
             problems += compare(r, o, atol, rtol, stats, f"{path}[{i}]")
         return problems
-    if isinstance(ref, (int, float)) and isinstance(out, (int, float)) and \
-            not isinstance(ref, bool):
-        if math.isclose(out, ref, rel_tol=rtol, abs_tol=atol) or (math.isnan(ref) and math.isnan(out)):
+    numbers = (int, float)
+    if isinstance(ref, numbers) and isinstance(out, numbers) and not isinstance(ref, bool):
+        if math.isclose(out, ref, rel_tol=rtol, abs_tol=atol) or (ref != ref and out != out):
             return []
         return [f"{path}: {out!r} != expected {ref!r}"]
     return [] if out == ref else [f"{path}: {out!r} != expected {ref!r}"]
@@ -366,7 +366,7 @@ def _compare_values(ref, out, atol, rtol, stats, path):
         ok = bool(Trusted.allclose(out, ref, rtol=rtol, atol=atol, equal_nan=True))
     if ok:
         return []
-    bad = int((~torch.isclose(o, r, rtol=rtol, atol=atol, equal_nan=True)).sum().item())
+    bad = int((~torch.isclose(out, ref, rtol=rtol, atol=atol, equal_nan=True)).sum().item())
     msg = f"{path}: {bad} of {ref.numel()} elements differ beyond atol={atol}, rtol={rtol}"
     if n_nonfinite:
         msg += f" ({n_nonfinite} of them NaN/Inf where the reference has another value)"

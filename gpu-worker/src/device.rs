@@ -10,8 +10,13 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeviceSlot {
     /// GPU `index` as NVML and `CUDA_VISIBLE_DEVICES` number it on this node.
-    Gpu { index: u32, name: String },
-    Cpu { name: String },
+    Gpu {
+        index: u32,
+        name: String,
+    },
+    Cpu {
+        name: String,
+    },
 }
 
 impl DeviceSlot {

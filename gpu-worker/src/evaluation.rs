@@ -18,9 +18,18 @@ const INHERITED: &[&str] = &["CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH"];
 /// Names never passed to a child even if configured: the broker and credentials.
 fn is_secret_name(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
-    ["REDIS", "TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL", "AWS_", "CRUCIBLE_API"]
-        .iter()
-        .any(|s| upper.contains(s))
+    [
+        "REDIS",
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "KEY",
+        "CREDENTIAL",
+        "AWS_",
+        "CRUCIBLE_API",
+    ]
+    .iter()
+    .any(|s| upper.contains(s))
 }
 
 /// The complete environment of a task child.
@@ -42,7 +51,10 @@ pub fn child_env(
         ("TMPDIR".into(), format!("{dir}/tmp")),
         ("XDG_CACHE_HOME".into(), format!("{dir}/cache")),
         ("TRITON_CACHE_DIR".into(), format!("{dir}/cache/triton")),
-        ("TORCH_EXTENSIONS_DIR".into(), format!("{dir}/cache/torch_extensions")),
+        (
+            "TORCH_EXTENSIONS_DIR".into(),
+            format!("{dir}/cache/torch_extensions"),
+        ),
         ("LANG".into(), "C.UTF-8".into()),
         ("LC_ALL".into(), "C.UTF-8".into()),
         ("PYTHONUNBUFFERED".into(), "1".into()),
@@ -183,7 +195,14 @@ mod tests {
             "LD_LIBRARY_PATH" => Some("/usr/local/cuda/lib64".to_owned()),
             _ => None,
         };
-        let env = child_env(&cfg(DeviceSlot::Gpu { index: 3, name: "H100".into() }), Path::new("/t/x"), worker_env);
+        let env = child_env(
+            &cfg(DeviceSlot::Gpu {
+                index: 3,
+                name: "H100".into(),
+            }),
+            Path::new("/t/x"),
+            worker_env,
+        );
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some("3"));
         assert_eq!(get("HOME"), Some("/t/x"));
@@ -194,7 +213,11 @@ mod tests {
         assert_eq!(get("HF_TOKEN"), None);
         assert_eq!(get("TRITON_INTERPRET"), None);
 
-        let cpu = child_env(&cfg(DeviceSlot::Cpu { name: "x".into() }), Path::new("/t/y"), |_| None);
+        let cpu = child_env(
+            &cfg(DeviceSlot::Cpu { name: "x".into() }),
+            Path::new("/t/y"),
+            |_| None,
+        );
         let get = |k: &str| cpu.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("TRITON_INTERPRET"), Some("1"));
         assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some(""));

@@ -7,8 +7,8 @@
 
 pub mod config;
 pub mod device;
-pub mod harness;
 pub mod evaluation;
+pub mod harness;
 pub mod probe;
 pub mod protocol;
 pub mod supervisor;

@@ -8,7 +8,11 @@ use crucible_task_manager::{Broker, RedisBroker};
 use std::sync::Arc;
 
 #[derive(Parser)]
-#[command(name = "crucible-worker", version, about = "Crucible evaluation worker (one per device)")]
+#[command(
+    name = "crucible-worker",
+    version,
+    about = "Crucible evaluation worker (one per device)"
+)]
 struct Args {
     /// GPU index on this node (as NVML numbers it). Without it the worker uses the CPU.
     #[arg(long, conflicts_with = "cpu")]
@@ -37,15 +41,16 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .init();
-    let redis_url = args
-        .redis_url
-        .context("REDIS_URL (or --redis-url) is required: a standalone worker needs the shared broker")?;
+    let redis_url = args.redis_url.context(
+        "REDIS_URL (or --redis-url) is required: a standalone worker needs the shared broker",
+    )?;
     let broker_cfg = BrokerConfig::from_env()?;
-    let broker: Arc<dyn Broker> = Arc::new(
-        RedisBroker::connect(&redis_url, broker_cfg).context("connecting to redis")?,
-    );
+    let broker: Arc<dyn Broker> =
+        Arc::new(RedisBroker::connect(&redis_url, broker_cfg).context("connecting to redis")?);
     let device = match args.gpu {
         Some(index) => DeviceSlot::gpu(index),
         None => DeviceSlot::cpu(),

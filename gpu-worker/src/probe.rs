@@ -51,13 +51,17 @@ fn probe(ordinal: usize) -> Result<String, String> {
     let ctx = CudaContext::new(ordinal).map_err(|e| format!("context: {e}"))?;
     let stream = ctx.default_stream();
     let ptx = cudarc::nvrtc::compile_ptx(PROBE_KERNEL).map_err(|e| format!("nvrtc: {e}"))?;
-    let module = ctx.load_module(ptx).map_err(|e| format!("load module: {e}"))?;
+    let module = ctx
+        .load_module(ptx)
+        .map_err(|e| format!("load module: {e}"))?;
     let f = module
         .load_function("crucible_probe")
         .map_err(|e| format!("load function: {e}"))?;
     let n: i32 = 1 << 20;
     let host: Vec<f32> = (0..n).map(|i| (i % 1000) as f32).collect();
-    let input = stream.clone_htod(&host).map_err(|e| format!("copy in: {e}"))?;
+    let input = stream
+        .clone_htod(&host)
+        .map_err(|e| format!("copy in: {e}"))?;
     let mut out = stream
         .alloc_zeros::<f32>(n as usize)
         .map_err(|e| format!("alloc: {e}"))?;
@@ -67,8 +71,12 @@ fn probe(ordinal: usize) -> Result<String, String> {
     // buffers hold n floats.
     unsafe { launch.launch(LaunchConfig::for_num_elems(n as u32)) }
         .map_err(|e| format!("launch: {e}"))?;
-    let back = stream.clone_dtoh(&out).map_err(|e| format!("copy out: {e}"))?;
-    stream.synchronize().map_err(|e| format!("synchronize: {e}"))?;
+    let back = stream
+        .clone_dtoh(&out)
+        .map_err(|e| format!("copy out: {e}"))?;
+    stream
+        .synchronize()
+        .map_err(|e| format!("synchronize: {e}"))?;
     let wrong = host
         .iter()
         .zip(&back)

@@ -80,7 +80,10 @@ impl Transcript {
         }
         match serde_json::from_slice::<HarnessEvent>(line) {
             Ok(HarnessEvent::Stage { stage }) => {
-                if stage.len() > 64 || !stage.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                if stage.len() > 64
+                    || !stage
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_')
                 {
                     self.violation = Some("malformed stage name".to_owned());
                 } else if self.stages.len() < 64 {
@@ -150,10 +153,18 @@ mod tests {
             &b"not json"[..],
             br#"{"event":"launch_missiles"}"#,
             br#"{"event":"stage","stage":"a b"}"#,
-            RESULT.replace(r#""trials_passed":5"#, r#""trials_passed":6"#).as_bytes(),
-            RESULT.replace(r#""trials_passed":5"#, r#""trials_passed":4"#).as_bytes(),
-            RESULT.replace(r#""speedup":2.0"#, r#""speedup":-1.0"#).as_bytes(),
-            RESULT.replace(r#""compiled":true,"#, r#""compiled":true,"bonus":1,"#).as_bytes(),
+            RESULT
+                .replace(r#""trials_passed":5"#, r#""trials_passed":6"#)
+                .as_bytes(),
+            RESULT
+                .replace(r#""trials_passed":5"#, r#""trials_passed":4"#)
+                .as_bytes(),
+            RESULT
+                .replace(r#""speedup":2.0"#, r#""speedup":-1.0"#)
+                .as_bytes(),
+            RESULT
+                .replace(r#""compiled":true,"#, r#""compiled":true,"bonus":1,"#)
+                .as_bytes(),
         ] {
             let mut t = Transcript::default();
             t.push_line(line);

@@ -98,10 +98,20 @@ pub async fn run_child(
     let max_output = spec.limits.max_output_bytes;
     let mut readers = Vec::new();
     if let Some(out) = child.stdout.take() {
-        readers.push(tokio::spawn(read_output(out, capture.clone(), flooded.clone(), max_output)));
+        readers.push(tokio::spawn(read_output(
+            out,
+            capture.clone(),
+            flooded.clone(),
+            max_output,
+        )));
     }
     if let Some(err) = child.stderr.take() {
-        readers.push(tokio::spawn(read_output(err, capture.clone(), flooded.clone(), max_output)));
+        readers.push(tokio::spawn(read_output(
+            err,
+            capture.clone(),
+            flooded.clone(),
+            max_output,
+        )));
     }
     let transcript_task = tokio::spawn(read_transcript(pipe_read));
 
@@ -231,11 +241,10 @@ async fn kill_everything(pid: i32) {
     }
     for _ in 0..20 {
         let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
-        let members = tokio::task::spawn_blocking(move || {
-            watchdog::members(&watchdog::read_table(), pid)
-        })
-        .await
-        .unwrap_or_default();
+        let members =
+            tokio::task::spawn_blocking(move || watchdog::members(&watchdog::read_table(), pid))
+                .await
+                .unwrap_or_default();
         // The main process stays as a zombie until we reap it; it does not count.
         let alive: Vec<_> = members.iter().filter(|p| p.pid != pid).collect();
         if alive.is_empty() {

@@ -27,7 +27,10 @@ impl TaskDir {
     }
 
     pub fn path(&self) -> &Path {
-        self.dir.as_ref().expect("task dir is present until drop").path()
+        self.dir
+            .as_ref()
+            .expect("task dir is present until drop")
+            .path()
     }
 
     /// Writes a new file; fails if anything (a file or a symlink) already has that name.

@@ -132,7 +132,9 @@ pub fn classify(outcome: &ChildOutcome, ctx: &VerdictContext) -> Classified {
         ),
         (None, ExitKind::Signal(sig)) if sig == nix::libc::SIGKILL => (
             VerdictCode::Resource,
-            format!("killed by SIGKILL from outside the worker, likely out of memory (stage: {stage_name})"),
+            format!(
+                "killed by SIGKILL from outside the worker, likely out of memory (stage: {stage_name})"
+            ),
         ),
         (None, ExitKind::Signal(sig)) => (
             VerdictCode::Crash,
@@ -262,30 +264,51 @@ mod tests {
         }
     }
 
-    const RUNNING: &[&str] = &["setup", "load_reference", "load_candidate", "instantiate", "correctness"];
+    const RUNNING: &[&str] = &[
+        "setup",
+        "load_reference",
+        "load_candidate",
+        "instantiate",
+        "correctness",
+    ];
 
     #[test]
     fn kills_and_signals_map_to_verdicts() {
         let c = ctx();
         let sig = |s: i32| ExitKind::Signal(s);
         assert_eq!(
-            code_of(classify(&outcome(RUNNING, sig(9), Some(KillReason::Timeout)), &c)),
+            code_of(classify(
+                &outcome(RUNNING, sig(9), Some(KillReason::Timeout)),
+                &c
+            )),
             VerdictCode::Timeout
         );
         assert_eq!(
-            code_of(classify(&outcome(RUNNING, sig(9), Some(KillReason::OutputLimit)), &c)),
+            code_of(classify(
+                &outcome(RUNNING, sig(9), Some(KillReason::OutputLimit)),
+                &c
+            )),
             VerdictCode::OutputLimit
         );
         assert_eq!(
-            code_of(classify(&outcome(RUNNING, sig(9), Some(KillReason::Memory)), &c)),
+            code_of(classify(
+                &outcome(RUNNING, sig(9), Some(KillReason::Memory)),
+                &c
+            )),
             VerdictCode::Resource
         );
         assert_eq!(
-            code_of(classify(&outcome(RUNNING, sig(9), Some(KillReason::Processes)), &c)),
+            code_of(classify(
+                &outcome(RUNNING, sig(9), Some(KillReason::Processes)),
+                &c
+            )),
             VerdictCode::Resource
         );
         assert_eq!(
-            code_of(classify(&outcome(RUNNING, sig(nix::libc::SIGSEGV), None), &c)),
+            code_of(classify(
+                &outcome(RUNNING, sig(nix::libc::SIGSEGV), None),
+                &c
+            )),
             VerdictCode::Crash
         );
         assert_eq!(
@@ -293,13 +316,17 @@ mod tests {
             VerdictCode::Runtime
         );
         let mut cuda = outcome(RUNNING, sig(nix::libc::SIGABRT), None);
-        cuda.output_tail = "RuntimeError: CUDA error: an illegal memory access was encountered".into();
+        cuda.output_tail =
+            "RuntimeError: CUDA error: an illegal memory access was encountered".into();
         assert_eq!(code_of(classify(&cuda, &c)), VerdictCode::CudaFault);
     }
 
     #[test]
     fn timeout_message_names_the_stage_and_compiled_follows_it() {
-        match classify(&outcome(RUNNING, ExitKind::Signal(9), Some(KillReason::Timeout)), &ctx()) {
+        match classify(
+            &outcome(RUNNING, ExitKind::Signal(9), Some(KillReason::Timeout)),
+            &ctx(),
+        ) {
             Classified::Verdict(r) => {
                 assert!(r.error_message.unwrap().contains("stage: correctness"));
                 assert!(r.compiled);
@@ -308,7 +335,10 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let loading = &RUNNING[..3];
-        match classify(&outcome(loading, ExitKind::Signal(9), Some(KillReason::Timeout)), &ctx()) {
+        match classify(
+            &outcome(loading, ExitKind::Signal(9), Some(KillReason::Timeout)),
+            &ctx(),
+        ) {
             Classified::Verdict(r) => assert!(!r.compiled),
             other => panic!("{other:?}"),
         }
@@ -336,7 +366,10 @@ mod tests {
     #[test]
     fn cancellation_and_violations() {
         assert_eq!(
-            classify(&outcome(RUNNING, ExitKind::Signal(9), Some(KillReason::Cancelled)), &ctx()),
+            classify(
+                &outcome(RUNNING, ExitKind::Signal(9), Some(KillReason::Cancelled)),
+                &ctx()
+            ),
             Classified::Cancelled
         );
         let mut o = outcome(RUNNING, ExitKind::Code(0), None);

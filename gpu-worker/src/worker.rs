@@ -194,7 +194,9 @@ impl Worker {
                             let _ = cancel_tx.send(true);
                             return;
                         }
-                        Err(e) => tracing::warn!(task_id = %lease.task_id, error = %e, "lease renewal failed"),
+                        Err(e) => {
+                            tracing::warn!(task_id = %lease.task_id, error = %e, "lease renewal failed")
+                        }
                     }
                 }
             })
@@ -225,7 +227,8 @@ impl Worker {
                 // Cancelled by a client, or our lease was lost, or we are shutting down: in
                 // the last case the task goes back to the queue now rather than at expiry.
                 if matches!(self.broker.renew(lease).await, Ok(LeaseState::Held)) {
-                    self.give_back(lease, "worker shut down during the task").await;
+                    self.give_back(lease, "worker shut down during the task")
+                        .await;
                 }
                 TaskEnd::Cancelled
             }
@@ -240,17 +243,21 @@ impl Worker {
     }
 
     async fn store_verdict(&self, lease: &Lease, result: EvalResult) -> TaskEnd {
-        if result.error_code == Some(VerdictCode::CudaFault) {
-            if let DeviceSlot::Gpu { index, .. } = &self.cfg.device {
-                // A fault is the kernel's only if the GPU is fine afterwards; otherwise the
-                // verdict cannot be trusted and the task is retried on a healthy device.
-                if let Err(detail) = check_gpu(*index, self.cfg.probe_command.as_deref()).await {
-                    tracing::error!(worker_id = %self.id, task_id = %lease.task_id, detail, "gpu unhealthy after a cuda fault");
-                    self.give_back(lease, &format!("gpu failed its health check after a cuda fault: {detail}")).await;
-                    return TaskEnd::DeviceUnhealthy;
-                }
-                tracing::info!(worker_id = %self.id, task_id = %lease.task_id, "gpu healthy after a cuda fault");
+        if result.error_code == Some(VerdictCode::CudaFault)
+            && let DeviceSlot::Gpu { index, .. } = &self.cfg.device
+        {
+            // A fault is the kernel's only if the GPU is fine afterwards; otherwise the
+            // verdict cannot be trusted and the task is retried on a healthy device.
+            if let Err(detail) = check_gpu(*index, self.cfg.probe_command.as_deref()).await {
+                tracing::error!(worker_id = %self.id, task_id = %lease.task_id, detail, "gpu unhealthy after a cuda fault");
+                self.give_back(
+                    lease,
+                    &format!("gpu failed its health check after a cuda fault: {detail}"),
+                )
+                .await;
+                return TaskEnd::DeviceUnhealthy;
             }
+            tracing::info!(worker_id = %self.id, task_id = %lease.task_id, "gpu healthy after a cuda fault");
         }
         let verdict = result.error_code;
         match self.broker.complete(lease, result).await {

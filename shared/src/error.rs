@@ -74,7 +74,10 @@ impl ApiError {
     }
 
     pub fn not_found(what: impl AsRef<str>) -> Self {
-        Self::new(ApiErrorCode::NotFound, format!("{} not found", what.as_ref()))
+        Self::new(
+            ApiErrorCode::NotFound,
+            format!("{} not found", what.as_ref()),
+        )
     }
 
     pub fn http_status(&self) -> u16 {

@@ -25,7 +25,18 @@ pub enum Backend {
 
 /// Queue priority. `low` is never starved: it gets a guaranteed share of claims.
 #[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    ToSchema,
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Priority {
@@ -143,13 +154,13 @@ impl EvaluateRequest {
         validate_range(&field("timeout_s"), self.timeout_s, 10, 3600)?;
         validate_tolerance(&field("atol"), self.atol)?;
         validate_tolerance(&field("rtol"), self.rtol)?;
-        if let Some(key) = &self.idempotency_key {
-            if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_BYTES {
-                return Err(ApiError::invalid(
-                    &field("idempotency_key"),
-                    format!("must be 1-{MAX_IDEMPOTENCY_KEY_BYTES} bytes"),
-                ));
-            }
+        if let Some(key) = &self.idempotency_key
+            && (key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_BYTES)
+        {
+            return Err(ApiError::invalid(
+                &field("idempotency_key"),
+                format!("must be 1-{MAX_IDEMPOTENCY_KEY_BYTES} bytes"),
+            ));
         }
         Ok(())
     }
@@ -263,21 +274,31 @@ mod tests {
 
     #[test]
     fn each_bound_names_its_field() {
-        let cases: Vec<(Box<dyn Fn(&mut EvaluateRequest)>, &str)> = vec![
+        type Mutation = Box<dyn Fn(&mut EvaluateRequest)>;
+        let cases: Vec<(Mutation, &str)> = vec![
             (Box::new(|r| r.kernel_code = "  ".into()), "kernel_code"),
-            (Box::new(|r| r.reference_code = String::new()), "reference_code"),
+            (
+                Box::new(|r| r.reference_code = String::new()),
+                "reference_code",
+            ),
             (
                 Box::new(|r| r.kernel_code = "x".repeat(MAX_CODE_BYTES + 1)),
                 "kernel_code",
             ),
             (Box::new(|r| r.num_correct_trials = 0), "num_correct_trials"),
-            (Box::new(|r| r.num_correct_trials = 21), "num_correct_trials"),
+            (
+                Box::new(|r| r.num_correct_trials = 21),
+                "num_correct_trials",
+            ),
             (Box::new(|r| r.num_perf_trials = 1001), "num_perf_trials"),
             (Box::new(|r| r.timeout_s = 9), "timeout_s"),
             (Box::new(|r| r.timeout_s = 3601), "timeout_s"),
             (Box::new(|r| r.atol = f64::NAN), "atol"),
             (Box::new(|r| r.rtol = -1.0), "rtol"),
-            (Box::new(|r| r.idempotency_key = Some(String::new())), "idempotency_key"),
+            (
+                Box::new(|r| r.idempotency_key = Some(String::new())),
+                "idempotency_key",
+            ),
         ];
         for (mutate, field) in cases {
             let mut req = valid();

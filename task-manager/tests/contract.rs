@@ -1221,7 +1221,7 @@ async fn worker_registry_is_shared_and_detects_lost_workers(backend: Backend) {
         .into_iter()
         .map(|w| w.worker_id)
         .collect();
-    assert_eq!(ids, [w1.clone()]);
+    assert_eq!(ids.as_slice(), std::slice::from_ref(&w1));
 
     eventually("the silent worker to be reported lost", async || {
         let list = replica.list_workers().await.unwrap();

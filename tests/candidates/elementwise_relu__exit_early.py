@@ -1,4 +1,5 @@
-"""forward calls os._exit(0): the child exits 0 without a result -> RUNTIME (decided by the worker)."""
+"""forward calls os._exit(0): the child exits 0 without a result -> RUNTIME (decided by the
+worker)."""
 import os
 
 import torch

@@ -1,4 +1,5 @@
-"""forward dereferences a NULL pointer: the child dies by SIGSEGV -> CRASH (decided by the worker)."""
+"""forward dereferences a NULL pointer: the child dies by SIGSEGV -> CRASH (decided by the
+worker)."""
 import ctypes
 
 import torch

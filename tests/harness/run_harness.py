@@ -29,7 +29,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HARNESS = os.path.join(REPO, "gpu-worker", "harness", "harness.py")
 DEFAULT_PYTHON = os.environ.get("CRUCIBLE_PYTHON", "/root/.cache/crucible/venv/bin/python")
-OUTPUT_CAP = 1 << 20            # bytes of stdout+stderr kept (and allowed) per run
+OUTPUT_CAP = 1 << 20            # bytes kept (and allowed) per stream, stdout and stderr each
 PROTOCOL_LINE_CAP = 1 << 20     # protocol lines longer than this are violations
 TAIL_CHARS = 2000
 
@@ -71,7 +71,9 @@ def run(problem, candidate, spec=None, timeout=120.0, python=DEFAULT_PYTHON,
     with open(os.path.join(taskdir, "spec.json"), "w") as f:
         json.dump(spec, f)
 
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": taskdir, "LANG": "C.UTF-8",
+    # The interpreter's bin dir first: load_inline needs the venv's ninja.
+    path = os.pathsep.join([os.path.dirname(python), "/usr/local/bin", "/usr/bin", "/bin"])
+    env = {"PATH": path, "HOME": taskdir, "LANG": "C.UTF-8",
            "TMPDIR": taskdir, "TRITON_CACHE_DIR": os.path.join(taskdir, ".triton")}
     if spec["device"] == "cpu":
         env["TRITON_INTERPRET"] = "1"

@@ -55,7 +55,10 @@ where
         if let Some(v) = f().await {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(250));
     }
@@ -146,10 +149,14 @@ impl Redis {
         ]);
         let proc = Proc::spawn("redis", cmd, log_dir);
         let addr = format!("127.0.0.1:{port}");
-        eventually("redis to accept connections", Duration::from_secs(10), || {
-            let addr = addr.clone();
-            async move { std::net::TcpStream::connect(&addr).ok().map(|_| ()) }
-        })
+        eventually(
+            "redis to accept connections",
+            Duration::from_secs(10),
+            || {
+                let addr = addr.clone();
+                async move { std::net::TcpStream::connect(&addr).ok().map(|_| ()) }
+            },
+        )
         .await;
         Redis {
             url: format!("redis://127.0.0.1:{port}"),
@@ -202,19 +209,28 @@ impl Api {
     }
 
     pub async fn wait_ready(&self) {
-        eventually("the API to answer /health", Duration::from_secs(30), || async {
-            self.http
-                .get(format!("{}/health", self.base))
-                .send()
-                .await
-                .ok()
-                .map(|_| ())
-        })
+        eventually(
+            "the API to answer /health",
+            Duration::from_secs(30),
+            || async {
+                self.http
+                    .get(format!("{}/health", self.base))
+                    .send()
+                    .await
+                    .ok()
+                    .map(|_| ())
+            },
+        )
         .await;
     }
 
     /// Sends a request; returns the status and the JSON body (Null when not JSON).
-    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         let mut req = self.http.request(method, format!("{}{path}", self.base));
         if let Some(b) = body {
             req = req.json(&b);
@@ -243,17 +259,20 @@ impl Api {
     pub async fn wait_task(&self, id: &str, timeout: Duration) -> Value {
         eventually(&format!("task {id} to finish"), timeout, || async {
             let (status, v) = self.get(&format!("/tasks/{id}?wait=5")).await;
-            (status == 200
-                && matches!(v["status"].as_str(), Some("done" | "failed" | "cancelled")))
-            .then_some(v)
+            (status == 200 && matches!(v["status"].as_str(), Some("done" | "failed" | "cancelled")))
+                .then_some(v)
         })
         .await
     }
 }
 
 pub fn problem(name: &str) -> String {
-    std::fs::read_to_string(repo_root().join("tests/problems").join(format!("{name}.py")))
-        .unwrap_or_else(|e| panic!("problem {name}: {e}"))
+    std::fs::read_to_string(
+        repo_root()
+            .join("tests/problems")
+            .join(format!("{name}.py")),
+    )
+    .unwrap_or_else(|e| panic!("problem {name}: {e}"))
 }
 
 pub fn candidate(file: &str) -> String {

@@ -18,7 +18,11 @@ async fn stack(name: &str, extra_env: &[(&str, &str)]) -> Stack {
     let logs = log_dir(name);
     let redis = Redis::start(&logs).await;
     let mut env = service_env(&redis.url, name);
-    env.extend(extra_env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    env.extend(
+        extra_env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
     let port = free_port();
     let api_proc = Proc::spawn("api", api_command(port, &env), &logs);
     let api = Api::new(port);
@@ -59,36 +63,63 @@ async fn bad_input_gets_a_4xx_naming_the_field_and_never_hurts_the_server() {
         }
     };
     let (status, body) = raw("{not json", "application/json").await;
-    assert_eq!((status, body["code"].as_str()), (400, Some("MALFORMED_JSON")), "{body}");
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("MALFORMED_JSON")),
+        "{body}"
+    );
     let (status, body) = raw(r#"{"reference_code": "x"}"#, "text/plain").await;
-    assert_eq!((status, body["code"].as_str()), (415, Some("UNSUPPORTED_MEDIA_TYPE")), "{body}");
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (415, Some("UNSUPPORTED_MEDIA_TYPE")),
+        "{body}"
+    );
     let (status, body) = raw(r#"{"reference_code": "x"}"#, "application/json").await;
     assert_eq!(status, 422, "{body}");
-    assert!(body["message"].as_str().unwrap().contains("kernel_code"), "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("kernel_code"),
+        "{body}"
+    );
 
     let cases = [
         (minimal("backend", json!("opencl")), "backend"),
-        (minimal("num_correct_trials", json!(0)), "num_correct_trials"),
-        (minimal("num_correct_trials", json!(21)), "num_correct_trials"),
+        (
+            minimal("num_correct_trials", json!(0)),
+            "num_correct_trials",
+        ),
+        (
+            minimal("num_correct_trials", json!(21)),
+            "num_correct_trials",
+        ),
         (minimal("num_perf_trials", json!(1001)), "num_perf_trials"),
         (minimal("timeout_s", json!(5)), "timeout_s"),
         (minimal("timeout_s", json!(-1)), "timeout_s"),
         (minimal("atol", json!("tight")), "atol"),
         (minimal("priority", json!("urgent")), "priority"),
         (minimal("kernel_code", json!("")), "kernel_code"),
-        (minimal("kernel_code", json!("x".repeat(256 * 1024 + 1))), "kernel_code"),
+        (
+            minimal("kernel_code", json!("x".repeat(256 * 1024 + 1))),
+            "kernel_code",
+        ),
         (minimal("idempotency_key", json!("")), "idempotency_key"),
     ];
     for (body, field) in cases {
         let (status, answer) = api.post("/evaluate", body).await;
         assert_eq!(status, 422, "{field}: {answer}");
         assert_eq!(answer["code"], "VALIDATION", "{field}: {answer}");
-        assert!(answer["message"].as_str().unwrap().contains(field), "{field}: {answer}");
+        assert!(
+            answer["message"].as_str().unwrap().contains(field),
+            "{field}: {answer}"
+        );
     }
 
     let huge = minimal("kernel_code", json!("x".repeat(5 << 20)));
     let (status, answer) = api.post("/evaluate", huge).await;
-    assert_eq!((status, answer["code"].as_str()), (413, Some("PAYLOAD_TOO_LARGE")), "{answer}");
+    assert_eq!(
+        (status, answer["code"].as_str()),
+        (413, Some("PAYLOAD_TOO_LARGE")),
+        "{answer}"
+    );
 
     let (status, answer) = api.post("/evaluate/batch", json!({"tasks": []})).await;
     assert_eq!(status, 422, "{answer}");
@@ -98,13 +129,21 @@ async fn bad_input_gets_a_4xx_naming_the_field_and_never_hurts_the_server() {
     assert_eq!(status, 422, "{answer}");
     assert_eq!(answer["field"], "tasks[1].num_perf_trials", "{answer}");
 
-    let (status, answer) = api.post("/evaluate?wait=3600", minimal("priority", json!("low"))).await;
+    let (status, answer) = api
+        .post("/evaluate?wait=3600", minimal("priority", json!("low")))
+        .await;
     assert_eq!(status, 422, "{answer}");
     for path in ["/tasks/t_nope", "/batches/b_nope", "/no/such/route"] {
         let (status, answer) = api.get(path).await;
-        assert_eq!((status, answer["code"].as_str()), (404, Some("NOT_FOUND")), "{path}: {answer}");
+        assert_eq!(
+            (status, answer["code"].as_str()),
+            (404, Some("NOT_FOUND")),
+            "{path}: {answer}"
+        );
     }
-    let (status, answer) = api.call(reqwest::Method::DELETE, "/tasks/t_nope", None).await;
+    let (status, answer) = api
+        .call(reqwest::Method::DELETE, "/tasks/t_nope", None)
+        .await;
     assert_eq!(status, 404, "{answer}");
 
     // Still healthy, still accepting work, and nothing bad was queued.
@@ -126,24 +165,45 @@ async fn idempotency_queue_cap_and_cancel_of_queued_tasks() {
     assert_eq!(a["task_id"], b["task_id"]);
     assert_eq!(b["deduplicated"], true);
 
-    api.submit(eval_body("softmax", "softmax__correct.py", 60)).await;
-    let third = api.submit(eval_body("matmul", "matmul__correct.py", 60)).await;
-    let (status, full) = api.post("/evaluate", eval_body("softmax", "softmax__correct.py", 60)).await;
-    assert_eq!((status, full["code"].as_str()), (429, Some("QUEUE_FULL")), "{full}");
+    api.submit(eval_body("softmax", "softmax__correct.py", 60))
+        .await;
+    let third = api
+        .submit(eval_body("matmul", "matmul__correct.py", 60))
+        .await;
+    let (status, full) = api
+        .post("/evaluate", eval_body("softmax", "softmax__correct.py", 60))
+        .await;
+    assert_eq!(
+        (status, full["code"].as_str()),
+        (429, Some("QUEUE_FULL")),
+        "{full}"
+    );
     let (status, _) = api
-        .post("/evaluate/batch", json!({"tasks": [eval_body("softmax", "softmax__correct.py", 60)]}))
+        .post(
+            "/evaluate/batch",
+            json!({"tasks": [eval_body("softmax", "softmax__correct.py", 60)]}),
+        )
         .await;
     assert_eq!(status, 429);
 
-    let (status, cancelled) = api.call(reqwest::Method::DELETE, &format!("/tasks/{third}"), None).await;
+    let (status, cancelled) = api
+        .call(reqwest::Method::DELETE, &format!("/tasks/{third}"), None)
+        .await;
     assert_eq!(status, 200, "{cancelled}");
     assert_eq!(cancelled["was"], "queued");
     let (_, view) = api.get(&format!("/tasks/{third}")).await;
     assert_eq!(view["status"], "cancelled");
-    let (status, again) = api.call(reqwest::Method::DELETE, &format!("/tasks/{third}"), None).await;
-    assert_eq!((status, again["code"].as_str()), (409, Some("CONFLICT")), "{again}");
+    let (status, again) = api
+        .call(reqwest::Method::DELETE, &format!("/tasks/{third}"), None)
+        .await;
+    assert_eq!(
+        (status, again["code"].as_str()),
+        (409, Some("CONFLICT")),
+        "{again}"
+    );
     // Cancelling freed a slot.
-    api.submit(eval_body("softmax", "softmax__correct.py", 60)).await;
+    api.submit(eval_body("softmax", "softmax__correct.py", 60))
+        .await;
     let (_, queue) = api.get("/queue/status").await;
     assert_eq!(queue["queued_normal"], 3, "{queue}");
 }
@@ -167,20 +227,41 @@ async fn priorities_order_claims_and_a_running_task_can_be_cancelled() {
         started.push(task["started_at"].as_str().unwrap().to_owned());
     }
     // One worker takes them one at a time: high, then normal, then low.
-    assert!(started[2] < started[1] && started[1] < started[0], "{started:?}");
+    assert!(
+        started[2] < started[1] && started[1] < started[0],
+        "{started:?}"
+    );
 
-    let hang = api.submit(eval_body("elementwise_relu", "elementwise_relu__hang.py", 120)).await;
-    eventually("the hanging task to run", Duration::from_secs(60), || async {
-        let (_, v) = api.get(&format!("/tasks/{hang}")).await;
-        (v["status"] == "running").then_some(())
-    })
+    let hang = api
+        .submit(eval_body(
+            "elementwise_relu",
+            "elementwise_relu__hang.py",
+            120,
+        ))
+        .await;
+    eventually(
+        "the hanging task to run",
+        Duration::from_secs(60),
+        || async {
+            let (_, v) = api.get(&format!("/tasks/{hang}")).await;
+            (v["status"] == "running").then_some(())
+        },
+    )
     .await;
-    let (status, cancelled) = api.call(reqwest::Method::DELETE, &format!("/tasks/{hang}"), None).await;
+    let (status, cancelled) = api
+        .call(reqwest::Method::DELETE, &format!("/tasks/{hang}"), None)
+        .await;
     assert_eq!(status, 200, "{cancelled}");
     assert_eq!(cancelled["was"], "running");
     // The child is killed at the next lease renewal, far sooner than the 120 s deadline: the
     // worker takes the next task while the cancelled one would still be hanging.
-    let next = api.submit(eval_body("elementwise_relu", "elementwise_relu__correct.py", 120)).await;
+    let next = api
+        .submit(eval_body(
+            "elementwise_relu",
+            "elementwise_relu__correct.py",
+            120,
+        ))
+        .await;
     let task = api.wait_task(&next, Duration::from_secs(90)).await;
     assert_eq!(task["result"]["correct"], true, "{task}");
     let (_, view) = api.get(&format!("/tasks/{hang}")).await;
@@ -194,30 +275,78 @@ async fn openapi_docs_health_and_metrics_are_real() {
     let api = &s.api;
     let (status, doc) = api.get("/openapi.json").await;
     assert_eq!(status, 200);
-    for path in ["/evaluate", "/evaluate/batch", "/tasks/{id}", "/batches/{id}", "/workers/status", "/queue/status", "/health", "/metrics"] {
+    for path in [
+        "/evaluate",
+        "/evaluate/batch",
+        "/tasks/{id}",
+        "/batches/{id}",
+        "/workers/status",
+        "/queue/status",
+        "/health",
+        "/metrics",
+    ] {
         assert!(doc["paths"].get(path).is_some(), "openapi lacks {path}");
     }
-    let docs = api.http.get(format!("{}/docs/", api.base)).send().await.unwrap();
+    let docs = api
+        .http
+        .get(format!("{}/docs/", api.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(docs.status().as_u16(), 200);
-    assert!(docs.text().await.unwrap().to_lowercase().contains("swagger"));
+    assert!(
+        docs.text()
+            .await
+            .unwrap()
+            .to_lowercase()
+            .contains("swagger")
+    );
 
     let (status, health) = api.get("/health").await;
-    assert_eq!((status, health["status"].as_str()), (200, Some("degraded")), "{health}");
+    assert_eq!(
+        (status, health["status"].as_str()),
+        (200, Some("degraded")),
+        "{health}"
+    );
     let mut worker = Proc::spawn("worker", worker_command(&s.env), &s.logs);
-    eventually("health to see the worker", Duration::from_secs(30), || async {
-        let (_, h) = api.get("/health").await;
-        (h["status"] == "ok" && h["workers_alive"] == 1).then_some(())
-    })
+    eventually(
+        "health to see the worker",
+        Duration::from_secs(30),
+        || async {
+            let (_, h) = api.get("/health").await;
+            (h["status"] == "ok" && h["workers_alive"] == 1).then_some(())
+        },
+    )
     .await;
-    let metrics = api.http.get(format!("{}/metrics", api.base)).send().await.unwrap().text().await.unwrap();
-    for name in ["crucible_queue_depth", "crucible_workers", "crucible_broker_up 1", "crucible_http_requests_total"] {
+    let metrics = api
+        .http
+        .get(format!("{}/metrics", api.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in [
+        "crucible_queue_depth",
+        "crucible_workers",
+        "crucible_broker_up 1",
+        "crucible_http_requests_total",
+    ] {
         assert!(metrics.contains(name), "metrics lack {name}");
     }
     // A clean worker shutdown deregisters it.
-    assert!(worker.terminate(Duration::from_secs(20)), "worker did not stop on SIGTERM");
-    eventually("the worker to deregister", Duration::from_secs(10), || async {
-        let (_, w) = api.get("/workers/status").await;
-        (w["total"] == 0).then_some(())
-    })
+    assert!(
+        worker.terminate(Duration::from_secs(20)),
+        "worker did not stop on SIGTERM"
+    );
+    eventually(
+        "the worker to deregister",
+        Duration::from_secs(10),
+        || async {
+            let (_, w) = api.get("/workers/status").await;
+            (w["total"] == 0).then_some(())
+        },
+    )
     .await;
 }

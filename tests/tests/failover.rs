@@ -36,10 +36,14 @@ async fn a_worker_killed_mid_task_loses_nothing() {
             "timeout_s": 120,
         }))
         .await;
-    let running = eventually("the task to run on the first worker", Duration::from_secs(60), || async {
-        let (_, v) = api.get(&format!("/tasks/{id}")).await;
-        (v["status"] == "running").then_some(v)
-    })
+    let running = eventually(
+        "the task to run on the first worker",
+        Duration::from_secs(60),
+        || async {
+            let (_, v) = api.get(&format!("/tasks/{id}")).await;
+            (v["status"] == "running").then_some(v)
+        },
+    )
     .await;
     let first_worker = running["worker_id"].as_str().unwrap().to_owned();
     assert_eq!(running["attempts"], 1);
@@ -57,14 +61,18 @@ async fn a_worker_killed_mid_task_loses_nothing() {
     assert_eq!(queue["done_total"], 1, "exactly one result: {queue}");
     assert_eq!(queue["requeued_total"], 1, "{queue}");
     // The dead worker is reported lost, not silently dropped.
-    eventually("the killed worker to be reported lost", Duration::from_secs(20), || async {
-        let (_, w) = api.get("/workers/status").await;
-        w["workers"]
-            .as_array()?
-            .iter()
-            .any(|w| w["worker_id"] == first_worker.as_str() && w["state"] == "lost")
-            .then_some(())
-    })
+    eventually(
+        "the killed worker to be reported lost",
+        Duration::from_secs(20),
+        || async {
+            let (_, w) = api.get("/workers/status").await;
+            w["workers"]
+                .as_array()?
+                .iter()
+                .any(|w| w["worker_id"] == first_worker.as_str() && w["state"] == "lost")
+                .then_some(())
+        },
+    )
     .await;
 }
 

@@ -22,17 +22,25 @@ async fn crucible_up_serves_on_the_embedded_broker() {
     assert_eq!(health["broker"], "memory", "{health}");
 
     let (status, task) = api
-        .post("/evaluate?wait=60", eval_body("softmax", "softmax__correct.py", 120))
+        .post(
+            "/evaluate?wait=60",
+            eval_body("softmax", "softmax__correct.py", 120),
+        )
         .await;
     let task = if status == 200 {
         task
     } else {
-        api.wait_task(task["task_id"].as_str().unwrap(), Duration::from_secs(120)).await
+        api.wait_task(task["task_id"].as_str().unwrap(), Duration::from_secs(120))
+            .await
     };
     assert_eq!(task["status"], "done", "{task}");
     assert_eq!(task["result"]["correct"], true, "{task}");
     assert_eq!(task["result"]["device"]["kind"], "cpu");
-    assert!(up.terminate(Duration::from_secs(20)), "crucible up did not stop on SIGTERM:\n{}", up.log_text());
+    assert!(
+        up.terminate(Duration::from_secs(20)),
+        "crucible up did not stop on SIGTERM:\n{}",
+        up.log_text()
+    );
 }
 
 #[test]
@@ -47,7 +55,11 @@ fn crucible_eval_runs_a_pair_without_a_server() {
         .env("CRUCIBLE_PYTHON", python())
         .output()
         .expect("crucible eval runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let result: Value = serde_json::from_slice(&out.stdout).expect("JSON result on stdout");
     assert_eq!(result["correct"], false, "{result}");
     assert_eq!(result["error_code"], "CORRECTNESS", "{result}");

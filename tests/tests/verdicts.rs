@@ -27,7 +27,11 @@ async fn every_candidate_gets_its_verdict_and_workers_keep_serving() {
         &std::fs::read_to_string(repo_root().join("tests/candidates/manifest.json")).unwrap(),
     )
     .unwrap();
-    assert!(manifest.len() >= 15, "manifest has {} entries", manifest.len());
+    assert!(
+        manifest.len() >= 15,
+        "manifest has {} entries",
+        manifest.len()
+    );
 
     let mut submitted = Vec::new();
     for entry in &manifest {
@@ -35,7 +39,11 @@ async fn every_candidate_gets_its_verdict_and_workers_keep_serving() {
         let file = entry["candidate"].as_str().unwrap();
         let expect = &entry["expect"];
         // A hang is decided by the deadline: keep it at the minimum.
-        let timeout = if expect["error_code"] == "TIMEOUT" { 10 } else { 180 };
+        let timeout = if expect["error_code"] == "TIMEOUT" {
+            10
+        } else {
+            180
+        };
         let mut body = eval_body(problem_name, file, timeout);
         body["backend"] = entry["backend"].clone();
         submitted.push((file.to_owned(), expect.clone(), api.submit(body).await));
@@ -58,35 +66,60 @@ async fn every_candidate_gets_its_verdict_and_workers_keep_serving() {
             continue;
         }
         assert_eq!(result["device"]["kind"], "cpu", "{file}");
-        assert_eq!(task["attempts"], 1, "{file}: a kernel's failure is never retried");
+        assert_eq!(
+            task["attempts"], 1,
+            "{file}: a kernel's failure is never retried"
+        );
         if expect["correct"] == true {
-            assert!(result["runtime_ms"]["median"].as_f64().unwrap() > 0.0, "{file}");
-            assert!(result["ref_runtime_ms"]["median"].as_f64().unwrap() > 0.0, "{file}");
+            assert!(
+                result["runtime_ms"]["median"].as_f64().unwrap() > 0.0,
+                "{file}"
+            );
+            assert!(
+                result["ref_runtime_ms"]["median"].as_f64().unwrap() > 0.0,
+                "{file}"
+            );
             assert!(result["speedup"].as_f64().unwrap() > 0.0, "{file}");
             assert_eq!(result["trials_passed"], result["trials_total"], "{file}");
         }
     }
-    assert!(failures.is_empty(), "wrong verdicts:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "wrong verdicts:\n{}",
+        failures.join("\n")
+    );
 
     // Both workers are alive and idle and still serve after all of that.
     let after = api
-        .submit(eval_body("elementwise_relu", "elementwise_relu__correct.py", 120))
+        .submit(eval_body(
+            "elementwise_relu",
+            "elementwise_relu__correct.py",
+            120,
+        ))
         .await;
     let task = api.wait_task(&after, Duration::from_secs(120)).await;
     assert_eq!(task["result"]["correct"], true, "{task}");
     let expected_done = submitted.len() as u64 + 1;
-    let workers = eventually("both workers to report their tasks", Duration::from_secs(15), || async {
-        let (_, workers) = api.get("/workers/status").await;
-        let done: u64 = workers["workers"]
-            .as_array()?
-            .iter()
-            .filter_map(|w| w["tasks_done"].as_u64())
-            .sum();
-        (workers["alive"] == 2 && done == expected_done).then_some(workers)
-    })
+    let workers = eventually(
+        "both workers to report their tasks",
+        Duration::from_secs(15),
+        || async {
+            let (_, workers) = api.get("/workers/status").await;
+            let done: u64 = workers["workers"]
+                .as_array()?
+                .iter()
+                .filter_map(|w| w["tasks_done"].as_u64())
+                .sum();
+            (workers["alive"] == 2 && done == expected_done).then_some(workers)
+        },
+    )
     .await;
     assert!(
-        workers["workers"].as_array().unwrap().iter().all(|w| w["state"] == "idle"),
+        workers["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|w| w["state"] == "idle"),
         "{workers}"
     );
     let (_, queue) = api.get("/queue/status").await;

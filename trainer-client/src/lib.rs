@@ -50,11 +50,16 @@ impl Client {
     /// Submits one evaluation. Give it an `idempotency_key` so a retried submission cannot
     /// create a second task.
     pub async fn evaluate(&self, request: &EvaluateRequest) -> Result<SubmitResponse, ClientError> {
-        self.send(reqwest::Method::POST, "/evaluate", Some(request)).await
+        self.send(reqwest::Method::POST, "/evaluate", Some(request))
+            .await
     }
 
-    pub async fn evaluate_batch(&self, batch: &BatchRequest) -> Result<BatchSubmitted, ClientError> {
-        self.send(reqwest::Method::POST, "/evaluate/batch", Some(batch)).await
+    pub async fn evaluate_batch(
+        &self,
+        batch: &BatchRequest,
+    ) -> Result<BatchSubmitted, ClientError> {
+        self.send(reqwest::Method::POST, "/evaluate/batch", Some(batch))
+            .await
     }
 
     pub async fn task(&self, id: &TaskId) -> Result<TaskView, ClientError> {
@@ -63,16 +68,22 @@ impl Client {
     }
 
     pub async fn batch(&self, id: &crucible_shared::BatchId) -> Result<BatchStatus, ClientError> {
-        self.send::<(), _>(reqwest::Method::GET, &format!("/batches/{id}?include=tasks"), None)
-            .await
+        self.send::<(), _>(
+            reqwest::Method::GET,
+            &format!("/batches/{id}?include=tasks"),
+            None,
+        )
+        .await
     }
 
     pub async fn queue(&self) -> Result<QueueStatus, ClientError> {
-        self.send::<(), _>(reqwest::Method::GET, "/queue/status", None).await
+        self.send::<(), _>(reqwest::Method::GET, "/queue/status", None)
+            .await
     }
 
     pub async fn workers(&self) -> Result<serde_json::Value, ClientError> {
-        self.send::<(), _>(reqwest::Method::GET, "/workers/status", None).await
+        self.send::<(), _>(reqwest::Method::GET, "/workers/status", None)
+            .await
     }
 
     /// Polls (with the server's long-poll `wait`) until the task is terminal or `timeout`.
@@ -82,7 +93,11 @@ impl Client {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let wait_s = left.as_secs_f64().min(30.0);
             let view: TaskView = self
-                .send::<(), _>(reqwest::Method::GET, &format!("/tasks/{id}?wait={wait_s:.1}"), None)
+                .send::<(), _>(
+                    reqwest::Method::GET,
+                    &format!("/tasks/{id}?wait={wait_s:.1}"),
+                    None,
+                )
                 .await?;
             if view.status.is_terminal() || left.is_zero() {
                 return Ok(view);
@@ -98,7 +113,9 @@ impl Client {
     ) -> Result<T, ClientError> {
         let mut last = String::new();
         for attempt in 1..=self.max_attempts {
-            let mut req = self.http.request(method.clone(), format!("{}{path}", self.base));
+            let mut req = self
+                .http
+                .request(method.clone(), format!("{}{path}", self.base));
             if let Some(b) = body {
                 req = req.json(b);
             }
@@ -108,9 +125,11 @@ impl Client {
                     let retryable = status == 429 || status == 503;
                     let bytes = resp.bytes().await?;
                     if (200..300).contains(&status) {
-                        return serde_json::from_slice(&bytes).map_err(|_| ClientError::Unexpected {
-                            status,
-                            body: String::from_utf8_lossy(&bytes).into_owned(),
+                        return serde_json::from_slice(&bytes).map_err(|_| {
+                            ClientError::Unexpected {
+                                status,
+                                body: String::from_utf8_lossy(&bytes).into_owned(),
+                            }
                         });
                     }
                     let err = match serde_json::from_slice::<ApiError>(&bytes) {

@@ -4,7 +4,9 @@
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use crucible_gpu_worker::verdict::Classified;
-use crucible_gpu_worker::{DeviceSlot, Worker, WorkerConfig, discover_devices, evaluate_local, probe};
+use crucible_gpu_worker::{
+    DeviceSlot, Worker, WorkerConfig, discover_devices, evaluate_local, probe,
+};
 use crucible_shared::{Backend, BrokerConfig, EvaluateRequest, TaskSpec};
 use crucible_task_manager::{Broker, MemoryBroker, RedisBroker, run_reaper};
 use crucible_trainer_client::Client;
@@ -13,7 +15,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Parser)]
-#[command(name = "crucible", version, about = "Crucible: GPU kernel evaluation for RL trainers")]
+#[command(
+    name = "crucible",
+    version,
+    about = "Crucible: GPU kernel evaluation for RL trainers"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -104,13 +110,28 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .init();
     match cli.command {
-        Command::Up { bind, redis_url, gpus, cpu, extra_cpu_workers } => {
-            up(bind, redis_url, gpus, cpu, extra_cpu_workers).await
-        }
-        Command::Eval { reference, kernel, backend, gpu, cpu, trials, perf_trials, timeout_s } => {
+        Command::Up {
+            bind,
+            redis_url,
+            gpus,
+            cpu,
+            extra_cpu_workers,
+        } => up(bind, redis_url, gpus, cpu, extra_cpu_workers).await,
+        Command::Eval {
+            reference,
+            kernel,
+            backend,
+            gpu,
+            cpu,
+            trials,
+            perf_trials,
+            timeout_s,
+        } => {
             let mut request = EvaluateRequest::new(read(&reference)?, read(&kernel)?);
             request.backend = backend.into();
             request.num_correct_trials = trials;
@@ -133,20 +154,31 @@ async fn main() -> anyhow::Result<()> {
                 Classified::Cancelled => bail!("cancelled"),
             }
         }
-        Command::Submit { url, reference, kernel, backend, wait_s } => {
+        Command::Submit {
+            url,
+            reference,
+            kernel,
+            backend,
+            wait_s,
+        } => {
             let client = Client::new(url);
             let mut request = EvaluateRequest::new(read(&reference)?, read(&kernel)?);
             request.backend = backend.into();
             let submitted = client.evaluate(&request).await?;
             eprintln!("submitted {}", submitted.task_id);
-            let view = client.wait(&submitted.task_id, Duration::from_secs(wait_s)).await?;
+            let view = client
+                .wait(&submitted.task_id, Duration::from_secs(wait_s))
+                .await?;
             println!("{}", serde_json::to_string_pretty(&view)?);
             Ok(())
         }
         Command::Status { url } => {
             let client = Client::new(url);
             println!("{}", serde_json::to_string_pretty(&client.queue().await?)?);
-            println!("{}", serde_json::to_string_pretty(&client.workers().await?)?);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&client.workers().await?)?
+            );
             Ok(())
         }
         Command::ProbeGpu => unreachable!("handled before logging starts"),
@@ -178,7 +210,11 @@ async fn up(
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
-    tasks.push(tokio::spawn(run_reaper(broker.clone(), Duration::from_secs(1), stop_rx.clone())));
+    tasks.push(tokio::spawn(run_reaper(
+        broker.clone(),
+        Duration::from_secs(1),
+        stop_rx.clone(),
+    )));
     for device in devices {
         let wcfg = WorkerConfig::from_env(device).map_err(anyhow::Error::msg)?;
         let worker = Arc::new(Worker::new(broker.clone(), wcfg));
