@@ -7,6 +7,7 @@ Standard library only: the GPU machine has no network and nothing to pip-install
 
 import argparse
 import json
+import re
 import sys
 import time
 import urllib.error
@@ -60,9 +61,12 @@ def main():
     ap.add_argument("--recovery", type=int, default=3, help="correct candidates re-run after the faults")
     ap.add_argument("--out", default=None, help="write every task as JSON lines here")
     ap.add_argument("--deadline-s", type=float, default=1500)
+    ap.add_argument("--select", default=None, help="only manifest entries whose candidate matches this regex")
     args = ap.parse_args()
 
     manifest = json.load(open(args.manifest))
+    if args.select:
+        manifest = [e for e in manifest if re.search(args.select, e["candidate"])]
     correct = [e for e in manifest if e["expect"] == "correct"]
     runs = [(e, "first") for e in manifest]
     runs += [(e, "recovery") for e in correct[: args.recovery]]
