@@ -48,6 +48,7 @@ import traceback  # noqa: E402
 
 # Our own references to what must not be swapped out by the candidate (integrity hardening
 # builds on these; the torch ones are captured in setup, still before the candidate runs).
+_HARNESS_FILE = os.path.abspath(__file__)
 _perf_counter_ns = time.perf_counter_ns
 _json_dumps = json.dumps
 _os_exit = os._exit
@@ -211,7 +212,8 @@ def format_error(exc, focus_file, taskdir, context=""):
     """Type + message, then the last traceback lines, restricted to `focus_file` frames.
 
     The restriction keeps the part a model can act on (its own code) and drops torch/triton
-    internals; when no frame is in the focus file, the innermost frames are kept instead.
+    internals; when no frame is in the focus file, the innermost frames are kept instead
+    (never the harness's own: an asynchronous CUDA fault surfaces in our synchronize()).
     Causes are included (Triton's interpreter wraps the real error). Capped at 4000 chars.
     """
     headline = f"{type(exc).__name__}: {exc}"
@@ -222,7 +224,8 @@ def format_error(exc, focus_file, taskdir, context=""):
     lines = []
     chain = _chain(exc)
     for e in reversed(chain):   # root cause first, like Python prints it
-        frames = traceback.extract_tb(e.__traceback__)
+        frames = [f for f in traceback.extract_tb(e.__traceback__)
+                  if not _same_file(f.filename, _HARNESS_FILE)]   # our frames help nobody
         mine = [f for f in frames if _same_file(f.filename, focus_file)]
         for entry in traceback.format_list(mine or frames[-3:]):
             lines.extend(entry.rstrip("\n").split("\n"))

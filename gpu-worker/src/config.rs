@@ -1,7 +1,7 @@
 //! Worker settings, parsed from environment-style lookups by pure functions.
 
 use crate::device::DeviceSlot;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Limits applied to every task child.
@@ -91,10 +91,12 @@ impl WorkerConfig {
             .map(PathBuf::from)
             .unwrap_or_else(|| std::env::temp_dir().join("crucible"));
         Ok(Self {
-            python: lookup("CRUCIBLE_PYTHON")
-                .filter(|v| !v.is_empty())
-                .unwrap_or_else(|| "python3".to_owned())
-                .into(),
+            python: resolve_program(
+                &lookup("CRUCIBLE_PYTHON")
+                    .filter(|v| !v.is_empty())
+                    .unwrap_or_else(|| "python3".to_owned()),
+                lookup("PATH").as_deref(),
+            ),
             work_root,
             limits,
             device,
@@ -122,10 +124,50 @@ impl WorkerConfig {
     }
 }
 
+/// The absolute path of `program` as the worker's own PATH finds it. Children get a PATH of
+/// their own, so a bare `python3` would otherwise resolve to a different interpreter there.
+pub fn resolve_program(program: &str, path: Option<&str>) -> PathBuf {
+    if program.contains('/') {
+        return PathBuf::from(program);
+    }
+    path.unwrap_or_default()
+        .split(':')
+        .filter(|dir| !dir.is_empty())
+        .map(|dir| Path::new(dir).join(program))
+        .find(|candidate| is_executable(candidate))
+        .unwrap_or_else(|| PathBuf::from(program))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
 fn read_hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_owned())
         .ok()
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "localhost".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_program_name_resolves_through_the_workers_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("python3");
+        std::fs::write(&exe, b"#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let path = format!("/nonexistent:{}", dir.path().display());
+        assert_eq!(resolve_program("python3", Some(&path)), exe);
+        assert_eq!(
+            resolve_program("/opt/py/bin/python3", Some(&path)),
+            PathBuf::from("/opt/py/bin/python3")
+        );
+        assert_eq!(resolve_program("python3", None), PathBuf::from("python3"));
+    }
 }
