@@ -77,16 +77,20 @@ def main():
                for e, phase in runs]
     rows, tasks = [], []
     for entry, phase, task_id, _ in pending:
-        while True:
+        task = None
+        while task is None:
             left = args.deadline_s - (time.time() - t0)
             if left <= 0:
-                raise SystemExit(f"deadline passed waiting for {task_id}")
-            status, task = call(args.api, "GET", f"/tasks/{task_id}?wait={min(30, left):.0f}", timeout=90)
-            if status == 200 and task["status"] in ("done", "failed", "cancelled"):
                 break
+            status, answer = call(args.api, "GET", f"/tasks/{task_id}?wait={min(30, left):.0f}", timeout=90)
+            if status == 200 and answer["status"] in ("done", "failed", "cancelled"):
+                task = answer
+        if task is None:
+            # Past the deadline: report what is known rather than nothing.
+            _, task = call(args.api, "GET", f"/tasks/{task_id}")
         tasks.append(task)
         r = task.get("result") or {}
-        got = verdict_of(task)
+        got = verdict_of(task) if task["status"] in ("done", "failed", "cancelled") else "UNFINISHED"
         ok = got == entry["expect"]
         med = lambda k: (r.get(k) or {}).get("median")
         rows.append({
@@ -103,6 +107,8 @@ def main():
             "child_s": (r.get("stage_ms") or {}).get("child_wall", 0) / 1e3,
             "att": task["attempts"],
         })
+        if not ok and r.get("error_message"):
+            print(f"# {entry['candidate']}: {r.get('error_code')}: {r['error_message'][:300]!r}", flush=True)
     if args.out:
         with open(args.out, "w") as f:
             for t in tasks:
