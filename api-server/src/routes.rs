@@ -24,6 +24,8 @@ pub const EVALUATE_BODY_LIMIT: usize = 4 << 20;
 pub const BATCH_BODY_LIMIT: usize = 64 << 20;
 /// Longest `?wait=` in seconds.
 pub const MAX_WAIT_S: f64 = 60.0;
+/// Longest time one request may take.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(90);
 
 pub fn router(state: AppState) -> Router {
     let api = Router::new()
@@ -45,6 +47,12 @@ pub fn router(state: AppState) -> Router {
         .merge(api)
         .merge(SwaggerUi::new("/docs").url("/openapi.json", crate::openapi::ApiDoc::openapi()))
         .fallback(not_found)
+        // Longer than the longest `?wait=`; a request stuck past it is cut, not kept forever.
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            REQUEST_TIMEOUT,
+        ))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             crate::metrics::track,
