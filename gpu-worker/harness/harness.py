@@ -33,8 +33,6 @@ def _open_channel():
     return channel
 
 
-_CHANNEL = _open_channel()
-
 import copy  # noqa: E402
 import errno  # noqa: E402
 import importlib.util  # noqa: E402
@@ -52,8 +50,17 @@ _HARNESS_FILE = os.path.abspath(__file__)
 _perf_counter_ns = time.perf_counter_ns
 _json_dumps = json.dumps
 _os_exit = os._exit
-_channel_write = _CHANNEL.write
-_channel_flush = _CHANNEL.flush
+# Bound in main(): in template mode (template.py) this module is imported long before the
+# task child that owns fd 3 exists.
+_channel_write = None
+_channel_flush = None
+
+
+def _bind_channel():
+    global _channel_write, _channel_flush
+    channel = _open_channel()
+    _channel_write = channel.write
+    _channel_flush = channel.flush
 
 REFERENCE_MODULE = "crucible_reference"
 CANDIDATE_MODULE = "crucible_candidate"
@@ -810,11 +817,15 @@ class Evaluation:
         return Trusted.event_elapsed(self.start_event, self.end_event)
 
 
-def main():
-    if len(sys.argv) != 2:
-        sys.stderr.write("usage: python -I -B harness.py <taskdir>\n")
-        _os_exit(3)
-    ev = Evaluation(sys.argv[1])
+def main(taskdir=None):
+    """One evaluation of `taskdir` (from argv when run as a script); never returns."""
+    if taskdir is None:
+        if len(sys.argv) != 2:
+            sys.stderr.write("usage: python -I -B harness.py <taskdir>\n")
+            _os_exit(3)
+        taskdir = sys.argv[1]
+    _bind_channel()
+    ev = Evaluation(taskdir)
     try:
         try:
             ev.run()

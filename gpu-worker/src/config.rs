@@ -56,12 +56,17 @@ pub struct WorkerConfig {
     pub cpu_threads: Option<u32>,
     /// Command that checks a GPU in a separate process (`<exe> probe-gpu`).
     pub probe_command: Option<PathBuf>,
+    /// Fork task children from a warm template instead of starting a fresh interpreter.
+    pub use_template: bool,
+    /// Forks after which a template is replaced by a fresh one.
+    pub template_max_forks: u32,
 }
 
 impl WorkerConfig {
     /// Reads `CRUCIBLE_PYTHON`, `CRUCIBLE_WORK_DIR`, `CRUCIBLE_CHILD_MEMORY_MB`,
     /// `CRUCIBLE_CHILD_MAX_PROCS`, `CRUCIBLE_CHILD_OUTPUT_KB`, `CRUCIBLE_CHILD_ENV_PASSTHROUGH`,
-    /// `CRUCIBLE_CPU_THREADS`.
+    /// `CRUCIBLE_CPU_THREADS`, `CRUCIBLE_TEMPLATE` (0 turns the warm template off),
+    /// `CRUCIBLE_TEMPLATE_MAX_FORKS`.
     pub fn from_lookup(
         device: DeviceSlot,
         lookup: impl Fn(&str) -> Option<String>,
@@ -116,6 +121,11 @@ impl WorkerConfig {
                 .unwrap_or_default(),
             cpu_threads: num("CRUCIBLE_CPU_THREADS")?.map(|n| n as u32),
             probe_command: std::env::current_exe().ok(),
+            use_template: lookup("CRUCIBLE_TEMPLATE")
+                .is_none_or(|v| !matches!(v.trim(), "0" | "false" | "off")),
+            template_max_forks: num("CRUCIBLE_TEMPLATE_MAX_FORKS")?
+                .map(|n| n.clamp(1, u64::from(u32::MAX)) as u32)
+                .unwrap_or(200),
         })
     }
 

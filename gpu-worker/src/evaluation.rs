@@ -4,7 +4,7 @@
 use crate::config::WorkerConfig;
 use crate::device::DeviceSlot;
 use crate::harness::{HARNESS_FILE, HARNESS_SOURCE};
-use crate::supervisor::{ChildSpec, run_child};
+use crate::supervisor::{ChildSpec, Launcher, run_child};
 use crate::task_dir::TaskDir;
 use crate::verdict::{Classified, VerdictContext, classify};
 use crucible_shared::{Backend, TaskSpec};
@@ -111,6 +111,7 @@ pub async fn run_evaluation(
     cfg: &WorkerConfig,
     spec: &TaskSpec,
     label: &str,
+    launcher: Launcher<'_>,
     cancel: watch::Receiver<bool>,
 ) -> std::io::Result<Classified> {
     let started = Instant::now();
@@ -139,7 +140,7 @@ pub async fn run_evaluation(
         limits: cfg.limits.clone(),
         deadline: std::time::Duration::from_secs(u64::from(spec.request.timeout_s)),
     };
-    let outcome = run_child(child, cancel).await?;
+    let outcome = run_child(child, launcher, cancel).await?;
     tracing::debug!(
         label,
         exit = ?outcome.exit,
@@ -171,7 +172,7 @@ pub async fn run_evaluation(
 /// Evaluates one pair on this machine without a server (`crucible eval`).
 pub async fn evaluate_local(cfg: &WorkerConfig, spec: &TaskSpec) -> std::io::Result<Classified> {
     let (_keep, cancel) = watch::channel(false);
-    run_evaluation(cfg, spec, "local", cancel).await
+    run_evaluation(cfg, spec, "local", Launcher::Direct, cancel).await
 }
 
 #[cfg(test)]

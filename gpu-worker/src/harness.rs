@@ -6,3 +6,9 @@ pub const HARNESS_SOURCE: &str = include_str!("../harness/harness.py");
 
 /// The file name the harness gets inside a task directory.
 pub const HARNESS_FILE: &str = "harness.py";
+
+/// Source of `gpu-worker/harness/template.py`, the warm fork server.
+pub const TEMPLATE_SOURCE: &str = include_str!("../harness/template.py");
+
+/// The file name the template gets inside its directory.
+pub const TEMPLATE_FILE: &str = "template.py";

@@ -13,6 +13,7 @@ pub mod probe;
 pub mod protocol;
 pub mod supervisor;
 pub mod task_dir;
+pub mod template;
 pub mod verdict;
 pub mod watchdog;
 pub mod worker;

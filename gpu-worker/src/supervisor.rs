@@ -4,13 +4,16 @@
 
 use crate::config::ChildLimits;
 use crate::protocol::{MAX_LINE_BYTES, Transcript};
+use crate::template::Template;
 use crate::watchdog;
 use nix::sys::resource::{Resource, setrlimit};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
+use std::future::Future;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -80,34 +83,70 @@ impl OutputCapture {
     }
 }
 
+/// How the child process comes to exist.
+pub enum Launcher<'a> {
+    /// `fork`+`exec` of `ChildSpec::program` by the worker (pays the interpreter's start-up).
+    Direct,
+    /// Forked by the warm template, which has already imported torch and triton.
+    Template(&'a mut Template),
+}
+
+type ExitFuture = Pin<Box<dyn Future<Output = std::io::Result<ExitKind>> + Send>>;
+
 /// Spawns the child and supervises it to the end. An `Err` means the child could not be
-/// started at all: a fault of this node, not of the candidate.
+/// started or its template died under it: a fault of this node, not of the candidate.
 pub async fn run_child(
     spec: ChildSpec,
+    launcher: Launcher<'_>,
     mut cancel: watch::Receiver<bool>,
 ) -> std::io::Result<ChildOutcome> {
     let started = Instant::now();
-    let (pipe_read, pipe_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let mut child = spawn(&spec, &pipe_write)?;
-    // Our copy of the write end must go, or the pipe never reaches EOF.
-    drop(pipe_write);
-    let pid = child.id().map(|p| p as i32).unwrap_or(-1);
+    let cloexec = nix::fcntl::OFlag::O_CLOEXEC;
+    let (out_read, out_write) = nix::unistd::pipe2(cloexec)?;
+    let (err_read, err_write) = nix::unistd::pipe2(cloexec)?;
+    let (pipe_read, pipe_write) = nix::unistd::pipe2(cloexec)?;
+    let (pid, wait): (i32, ExitFuture) = match launcher {
+        Launcher::Direct => {
+            let mut child = spawn(&spec, out_write, err_write, &pipe_write)?;
+            // Our copy of the write end must go, or the pipe never reaches EOF.
+            drop(pipe_write);
+            let pid = child.id().map(|p| p as i32).unwrap_or(-1);
+            (
+                pid,
+                Box::pin(async move { Ok(exit_kind(child.wait().await?)) }),
+            )
+        }
+        Launcher::Template(template) => {
+            let forked = template
+                .fork(
+                    &spec.cwd,
+                    &spec.env,
+                    &spec.limits,
+                    [out_write, err_write, pipe_write],
+                )
+                .await?;
+            let exit = forked.exit;
+            (
+                forked.pid,
+                Box::pin(async move {
+                    let raw = exit
+                        .await
+                        .map_err(|_| std::io::Error::other("the template died during the task"))?;
+                    Ok(decode_wait_status(raw))
+                }),
+            )
+        }
+    };
+    let mut wait = wait;
 
     let capture = Arc::new(Mutex::new(OutputCapture::default()));
     let flooded = Arc::new(Notify::new());
     let max_output = spec.limits.max_output_bytes;
     let mut readers = Vec::new();
-    if let Some(out) = child.stdout.take() {
+    for fd in [out_read, err_read] {
+        let stream = tokio::net::unix::pipe::Receiver::from_owned_fd(fd)?;
         readers.push(tokio::spawn(read_output(
-            out,
-            capture.clone(),
-            flooded.clone(),
-            max_output,
-        )));
-    }
-    if let Some(err) = child.stderr.take() {
-        readers.push(tokio::spawn(read_output(
-            err,
+            stream,
             capture.clone(),
             flooded.clone(),
             max_output,
@@ -127,7 +166,7 @@ pub async fn run_child(
 
     let status = loop {
         let reason = tokio::select! {
-            status = child.wait() => break status?,
+            status = &mut wait => break status,
             _ = &mut deadline, if killed_for.is_none() => Some(KillReason::Timeout),
             _ = flooded.notified(), if killed_for.is_none() => Some(KillReason::OutputLimit),
             changed = cancel.changed(), if cancel_open && killed_for.is_none() => match changed {
@@ -172,11 +211,7 @@ pub async fn run_child(
             ..Transcript::default()
         },
     };
-    let exit = match (status.code(), status.signal()) {
-        (Some(code), _) => ExitKind::Code(code),
-        (None, Some(sig)) => ExitKind::Signal(sig),
-        (None, None) => ExitKind::Code(-1),
-    };
+    let exit = status?;
     let capture = capture.lock().expect("output capture lock");
     Ok(ChildOutcome {
         exit,
@@ -190,15 +225,20 @@ pub async fn run_child(
     })
 }
 
-fn spawn(spec: &ChildSpec, result_pipe: &OwnedFd) -> std::io::Result<tokio::process::Child> {
+fn spawn(
+    spec: &ChildSpec,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    result_pipe: &OwnedFd,
+) -> std::io::Result<tokio::process::Child> {
     let mut cmd = tokio::process::Command::new(&spec.program);
     cmd.args(&spec.args)
         .current_dir(&spec.cwd)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(Stdio::from(stdout))
+        .stderr(Stdio::from(stderr))
         .kill_on_drop(true);
     let pipe_fd = result_pipe.as_raw_fd();
     let limits = spec.limits.clone();
@@ -231,6 +271,23 @@ fn spawn(spec: &ChildSpec, result_pipe: &OwnedFd) -> std::io::Result<tokio::proc
         });
     }
     cmd.spawn()
+}
+
+fn exit_kind(status: std::process::ExitStatus) -> ExitKind {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => ExitKind::Code(code),
+        (None, Some(sig)) => ExitKind::Signal(sig),
+        (None, None) => ExitKind::Code(-1),
+    }
+}
+
+/// A raw `waitpid` status, as the template reports it.
+pub fn decode_wait_status(raw: i32) -> ExitKind {
+    if nix::libc::WIFSIGNALED(raw) {
+        ExitKind::Signal(nix::libc::WTERMSIG(raw))
+    } else {
+        ExitKind::Code(nix::libc::WEXITSTATUS(raw))
+    }
 }
 
 /// Kills the child's group and every process found to belong to it, until none is left (a

@@ -3,7 +3,9 @@
 
 use crate::config::WorkerConfig;
 use crate::device::{DeviceSlot, check_gpu};
-use crate::evaluation::run_evaluation;
+use crate::evaluation::{child_env, run_evaluation};
+use crate::supervisor::Launcher;
+use crate::template::TemplateSlot;
 use crate::verdict::Classified;
 use chrono::Utc;
 use crucible_shared::{EvalResult, TaskId, VerdictCode, WorkerId, WorkerInfo, WorkerState};
@@ -29,6 +31,7 @@ pub struct Worker {
     id: WorkerId,
     started_at: chrono::DateTime<Utc>,
     status: Arc<Mutex<Status>>,
+    template: tokio::sync::Mutex<TemplateSlot>,
 }
 
 impl Worker {
@@ -52,6 +55,7 @@ impl Worker {
                 current_task: None,
                 tasks_done: 0,
             })),
+            template: tokio::sync::Mutex::new(TemplateSlot::default()),
         }
     }
 
@@ -213,7 +217,38 @@ impl Worker {
             })
         };
 
-        let outcome = run_evaluation(&self.cfg, &lease.spec, task_id.as_str(), cancel_rx).await;
+        let mut slot = self.template.lock().await;
+        let template = if self.cfg.use_template {
+            let cfg = &self.cfg;
+            slot.ready(
+                &cfg.python,
+                &cfg.work_root,
+                |dir| child_env(cfg, dir, |k| std::env::var(k).ok()),
+                &cfg.limits,
+                cfg.template_max_forks,
+            )
+            .await
+        } else {
+            None
+        };
+        let from_template = template.is_some();
+        let launcher = match template {
+            Some(t) => Launcher::Template(t),
+            None => Launcher::Direct,
+        };
+        let outcome = run_evaluation(
+            &self.cfg,
+            &lease.spec,
+            task_id.as_str(),
+            launcher,
+            cancel_rx,
+        )
+        .await;
+        if from_template && matches!(outcome, Err(_) | Ok(Classified::ServiceFault(_))) {
+            // Any trouble around a forked child may be the template's: start afresh.
+            slot.discard();
+        }
+        drop(slot);
         renewer.abort();
         shutdown_watch.abort();
 

@@ -1,0 +1,164 @@
+"""Crucible warm template: a Python that has imported torch, triton and the harness but has
+never initialised CUDA, and forks one fresh child per task.
+
+Run by the worker as ``python -I -B template.py <harness.py>`` with file descriptor 4 a
+SOCK_SEQPACKET Unix socket to the worker. Requests (one JSON object per message) carry three
+file descriptors (the task's stdout, stderr and result pipe):
+
+    {"op": "spawn", "id": N, "taskdir": "...", "env": {...}, "rlimits": {"NOFILE": n, ...}}
+
+Replies and events (one JSON object per message):
+
+    {"event": "ready", "pid": P, "import_ms": T, "cuda_initialized": false}
+    {"event": "spawned", "id": N, "pid": C}      {"event": "spawn_failed", "id": N, "error": "..."}
+    {"event": "exited", "pid": C, "status": S}   (S: the raw wait status)
+
+The child then lives exactly as a freshly started harness would: its own session, the worker's
+death (through ours) kills it, the task's environment only, its rlimits, cwd = taskdir, fds
+1/2/3 = the pipes it was given; then harness.main(taskdir). A child is never reused. The
+template exits when the worker closes the socket.
+"""
+import os
+import sys
+import time
+
+_started = time.perf_counter()
+
+import ctypes  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import resource  # noqa: E402
+import selectors  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+
+CONTROL_FD = 4
+PR_SET_PDEATHSIG = 1
+RLIMITS = {
+    "NOFILE": resource.RLIMIT_NOFILE,
+    "NPROC": resource.RLIMIT_NPROC,
+    "FSIZE": resource.RLIMIT_FSIZE,
+    "CORE": resource.RLIMIT_CORE,
+}
+
+
+def _load_harness(path):
+    spec = importlib.util.spec_from_file_location("crucible_harness", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["crucible_harness"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _warm_imports():
+    """What every task would otherwise import itself. None of it initialises CUDA."""
+    import torch  # noqa: F401
+    try:
+        import torch.utils.cpp_extension  # noqa: F401
+    except Exception:
+        pass
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except Exception:
+        pass
+    return torch
+
+
+def _child(harness, request, fds, template_pid, closing):
+    """Runs in the forked child; never returns."""
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in closing:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        os.setsid()
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0 or os.getppid() != template_pid:
+            os._exit(70)
+        out, err, res = fds
+        for src, dst in ((out, 1), (err, 2), (res, 3)):
+            os.dup2(src, dst)
+        for fd in set(fds) - {1, 2, 3}:
+            os.close(fd)
+        for name, value in request.get("rlimits", {}).items():
+            resource.setrlimit(RLIMITS[name], (int(value), int(value)))
+        os.chdir(request["taskdir"])
+        os.environ.clear()
+        os.environ.update({str(k): str(v) for k, v in request["env"].items()})
+    except BaseException as e:
+        try:
+            os.write(2, f"crucible template: child setup failed: {type(e).__name__}: {e}\n".encode())
+        finally:
+            os._exit(70)
+    harness.main(request["taskdir"])
+    os._exit(70)
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.stderr.write("usage: python -I -B template.py <harness.py>\n")
+        os._exit(2)
+    harness = _load_harness(sys.argv[1])
+    torch = _warm_imports()
+    sock = socket.socket(fileno=CONTROL_FD)
+    os.set_inheritable(CONTROL_FD, False)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    me = os.getpid()
+
+    def send(obj):
+        sock.send(json.dumps(obj).encode())
+
+    send({"event": "ready", "pid": me,
+          "import_ms": (time.perf_counter() - _started) * 1e3,
+          "cuda_initialized": bool(torch.cuda.is_initialized())})
+    sel = selectors.DefaultSelector()
+    sel.register(sock, selectors.EVENT_READ, "control")
+    sel.register(wake_r, selectors.EVENT_READ, "sigchld")
+    while True:
+        for key, _ in sel.select():
+            if key.data == "sigchld":
+                try:
+                    while os.read(wake_r, 4096):
+                        pass
+                except BlockingIOError:
+                    pass
+                while True:
+                    try:
+                        pid, status = os.waitpid(-1, os.WNOHANG)
+                    except ChildProcessError:
+                        break
+                    if pid == 0:
+                        break
+                    send({"event": "exited", "pid": pid, "status": status})
+                continue
+            try:
+                data, fds, _, _ = socket.recv_fds(sock, 1 << 20, 8)
+            except ConnectionError:
+                data, fds = b"", []
+            if not data:
+                os._exit(0)   # the worker is gone or wants us gone
+            request = json.loads(data)
+            if request.get("op") != "spawn" or len(fds) != 3:
+                for fd in fds:
+                    os.close(fd)
+                send({"event": "spawn_failed", "id": request.get("id"),
+                      "error": "malformed request"})
+                continue
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                _child(harness, request, fds, me, (CONTROL_FD, wake_r, wake_w))
+            for fd in fds:
+                os.close(fd)
+            send({"event": "spawned", "id": request["id"], "pid": pid})
+
+
+if __name__ == "__main__":
+    main()

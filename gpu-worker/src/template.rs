@@ -1,0 +1,353 @@
+//! The warm template: a long-lived Python that has imported torch, triton and the harness
+//! (never CUDA) and forks one fresh child per task, so a task starts in milliseconds instead of
+//! paying 3-5 s of `import torch`. The child is never reused; isolation is the same as for a
+//! directly spawned child (session, rlimits, environment, private dir, fds). See
+//! `harness/template.py` for the other side of the control socket.
+
+use crate::config::ChildLimits;
+use crate::harness::{HARNESS_FILE, HARNESS_SOURCE, TEMPLATE_FILE, TEMPLATE_SOURCE};
+use crate::task_dir::TaskDir;
+use nix::sys::socket::{
+    AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, recv, sendmsg, socketpair,
+};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::io::IoSlice;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// The fd number the template expects its control socket on.
+const CONTROL_FD: i32 = 4;
+/// How long a template may take to import torch and triton.
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+enum Event {
+    Ready {
+        pid: i32,
+        import_ms: f64,
+        cuda_initialized: bool,
+    },
+    Spawned {
+        id: u64,
+        pid: i32,
+    },
+    SpawnFailed {
+        id: u64,
+        error: String,
+    },
+    Exited {
+        pid: i32,
+        status: i32,
+    },
+}
+
+/// A child forked by the template: its pid and, later, its raw wait status (an error if the
+/// template died first, which kills the child too).
+pub struct ForkedChild {
+    pub pid: i32,
+    pub exit: oneshot::Receiver<i32>,
+}
+
+type SpawnReply = Result<ForkedChild, String>;
+
+#[derive(Default)]
+struct Routing {
+    ready: Option<oneshot::Sender<Result<(i32, f64), String>>>,
+    spawns: HashMap<u64, oneshot::Sender<SpawnReply>>,
+    exits: HashMap<i32, oneshot::Sender<i32>>,
+}
+
+pub struct Template {
+    process: tokio::process::Child,
+    control: Arc<OwnedFd>,
+    routing: Arc<Mutex<Routing>>,
+    alive: Arc<AtomicBool>,
+    next_id: u64,
+    forks: u32,
+    pub import_ms: f64,
+    _dir: TaskDir,
+}
+
+impl Template {
+    /// Starts a template and waits until it has imported everything.
+    pub async fn start(
+        python: &Path,
+        work_root: &Path,
+        env_for: impl FnOnce(&Path) -> Vec<(String, String)>,
+        limits: &ChildLimits,
+    ) -> std::io::Result<Template> {
+        let dir = TaskDir::create(work_root, "template")?;
+        dir.subdir("tmp")?;
+        dir.subdir("cache")?;
+        let env = env_for(dir.path());
+        dir.write_new(HARNESS_FILE, HARNESS_SOURCE.as_bytes())?;
+        dir.write_new(TEMPLATE_FILE, TEMPLATE_SOURCE.as_bytes())?;
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )?;
+        let mut cmd = tokio::process::Command::new(python);
+        cmd.arg("-I")
+            .arg("-B")
+            .arg(dir.path().join(TEMPLATE_FILE))
+            .arg(dir.path().join(HARNESS_FILE))
+            .current_dir(dir.path())
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .kill_on_drop(true);
+        let theirs_fd = theirs.as_raw_fd();
+        let max_open_files = limits.max_open_files;
+        let parent = std::process::id() as i32;
+        // SAFETY: only async-signal-safe calls between fork and exec (setsid, prctl, getppid,
+        // dup2, fcntl, setrlimit).
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::unistd::setsid().map_err(std::io::Error::from)?;
+                // The template dies with the worker, and its children die with it.
+                if nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGKILL) != 0
+                    || nix::libc::getppid() != parent
+                {
+                    return Err(std::io::Error::other("parent gone before exec"));
+                }
+                if theirs_fd == CONTROL_FD {
+                    if nix::libc::fcntl(CONTROL_FD, nix::libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                } else if nix::libc::dup2(theirs_fd, CONTROL_FD) != CONTROL_FD {
+                    return Err(std::io::Error::last_os_error());
+                }
+                nix::sys::resource::setrlimit(
+                    nix::sys::resource::Resource::RLIMIT_NOFILE,
+                    max_open_files,
+                    max_open_files,
+                )
+                .map_err(std::io::Error::from)?;
+                nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0)
+                    .map_err(std::io::Error::from)?;
+                Ok(())
+            });
+        }
+        let process = cmd.spawn()?;
+        drop(theirs);
+
+        let control = Arc::new(ours);
+        let routing = Arc::new(Mutex::new(Routing::default()));
+        let alive = Arc::new(AtomicBool::new(true));
+        let (ready_tx, ready_rx) = oneshot::channel();
+        routing.lock().expect("routing lock").ready = Some(ready_tx);
+        {
+            let control = control.clone();
+            let routing = routing.clone();
+            let alive = alive.clone();
+            std::thread::Builder::new()
+                .name("crucible-template-reader".into())
+                .spawn(move || read_events(&control, &routing, &alive))?;
+        }
+        let started = Instant::now();
+        let (pid, import_ms) = match tokio::time::timeout(READY_TIMEOUT, ready_rx).await {
+            Ok(Ok(Ok(ready))) => ready,
+            Ok(Ok(Err(why))) => return Err(std::io::Error::other(why)),
+            Ok(Err(_)) => return Err(std::io::Error::other("template exited before it was ready")),
+            Err(_) => return Err(std::io::Error::other("template not ready in time")),
+        };
+        tracing::info!(
+            template_pid = pid,
+            import_ms = import_ms as u64,
+            ready_ms = started.elapsed().as_millis() as u64,
+            "template ready"
+        );
+        Ok(Template {
+            process,
+            control,
+            routing,
+            alive,
+            next_id: 0,
+            forks: 0,
+            import_ms,
+            _dir: dir,
+        })
+    }
+
+    pub fn is_alive(&mut self) -> bool {
+        self.alive.load(Ordering::SeqCst) && matches!(self.process.try_wait(), Ok(None))
+    }
+
+    /// The template process's pid.
+    pub fn pid(&self) -> i32 {
+        self.process.id().map(|p| p as i32).unwrap_or(-1)
+    }
+
+    pub fn forks(&self) -> u32 {
+        self.forks
+    }
+
+    /// Forks a child for `taskdir` with the given environment and limits; `pipes` become its
+    /// stdout, stderr and fd 3 (and are closed here once handed over).
+    pub async fn fork(
+        &mut self,
+        taskdir: &Path,
+        env: &[(String, String)],
+        limits: &ChildLimits,
+        pipes: [OwnedFd; 3],
+    ) -> std::io::Result<ForkedChild> {
+        self.next_id += 1;
+        let id = self.next_id;
+        let request = serde_json::json!({
+            "op": "spawn",
+            "id": id,
+            "taskdir": taskdir,
+            "env": env.iter().cloned().collect::<HashMap<_, _>>(),
+            "rlimits": {
+                "NOFILE": limits.max_open_files,
+                "NPROC": limits.max_processes,
+                "FSIZE": limits.max_file_bytes,
+                "CORE": 0,
+            },
+        })
+        .to_string();
+        let (tx, rx) = oneshot::channel();
+        self.routing
+            .lock()
+            .expect("routing lock")
+            .spawns
+            .insert(id, tx);
+        let fds: Vec<i32> = pipes.iter().map(|p| p.as_raw_fd()).collect();
+        sendmsg::<()>(
+            self.control.as_raw_fd(),
+            &[IoSlice::new(request.as_bytes())],
+            &[ControlMessage::ScmRights(&fds)],
+            MsgFlags::empty(),
+            None,
+        )?;
+        drop(pipes);
+        self.forks += 1;
+        match tokio::time::timeout(Duration::from_secs(30), rx).await {
+            Ok(Ok(Ok(child))) => Ok(child),
+            Ok(Ok(Err(why))) => Err(std::io::Error::other(format!(
+                "template could not fork: {why}"
+            ))),
+            Ok(Err(_)) => Err(std::io::Error::other("template died before forking")),
+            Err(_) => Err(std::io::Error::other(
+                "template did not answer a fork request",
+            )),
+        }
+    }
+}
+
+impl Drop for Template {
+    fn drop(&mut self) {
+        // Closing our end tells the template to exit; kill_on_drop makes sure.
+        let _ = self.process.start_kill();
+    }
+}
+
+/// Reads the template's messages on a plain thread (the socket is blocking) and routes them.
+fn read_events(control: &OwnedFd, routing: &Mutex<Routing>, alive: &AtomicBool) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match recv(control.as_raw_fd(), &mut buf, MsgFlags::empty()) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let event = match serde_json::from_slice::<Event>(&buf[..n]) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(error = %e, "template sent an unreadable message");
+                continue;
+            }
+        };
+        let mut r = routing.lock().expect("routing lock");
+        match event {
+            Event::Ready {
+                pid,
+                import_ms,
+                cuda_initialized,
+            } => {
+                if let Some(tx) = r.ready.take() {
+                    let _ = tx.send(if cuda_initialized {
+                        // A process that initialised CUDA must never be forked from.
+                        Err("template initialised CUDA while importing".to_owned())
+                    } else {
+                        Ok((pid, import_ms))
+                    });
+                }
+            }
+            Event::Spawned { id, pid } => {
+                let (exit_tx, exit_rx) = oneshot::channel();
+                r.exits.insert(pid, exit_tx);
+                if let Some(tx) = r.spawns.remove(&id) {
+                    let _ = tx.send(Ok(ForkedChild { pid, exit: exit_rx }));
+                }
+            }
+            Event::SpawnFailed { id, error } => {
+                if let Some(tx) = r.spawns.remove(&id) {
+                    let _ = tx.send(Err(error));
+                }
+            }
+            Event::Exited { pid, status } => {
+                if let Some(tx) = r.exits.remove(&pid) {
+                    let _ = tx.send(status);
+                }
+            }
+        }
+    }
+    alive.store(false, Ordering::SeqCst);
+    // Dropping every sender wakes whoever waits on this template with an error.
+    let mut r = routing.lock().expect("routing lock");
+    r.ready = None;
+    r.spawns.clear();
+    r.exits.clear();
+}
+
+/// Where a worker's template lives between tasks.
+#[derive(Default)]
+pub struct TemplateSlot {
+    current: Option<Template>,
+}
+
+impl TemplateSlot {
+    /// A live template with forks left, starting a new one when needed; `None` when one
+    /// cannot be started (the caller then spawns the child directly).
+    pub async fn ready(
+        &mut self,
+        python: &Path,
+        work_root: &Path,
+        env_for: impl FnOnce(&Path) -> Vec<(String, String)>,
+        limits: &ChildLimits,
+        max_forks: u32,
+    ) -> Option<&mut Template> {
+        let usable = match self.current.as_mut() {
+            Some(t) => t.is_alive() && t.forks() < max_forks,
+            None => false,
+        };
+        if !usable {
+            if let Some(old) = self.current.take() {
+                tracing::info!(forks = old.forks(), "replacing template");
+            }
+            match Template::start(python, work_root, env_for, limits).await {
+                Ok(t) => self.current = Some(t),
+                Err(e) => {
+                    tracing::warn!(error = %e, "template unavailable, spawning directly");
+                    return None;
+                }
+            }
+        }
+        self.current.as_mut()
+    }
+
+    /// Drops the template (after a sign of trouble); the next task starts a new one.
+    pub fn discard(&mut self) {
+        self.current = None;
+    }
+}
