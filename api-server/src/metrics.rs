@@ -19,6 +19,7 @@ pub struct Metrics {
     queue_depth: IntGaugeVec,
     running: IntGauge,
     finished: IntGaugeVec,
+    result_cache: IntGaugeVec,
     workers: IntGaugeVec,
     broker_up: IntGauge,
 }
@@ -70,6 +71,14 @@ impl Metrics {
             &["status"],
         )
         .expect("valid metric");
+        let result_cache = IntGaugeVec::new(
+            Opts::new(
+                "crucible_result_cache_lookups",
+                "Lifetime count of cache lookups at submission by outcome (from the broker)",
+            ),
+            &["outcome"],
+        )
+        .expect("valid metric");
         let workers = IntGaugeVec::new(
             Opts::new("crucible_workers", "Registered workers by state"),
             &["state"],
@@ -87,6 +96,7 @@ impl Metrics {
             Box::new(queue_depth.clone()),
             Box::new(running.clone()),
             Box::new(finished.clone()),
+            Box::new(result_cache.clone()),
             Box::new(workers.clone()),
             Box::new(broker_up.clone()),
         ] {
@@ -100,6 +110,7 @@ impl Metrics {
             queue_depth,
             running,
             finished,
+            result_cache,
             workers,
             broker_up,
         }
@@ -129,6 +140,15 @@ impl Metrics {
             ("requeued", queue.requeued_total),
         ] {
             self.finished.with_label_values(&[status]).set(n as i64);
+        }
+        for (outcome, n) in [
+            ("hit", queue.cache_hits_total),
+            ("miss", queue.cache_misses_total),
+            ("coalesced", queue.coalesced_total),
+        ] {
+            self.result_cache
+                .with_label_values(&[outcome])
+                .set(n as i64);
         }
         for state in [
             WorkerState::Starting,

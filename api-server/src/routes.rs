@@ -97,8 +97,8 @@ fn spec_of(request: EvaluateRequest) -> TaskSpec {
     request_body = EvaluateRequest,
     params(WaitQuery),
     responses(
-        (status = 202, description = "Queued (or still running after `wait`)", body = SubmitResponse),
-        (status = 200, description = "Finished within `wait`", body = TaskView),
+        (status = 202, description = "Queued, joined to an identical open task (`coalesced`), answered from the result cache (`cached`, status `done`), or still running after `wait`", body = SubmitResponse),
+        (status = 200, description = "Finished within `wait` (at once for a cache hit)", body = TaskView),
         (status = 400, description = "Malformed JSON", body = ApiError),
         (status = 413, description = "Body too large", body = ApiError),
         (status = 422, description = "A field is out of range", body = ApiError),
@@ -121,14 +121,21 @@ pub async fn evaluate(
         request.priority.as_str().to_owned(),
     ];
     let submitted = state.broker.submit(spec_of(request)).await?;
-    if !submitted.deduplicated {
+    // Only a new task counts; a cached answer is one (already done), a joined task is not.
+    if !submitted.deduplicated && !submitted.coalesced {
         state
             .metrics
             .submitted
             .with_label_values(&[labels[0].as_str(), labels[1].as_str()])
             .inc();
     }
-    tracing::info!(task_id = %submitted.task_id, deduplicated = submitted.deduplicated, "task submitted");
+    tracing::info!(
+        task_id = %submitted.task_id,
+        deduplicated = submitted.deduplicated,
+        coalesced = submitted.coalesced,
+        cached = submitted.cached,
+        "task submitted"
+    );
     if let Some(wait) = wait
         && let Some(view) = state.broker.wait_terminal(&submitted.task_id, wait).await?
         && view.status.is_terminal()
@@ -139,6 +146,8 @@ pub async fn evaluate(
         task_id: submitted.task_id,
         status: submitted.status,
         deduplicated: submitted.deduplicated,
+        coalesced: submitted.coalesced,
+        cached: submitted.cached,
     };
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
@@ -149,7 +158,9 @@ pub struct BatchSubmitResponse {
     pub task_ids: Vec<TaskId>,
 }
 
-/// Submit up to 1000 evaluations at once; all are queued or none (queue cap).
+/// Submit up to 1000 evaluations at once; all are accepted or none (queue cap). Each is
+/// answered as `POST /evaluate` would answer it: `task_ids` may name an identical open task
+/// (coalesced) or a task already done with a cached result.
 #[utoipa::path(
     post, path = "/evaluate/batch", tag = "tasks",
     request_body = BatchRequest,
@@ -169,7 +180,9 @@ pub async fn evaluate_batch(
     let n = batch.tasks.len();
     let specs = batch.tasks.into_iter().map(spec_of).collect();
     let (batch_id, submitted) = state.broker.submit_batch(specs).await?;
-    tracing::info!(batch_id = %batch_id, tasks = n, "batch submitted");
+    let cached = submitted.iter().filter(|s| s.cached).count();
+    let coalesced = submitted.iter().filter(|s| s.coalesced).count();
+    tracing::info!(batch_id = %batch_id, tasks = n, cached, coalesced, "batch submitted");
     Ok((
         StatusCode::ACCEPTED,
         Json(BatchSubmitResponse {

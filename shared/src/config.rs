@@ -28,6 +28,13 @@ pub struct BrokerConfig {
     pub worker_liveness: Duration,
     /// Key prefix, so several deployments (or tests) can share one Redis.
     pub key_prefix: String,
+    /// The device class results are cached for. A result depends on the GPU model, driver and
+    /// software versions it was measured with, but the worker that will run a task is unknown
+    /// when it is submitted, so cached results are keyed by the scope of the broker the
+    /// request arrives at. A deployment whose workers differ in GPU model or software versions
+    /// must give each homogeneous pool its own scope (and queue), or results measured on one
+    /// kind of device are served for another.
+    pub cache_scope: String,
 }
 
 impl Default for BrokerConfig {
@@ -39,13 +46,15 @@ impl Default for BrokerConfig {
             queue_cap: 100_000,
             worker_liveness: Duration::from_secs(15),
             key_prefix: "crucible".to_owned(),
+            cache_scope: "default".to_owned(),
         }
     }
 }
 
 impl BrokerConfig {
     /// Reads `CRUCIBLE_LEASE_TTL_MS`, `CRUCIBLE_MAX_ATTEMPTS`, `CRUCIBLE_RESULT_TTL_S`,
-    /// `CRUCIBLE_QUEUE_CAP`, `CRUCIBLE_WORKER_LIVENESS_MS`, `CRUCIBLE_KEY_PREFIX`.
+    /// `CRUCIBLE_QUEUE_CAP`, `CRUCIBLE_WORKER_LIVENESS_MS`, `CRUCIBLE_KEY_PREFIX`,
+    /// `CRUCIBLE_CACHE_SCOPE`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let mut cfg = Self::default();
         if let Some(ms) = parse::<u64>(&lookup, "CRUCIBLE_LEASE_TTL_MS")? {
@@ -65,6 +74,9 @@ impl BrokerConfig {
         }
         if let Some(p) = lookup("CRUCIBLE_KEY_PREFIX").filter(|p| !p.is_empty()) {
             cfg.key_prefix = p;
+        }
+        if let Some(s) = lookup("CRUCIBLE_CACHE_SCOPE").filter(|s| !s.trim().is_empty()) {
+            cfg.cache_scope = s.trim().to_owned();
         }
         Ok(cfg)
     }
@@ -108,6 +120,7 @@ mod tests {
             ("CRUCIBLE_MAX_ATTEMPTS", "5"),
             ("CRUCIBLE_QUEUE_CAP", "10"),
             ("CRUCIBLE_KEY_PREFIX", "t1"),
+            ("CRUCIBLE_CACHE_SCOPE", "h100-cu12.8-torch2.7"),
         ]
         .into();
         let cfg = BrokerConfig::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap();
@@ -115,6 +128,8 @@ mod tests {
         assert_eq!(cfg.max_attempts, 5);
         assert_eq!(cfg.queue_cap, 10);
         assert_eq!(cfg.key_prefix, "t1");
+        assert_eq!(cfg.cache_scope, "h100-cu12.8-torch2.7");
+        assert_eq!(BrokerConfig::default().cache_scope, "default");
         assert_eq!(cfg.result_ttl, Duration::from_secs(86400));
 
         let err = BrokerConfig::from_lookup(|k| {

@@ -3,6 +3,7 @@
 
 use crate::error::ApiError;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 
 /// Largest accepted `reference_code` or `kernel_code`, in bytes.
@@ -21,6 +22,15 @@ pub enum Backend {
     Triton,
     /// CUDA C++ built with `torch.utils.cpp_extension.load_inline`.
     Cuda,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Triton => "triton",
+            Backend::Cuda => "cuda",
+        }
+    }
 }
 
 /// Queue priority. `low` is never starved: it gets a guaranteed share of claims.
@@ -122,6 +132,11 @@ pub struct EvaluateRequest {
     /// Master seed of the evaluation; a random one is chosen when absent.
     #[serde(default)]
     pub seed: Option<u64>,
+    /// Evaluate anew even when an identical request has a cached result or is in flight (the
+    /// new result still replaces the cached one).
+    #[serde(default)]
+    #[schema(default = false)]
+    pub force_refresh: bool,
 }
 
 impl EvaluateRequest {
@@ -140,7 +155,38 @@ impl EvaluateRequest {
             priority: Priority::default(),
             idempotency_key: None,
             seed: None,
+            force_refresh: false,
         }
+    }
+
+    /// Hex SHA-256 of everything that decides the verdict, so identical requests share one
+    /// result. Priority, idempotency key and `force_refresh` only steer scheduling; the seed
+    /// counts only when the client chose it (a random one carries no meaning to match on). The
+    /// device is not known here: brokers qualify this key with their cache scope.
+    pub fn result_cache_key(&self) -> String {
+        let mut h = Sha256::new();
+        // Every field is named and length-prefixed, so no two requests encode alike; the
+        // version tag retires old keys when the encoding or the verdict semantics change.
+        let mut field = |name: &str, value: &[u8]| {
+            h.update(name.as_bytes());
+            h.update((value.len() as u64).to_le_bytes());
+            h.update(value);
+        };
+        field("v", b"1");
+        field("reference_code", self.reference_code.as_bytes());
+        field("kernel_code", self.kernel_code.as_bytes());
+        field("backend", self.backend.as_str().as_bytes());
+        field("num_correct_trials", &self.num_correct_trials.to_le_bytes());
+        field("num_perf_trials", &self.num_perf_trials.to_le_bytes());
+        field("measure_performance", &[u8::from(self.measure_performance)]);
+        field("atol", &self.atol.to_bits().to_le_bytes());
+        field("rtol", &self.rtol.to_bits().to_le_bytes());
+        field("timeout_s", &self.timeout_s.to_le_bytes());
+        match self.seed {
+            Some(seed) => field("seed", &seed.to_le_bytes()),
+            None => field("seed", b""),
+        }
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
     }
 
     /// Checks every bound; the error names the first offending field. `prefix` is prepended to
@@ -307,6 +353,75 @@ mod tests {
             assert_eq!(err.field.as_deref(), Some(field), "{err}");
             assert_eq!(err.http_status(), 422);
         }
+    }
+
+    #[test]
+    fn cache_key_covers_what_decides_the_verdict_and_nothing_else() {
+        type Mutation = Box<dyn Fn(&mut EvaluateRequest)>;
+        let base = valid().result_cache_key();
+        assert_eq!(base.len(), 64);
+        assert!(base.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(valid().result_cache_key(), base, "the key is deterministic");
+
+        let included: Vec<(Mutation, &str)> = vec![
+            (Box::new(|r| r.reference_code.push(' ')), "reference_code"),
+            (Box::new(|r| r.kernel_code.push(' ')), "kernel_code"),
+            (Box::new(|r| r.backend = Backend::Cuda), "backend"),
+            (Box::new(|r| r.num_correct_trials = 6), "num_correct_trials"),
+            (Box::new(|r| r.num_perf_trials = 101), "num_perf_trials"),
+            (
+                Box::new(|r| r.measure_performance = false),
+                "measure_performance",
+            ),
+            (Box::new(|r| r.atol = 1e-3), "atol"),
+            (Box::new(|r| r.rtol = 1e-3), "rtol"),
+            (Box::new(|r| r.timeout_s = 301), "timeout_s"),
+            (Box::new(|r| r.seed = Some(7)), "seed"),
+        ];
+        for (mutate, field) in included {
+            let mut req = valid();
+            mutate(&mut req);
+            assert_ne!(req.result_cache_key(), base, "{field} must change the key");
+        }
+        let mut seeded = valid();
+        seeded.seed = Some(7);
+        let mut other_seed = valid();
+        other_seed.seed = Some(8);
+        assert_ne!(seeded.result_cache_key(), other_seed.result_cache_key());
+
+        let excluded: Vec<(Mutation, &str)> = vec![
+            (Box::new(|r| r.priority = Priority::High), "priority"),
+            (
+                Box::new(|r| r.idempotency_key = Some("k".into())),
+                "idempotency_key",
+            ),
+            (Box::new(|r| r.force_refresh = true), "force_refresh"),
+        ];
+        for (mutate, field) in excluded {
+            let mut req = valid();
+            mutate(&mut req);
+            assert_eq!(
+                req.result_cache_key(),
+                base,
+                "{field} must not change the key"
+            );
+        }
+
+        // Moving bytes from one code field to the other is a different request.
+        let mut a = valid();
+        a.reference_code = "ab".into();
+        a.kernel_code = "c".into();
+        let mut b = valid();
+        b.reference_code = "a".into();
+        b.kernel_code = "bc".into();
+        assert_ne!(a.result_cache_key(), b.result_cache_key());
+    }
+
+    #[test]
+    fn force_refresh_defaults_to_false() {
+        let req: EvaluateRequest =
+            serde_json::from_str(r#"{"reference_code":"a","kernel_code":"b"}"#).unwrap();
+        assert!(!req.force_refresh);
     }
 
     #[test]

@@ -42,6 +42,15 @@ pub struct QueueStatus {
     pub failed_total: u64,
     pub cancelled_total: u64,
     pub requeued_total: u64,
+    /// Submissions answered from the result cache.
+    #[serde(default)]
+    pub cache_hits_total: u64,
+    /// Submissions that were looked up, found nothing cached or in flight, and were queued.
+    #[serde(default)]
+    pub cache_misses_total: u64,
+    /// Submissions that joined an identical queued or running task.
+    #[serde(default)]
+    pub coalesced_total: u64,
 }
 
 impl QueueStatus {

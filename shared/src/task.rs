@@ -188,6 +188,10 @@ pub struct TaskView {
     pub submitted_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// True when `result` was served from the result cache: an identical request was
+    /// evaluated within the cache TTL and this task never reached a worker (`attempts` 0).
+    #[serde(default)]
+    pub cached: bool,
 }
 
 /// `202` answer of `POST /evaluate`.
@@ -198,4 +202,12 @@ pub struct SubmitResponse {
     /// True when an idempotency key matched an earlier submission.
     #[serde(default)]
     pub deduplicated: bool,
+    /// True when an identical request was already queued or running: `task_id` is that task,
+    /// whose one evaluation answers both.
+    #[serde(default)]
+    pub coalesced: bool,
+    /// True when the answer came from the result cache: `task_id` is a new task, already
+    /// `done`, whose result is the cached one.
+    #[serde(default)]
+    pub cached: bool,
 }

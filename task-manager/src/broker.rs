@@ -27,6 +27,10 @@ pub struct Submitted {
     pub status: TaskStatus,
     /// True when the idempotency key matched an earlier task, which is returned instead.
     pub deduplicated: bool,
+    /// True when an identical request was queued or running: `task_id` is that task.
+    pub coalesced: bool,
+    /// True when a cached result answered the request: `task_id` is a new task, already done.
+    pub cached: bool,
 }
 
 /// A claimed task. Only the holder of `token` may renew, complete or release it.
@@ -87,11 +91,16 @@ pub trait Broker: Send + Sync + 'static {
 
     async fn ping(&self) -> Result<(), BrokerError>;
 
-    /// Queues one task (or returns the task its idempotency key already names).
+    /// Queues one task, in this order of precedence: the task its idempotency key already
+    /// names is returned; unless `force_refresh`, a fresh cached result for its
+    /// [`result_cache_key`](crucible_shared::EvaluateRequest::result_cache_key) (within
+    /// [`BrokerConfig::cache_scope`]) becomes a new task that is `done` at once, and an
+    /// identical queued or running task is returned (`coalesced`); otherwise a new task is
+    /// queued. A task that ends `done` leaves its result in the cache for `result_ttl`.
     async fn submit(&self, spec: TaskSpec) -> Result<Submitted, BrokerError>;
 
-    /// Queues all tasks of a batch atomically with respect to the queue cap: either every task
-    /// is accepted or none is.
+    /// Submits all tasks of a batch as `submit` would, one after the other, atomically with
+    /// respect to the queue cap: either every task is accepted or none is.
     async fn submit_batch(
         &self,
         specs: Vec<TaskSpec>,

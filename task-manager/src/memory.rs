@@ -76,6 +76,10 @@ struct TaskRec {
     /// an idempotency key (a batch may appear more than once).
     counted_in: Vec<BatchId>,
     idempotency_key: Option<String>,
+    /// [`scoped_cache_key`] of the request.
+    cache_key: String,
+    /// Answered from the result cache without running.
+    cached: bool,
 }
 
 impl TaskRec {
@@ -92,6 +96,7 @@ impl TaskRec {
             submitted_at: self.submitted_at,
             started_at: self.started_at,
             finished_at: self.finished_at,
+            cached: self.cached,
         }
     }
 }
@@ -104,6 +109,10 @@ struct BatchRec {
 enum Expiring {
     Task(TaskId),
     Batch(BatchId),
+    /// A result cache entry; a newer result for the same key outlives this expiry.
+    Cached(String),
+    /// An idempotency key that joined another task through coalescing, while it maps to it.
+    Idempotency(String, TaskId),
 }
 
 #[derive(Default)]
@@ -113,6 +122,9 @@ struct Lifetime {
     failed: u64,
     cancelled: u64,
     requeued: u64,
+    cache_hits: u64,
+    cache_misses: u64,
+    coalesced: u64,
 }
 
 #[derive(Default)]
@@ -124,6 +136,10 @@ struct State {
     leases: HashMap<TaskId, Instant>,
     batches: HashMap<BatchId, BatchRec>,
     idempotency: HashMap<String, TaskId>,
+    /// Scoped cache key → last verdict for it and when that entry expires.
+    result_cache: HashMap<String, (EvalResult, Instant)>,
+    /// Scoped cache key → the open task evaluating it; removed when that task finishes.
+    in_flight: HashMap<String, TaskId>,
     workers: HashMap<WorkerId, (WorkerInfo, Instant)>,
     /// Terminal records in the order they expire: result_ttl is one constant, so expiry order
     /// is the order in which they finished.
@@ -147,6 +163,33 @@ fn count_mut(c: &mut StatusCounts, s: TaskStatus) -> &mut u64 {
         TaskStatus::Done => &mut c.done,
         TaskStatus::Failed => &mut c.failed,
         TaskStatus::Cancelled => &mut c.cancelled,
+    }
+}
+
+/// The result cache key qualified by the device class of this deployment; shared by both
+/// brokers so their keys agree.
+pub fn scoped_cache_key(cfg: &BrokerConfig, spec: &TaskSpec) -> String {
+    format!("{}:{}", cfg.cache_scope, spec.request.result_cache_key())
+}
+
+/// How `submit` answers one spec.
+enum Plan {
+    /// An earlier task named by the idempotency key.
+    Deduplicated(TaskId),
+    /// An identical open task.
+    Coalesced(TaskId),
+    /// A new task, done at once with the cached result.
+    Cached(TaskId, Box<EvalResult>),
+    /// A new queued task; `looked_up` is false under `force_refresh`.
+    Fresh { id: TaskId, looked_up: bool },
+}
+
+impl Plan {
+    fn id(&self) -> &TaskId {
+        match self {
+            Plan::Deduplicated(id) | Plan::Coalesced(id) | Plan::Cached(id, _) => id,
+            Plan::Fresh { id, .. } => id,
+        }
     }
 }
 
@@ -175,6 +218,20 @@ impl State {
                 Expiring::Batch(id) => {
                     self.batches.remove(&id);
                 }
+                Expiring::Cached(key) => {
+                    if self
+                        .result_cache
+                        .get(&key)
+                        .is_some_and(|(_, until)| *until <= now)
+                    {
+                        self.result_cache.remove(&key);
+                    }
+                }
+                Expiring::Idempotency(key, id) => {
+                    if self.idempotency.get(&key) == Some(&id) {
+                        self.idempotency.remove(&key);
+                    }
+                }
             }
         }
     }
@@ -198,6 +255,9 @@ impl State {
                 TaskStatus::Cancelled => self.stats.cancelled += 1,
                 TaskStatus::Queued | TaskStatus::Running => {}
             }
+            if self.in_flight.get(&rec.cache_key) == Some(id) {
+                self.in_flight.remove(&rec.cache_key);
+            }
         }
         for batch_id in &rec.counted_in {
             let Some(batch) = self.batches.get_mut(batch_id) else {
@@ -215,6 +275,28 @@ impl State {
 
     fn queued(&self) -> u64 {
         self.queues.iter().map(|q| q.len() as u64).sum()
+    }
+
+    /// Another submission reuses task `id`: an open one moves `batch_id`'s counters from now
+    /// on as well. Returns its status.
+    fn join(&mut self, id: &TaskId, batch_id: Option<&BatchId>) -> Result<TaskStatus, BrokerError> {
+        let rec = self
+            .tasks
+            .get_mut(id)
+            .ok_or_else(|| BrokerError::Corrupt(format!("task {id} vanished")))?;
+        if let Some(b) = batch_id
+            && !rec.status.is_terminal()
+        {
+            rec.counted_in.push(b.clone());
+        }
+        Ok(rec.status)
+    }
+
+    /// The open task evaluating `key`, if any.
+    fn in_flight(&self, key: &str) -> Option<&TaskId> {
+        self.in_flight
+            .get(key)
+            .filter(|id| self.tasks.get(*id).is_some_and(|t| !t.status.is_terminal()))
     }
 
     /// Ends a running attempt without a verdict: back to the head of its queue (it has waited
@@ -308,30 +390,62 @@ impl MemoryBroker {
         specs: Vec<TaskSpec>,
         batch_id: Option<&BatchId>,
     ) -> Result<Vec<Submitted>, BrokerError> {
+        let ttl = self.cfg.result_ttl;
+        // Hashing up to half a megabyte of source per spec is done before taking the lock.
+        let cache_keys: Vec<String> = specs
+            .iter()
+            .map(|spec| scoped_cache_key(&self.cfg, spec))
+            .collect();
         let mut st = self.lock();
-        // Resolve idempotency keys before writing anything, so a refused submission leaves no
-        // trace; a key repeated within this call names the first task that carries it.
-        let mut seen: HashMap<&str, TaskId> = HashMap::new();
-        let mut plan: Vec<(TaskId, bool)> = Vec::with_capacity(specs.len());
-        for spec in &specs {
+        // Plan every spec before writing anything, so a refused submission leaves no trace.
+        // Specs are planned as if submitted one after the other: a key repeated within this
+        // call names the first task that carries it, and an identical request joins the task
+        // an earlier spec of this call queued.
+        let mut seen_keys: HashMap<&str, TaskId> = HashMap::new();
+        let mut queued_here: HashMap<String, TaskId> = HashMap::new();
+        let mut plan: Vec<Plan> = Vec::with_capacity(specs.len());
+        for (spec, cache_key) in specs.iter().zip(&cache_keys) {
             let key = spec.request.idempotency_key.as_deref();
             let existing = key.and_then(|k| {
-                seen.get(k)
+                seen_keys
+                    .get(k)
                     .or_else(|| st.idempotency.get(k).filter(|id| st.tasks.contains_key(id)))
                     .cloned()
             });
-            match existing {
-                Some(id) => plan.push((id, true)),
-                None => {
-                    let id = TaskId::random();
-                    if let Some(k) = key {
-                        seen.insert(k, id.clone());
-                    }
-                    plan.push((id, false));
-                }
+            if let Some(id) = existing {
+                plan.push(Plan::Deduplicated(id));
+                continue;
             }
+            let step = if spec.request.force_refresh {
+                Plan::Fresh {
+                    id: TaskId::random(),
+                    looked_up: false,
+                }
+            } else if let Some((result, _)) = st.result_cache.get(cache_key) {
+                Plan::Cached(TaskId::random(), Box::new(result.clone()))
+            } else if let Some(id) = queued_here
+                .get(cache_key)
+                .or_else(|| st.in_flight(cache_key))
+            {
+                Plan::Coalesced(id.clone())
+            } else {
+                Plan::Fresh {
+                    id: TaskId::random(),
+                    looked_up: true,
+                }
+            };
+            if let Plan::Fresh { id, .. } = &step {
+                queued_here.insert(cache_key.clone(), id.clone());
+            }
+            if let Some(k) = key {
+                seen_keys.insert(k, step.id().clone());
+            }
+            plan.push(step);
         }
-        let fresh = plan.iter().filter(|(_, dedup)| !dedup).count() as u64;
+        let fresh = plan
+            .iter()
+            .filter(|p| matches!(p, Plan::Fresh { .. }))
+            .count() as u64;
         let queued = st.queued();
         if fresh > 0 && queued + fresh > self.cfg.queue_cap {
             return Err(BrokerError::QueueFull {
@@ -344,53 +458,100 @@ impl MemoryBroker {
             st.batches.insert(
                 b.clone(),
                 BatchRec {
-                    task_ids: plan.iter().map(|(id, _)| id.clone()).collect(),
+                    task_ids: plan.iter().map(|p| p.id().clone()).collect(),
                     counts: StatusCounts::default(),
                 },
             );
         }
         let now = Utc::now();
+        let expires = Instant::now() + ttl;
+        let mut created = 0;
         let mut out = Vec::with_capacity(plan.len());
-        for ((id, dedup), spec) in plan.into_iter().zip(specs) {
-            let status = if dedup {
-                let rec = st
-                    .tasks
-                    .get_mut(&id)
-                    .ok_or_else(|| BrokerError::Corrupt(format!("task {id} vanished")))?;
-                // An open task moves this batch's counters from now on as well.
-                if let Some(b) = batch_id
-                    && !rec.status.is_terminal()
-                {
-                    rec.counted_in.push(b.clone());
+        for ((step, spec), cache_key) in plan.into_iter().zip(specs).zip(cache_keys) {
+            let (id, status, deduplicated, coalesced, cached) = match step {
+                Plan::Deduplicated(id) => {
+                    let status = st.join(&id, batch_id)?;
+                    (id, status, true, false, false)
                 }
-                rec.status
-            } else {
-                let priority = spec.request.priority;
-                let key = spec.request.idempotency_key.clone();
-                if let Some(k) = &key {
-                    st.idempotency.insert(k.clone(), id.clone());
+                Plan::Coalesced(id) => {
+                    let status = st.join(&id, batch_id)?;
+                    st.stats.coalesced += 1;
+                    // A retry under this key finds the task it joined.
+                    if let Some(k) = spec.request.idempotency_key {
+                        st.idempotency.insert(k.clone(), id.clone());
+                        st.expiries
+                            .push_back((expires, Expiring::Idempotency(k, id.clone())));
+                    }
+                    (id, status, false, true, false)
                 }
-                st.tasks.insert(
-                    id.clone(),
-                    TaskRec {
-                        spec,
-                        status: TaskStatus::Queued,
-                        attempts: 0,
-                        priority,
-                        worker_id: None,
-                        token: None,
-                        submitted_at: now,
-                        started_at: None,
-                        finished_at: None,
-                        result: None,
-                        error: None,
-                        batch_id: batch_id.cloned(),
-                        counted_in: batch_id.into_iter().cloned().collect(),
-                        idempotency_key: key,
-                    },
-                );
-                st.queues[queue_index(priority)].push_back(id.clone());
-                TaskStatus::Queued
+                Plan::Cached(id, result) => {
+                    st.stats.cache_hits += 1;
+                    st.stats.done += 1;
+                    created += 1;
+                    let key = spec.request.idempotency_key.clone();
+                    if let Some(k) = &key {
+                        st.idempotency.insert(k.clone(), id.clone());
+                    }
+                    st.tasks.insert(
+                        id.clone(),
+                        TaskRec {
+                            cache_key,
+                            priority: spec.request.priority,
+                            spec,
+                            status: TaskStatus::Done,
+                            attempts: 0,
+                            worker_id: None,
+                            token: None,
+                            submitted_at: now,
+                            started_at: Some(now),
+                            finished_at: Some(now),
+                            result: Some(*result),
+                            error: None,
+                            batch_id: batch_id.cloned(),
+                            counted_in: batch_id.into_iter().cloned().collect(),
+                            idempotency_key: key,
+                            cached: true,
+                        },
+                    );
+                    st.expiries.push_back((expires, Expiring::Task(id.clone())));
+                    (id, TaskStatus::Done, false, false, true)
+                }
+                Plan::Fresh { id, looked_up } => {
+                    if looked_up {
+                        st.stats.cache_misses += 1;
+                    }
+                    created += 1;
+                    let priority = spec.request.priority;
+                    let key = spec.request.idempotency_key.clone();
+                    if let Some(k) = &key {
+                        st.idempotency.insert(k.clone(), id.clone());
+                    }
+                    // Under force_refresh too: later identical requests join this evaluation.
+                    st.in_flight.insert(cache_key.clone(), id.clone());
+                    st.tasks.insert(
+                        id.clone(),
+                        TaskRec {
+                            spec,
+                            status: TaskStatus::Queued,
+                            attempts: 0,
+                            priority,
+                            worker_id: None,
+                            token: None,
+                            submitted_at: now,
+                            started_at: None,
+                            finished_at: None,
+                            result: None,
+                            error: None,
+                            batch_id: batch_id.cloned(),
+                            counted_in: batch_id.into_iter().cloned().collect(),
+                            idempotency_key: key,
+                            cache_key,
+                            cached: false,
+                        },
+                    );
+                    st.queues[queue_index(priority)].push_back(id.clone());
+                    (id, TaskStatus::Queued, false, false, false)
+                }
             };
             if let Some(b) = batch_id
                 && let Some(batch) = st.batches.get_mut(b)
@@ -400,7 +561,9 @@ impl MemoryBroker {
             out.push(Submitted {
                 task_id: id,
                 status,
-                deduplicated: dedup,
+                deduplicated,
+                coalesced,
+                cached,
             });
         }
         // A batch made only of finished tasks is finished already.
@@ -410,13 +573,15 @@ impl MemoryBroker {
                 .get(b)
                 .is_some_and(|batch| batch.counts.queued + batch.counts.running == 0)
         {
-            let at = Instant::now() + self.cfg.result_ttl;
-            st.expiries.push_back((at, Expiring::Batch(b.clone())));
+            st.expiries.push_back((expires, Expiring::Batch(b.clone())));
         }
-        st.stats.submitted += fresh;
+        st.stats.submitted += created;
         drop(st);
         if fresh > 0 {
             self.task_queued.notify_waiters();
+        }
+        if out.iter().any(|s| s.cached) {
+            self.task_finished.notify_waiters();
         }
         Ok(out)
     }
@@ -522,6 +687,9 @@ impl Broker for MemoryBroker {
             failed_total: st.stats.failed,
             cancelled_total: st.stats.cancelled,
             requeued_total: st.stats.requeued,
+            cache_hits_total: st.stats.cache_hits,
+            cache_misses_total: st.stats.cache_misses,
+            coalesced_total: st.stats.coalesced,
         })
     }
 
@@ -563,9 +731,13 @@ impl Broker for MemoryBroker {
             tracing::info!(task_id = %lease.task_id, worker_id = %lease.worker_id, "stale result ignored");
             return Ok(AckOutcome::Stale);
         };
-        rec.result = Some(result);
+        let cache_key = rec.cache_key.clone();
+        rec.result = Some(result.clone());
         st.leases.remove(&lease.task_id);
         st.transition(&lease.task_id, TaskStatus::Done, self.cfg.result_ttl);
+        let until = Instant::now() + self.cfg.result_ttl;
+        st.result_cache.insert(cache_key.clone(), (result, until));
+        st.expiries.push_back((until, Expiring::Cached(cache_key)));
         drop(st);
         self.task_finished.notify_waiters();
         Ok(AckOutcome::Accepted)

@@ -5,11 +5,15 @@
 //! Keys, all under `{prefix}:`
 //! - `task:{id}` hash: status, spec, attempts, priority, worker_id, lease_token, submitted_at,
 //!   started_at, finished_at (ms), result, error, batch_id, batches (every batch counting the
-//!   task), idem. Expires `result_ttl` after the task finishes.
+//!   task), idem, ckey (scoped result cache key), cached (`1` when answered from the cache).
+//!   Expires `result_ttl` after the task finishes.
 //! - `queue:{high|normal|low}` lists of task ids (FIFO), `leases` zset scored by expiry ms,
 //!   `wake` list that blocked claimers BLPOP on.
 //! - `batch:{id}` hash of counters by status and `batch:{id}:tasks` list; `idem:{key}` string.
 //!   Expire `result_ttl` after their tasks finish.
+//! - `rcache:{ckey}` the result JSON of the last `done` task with that key, `inflight:{ckey}`
+//!   the id of the open task evaluating it (deleted when it finishes); both expire after
+//!   `result_ttl`. `ckey` is `{cache_scope}:{sha256}`.
 //! - `stats` hash of lifetime counters (and the claim counter of the round robin).
 //! - `worker:{id}` JSON and `workers` zset of last-seen ms, both expiring when workers go quiet.
 //!
@@ -19,7 +23,7 @@
 use crate::broker::{
     AckOutcome, Broker, BrokerError, CancelOutcome, Lease, LeaseState, ReapReport, Submitted,
 };
-use crate::memory::{CLAIM_CYCLE, worker_retention};
+use crate::memory::{CLAIM_CYCLE, scoped_cache_key, worker_retention};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crucible_shared::{
@@ -51,7 +55,7 @@ const POLL_START: Duration = Duration::from_millis(20);
 const POLL_MAX: Duration = Duration::from_millis(200);
 
 /// Fields of the task hash that make up a [`TaskView`], in [`decode_view`]'s order.
-const VIEW_FIELDS: [&str; 10] = [
+const VIEW_FIELDS: [&str; 11] = [
     "status",
     "attempts",
     "priority",
@@ -62,6 +66,7 @@ const VIEW_FIELDS: [&str; 10] = [
     "result",
     "error",
     "batch_id",
+    "cached",
 ];
 
 macro_rules! lua {
@@ -162,7 +167,8 @@ fn decode_view(id: &TaskId, fields: Vec<Option<String>>) -> Result<Option<TaskVi
         result,
         error,
         batch_id,
-    ]: [Option<String>; 10] = fields
+        cached,
+    ]: [Option<String>; 11] = fields
         .try_into()
         .map_err(|_| corrupt("task hash reply of the wrong length"))?;
     let Some(status) = status else {
@@ -193,6 +199,7 @@ fn decode_view(id: &TaskId, fields: Vec<Option<String>>) -> Result<Option<TaskVi
             .ok_or_else(|| corrupt(format!("task {id} has no submitted_at")))?,
         started_at: time(started_at)?,
         finished_at: time(finished_at)?,
+        cached: cached.as_deref() == Some("1"),
     }))
 }
 
@@ -258,7 +265,9 @@ impl RedisBroker {
             inv.arg(TaskId::random().as_str())
                 .arg(spec.request.priority.as_str())
                 .arg(spec.request.idempotency_key.as_deref().unwrap_or(""))
-                .arg(json);
+                .arg(json)
+                .arg(scoped_cache_key(&self.cfg, spec))
+                .arg(if spec.request.force_refresh { "1" } else { "0" });
         }
         let mut c = self.conn().await?;
         let reply: Vec<String> = inv.invoke_async(&mut c).await.map_err(redis_err)?;
@@ -276,10 +285,21 @@ impl RedisBroker {
             Some("ok") if reply.len() == 1 + 3 * specs.len() => reply[1..]
                 .chunks_exact(3)
                 .map(|t| {
+                    let (deduplicated, coalesced, cached) = match t[2].as_str() {
+                        "new" => (false, false, false),
+                        "dedup" => (true, false, false),
+                        "coalesced" => (false, true, false),
+                        "cached" => (false, false, true),
+                        other => {
+                            return Err(corrupt(format!("unexpected submit outcome {other:?}")));
+                        }
+                    };
                     Ok(Submitted {
                         task_id: TaskId(t[0].clone()),
                         status: parse_status(&t[1])?,
-                        deduplicated: t[2] == "1",
+                        deduplicated,
+                        coalesced,
+                        cached,
                     })
                 })
                 .collect(),
@@ -545,7 +565,18 @@ impl Broker for RedisBroker {
                 .arg(self.key("leases"))
                 .cmd("HMGET")
                 .arg(self.key("stats"))
-                .arg(&["submitted", "done", "failed", "cancelled", "requeued"][..])
+                .arg(
+                    &[
+                        "submitted",
+                        "done",
+                        "failed",
+                        "cancelled",
+                        "requeued",
+                        "cache_hits",
+                        "cache_misses",
+                        "coalesced",
+                    ][..],
+                )
                 .query_async(&mut c)
                 .await
                 .map_err(redis_err)?;
@@ -561,6 +592,9 @@ impl Broker for RedisBroker {
             failed_total: stat(2),
             cancelled_total: stat(3),
             requeued_total: stat(4),
+            cache_hits_total: stat(5),
+            cache_misses_total: stat(6),
+            coalesced_total: stat(7),
         })
     }
 
@@ -782,7 +816,7 @@ mod tests {
     #[test]
     fn missing_status_means_unknown_task() {
         let id = TaskId::from("t_x");
-        assert_eq!(decode_view(&id, vec![None; 10]).unwrap(), None);
+        assert_eq!(decode_view(&id, vec![None; 11]).unwrap(), None);
         assert!(decode_view(&id, vec![None; 3]).is_err());
     }
 

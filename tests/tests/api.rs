@@ -1,6 +1,6 @@
 //! The HTTP contract against a real API process and a real redis-server: bad input never
-//! crashes or wedges the server, cancel, idempotency, priorities, the queue cap, the OpenAPI
-//! document, health and metrics.
+//! crashes or wedges the server, cancel, idempotency, priorities, the queue cap, the result
+//! cache and coalescing, the OpenAPI document, health and metrics.
 
 use crucible_tests::*;
 use serde_json::{Value, json};
@@ -170,19 +170,26 @@ async fn idempotency_queue_cap_and_cancel_of_queued_tasks() {
     let third = api
         .submit(eval_body("matmul", "matmul__correct.py", 60))
         .await;
-    let (status, full) = api
+    // Joining an identical queued task adds nothing to the queue, so it is answered at the cap;
+    // force_refresh asks for a new evaluation, which does not fit.
+    let (status, joined) = api
         .post("/evaluate", eval_body("softmax", "softmax__correct.py", 60))
         .await;
+    assert_eq!(
+        (status, &joined["coalesced"]),
+        (202, &json!(true)),
+        "{joined}"
+    );
+    let mut forced = eval_body("softmax", "softmax__correct.py", 60);
+    forced["force_refresh"] = json!(true);
+    let (status, full) = api.post("/evaluate", forced.clone()).await;
     assert_eq!(
         (status, full["code"].as_str()),
         (429, Some("QUEUE_FULL")),
         "{full}"
     );
     let (status, _) = api
-        .post(
-            "/evaluate/batch",
-            json!({"tasks": [eval_body("softmax", "softmax__correct.py", 60)]}),
-        )
+        .post("/evaluate/batch", json!({"tasks": [forced.clone()]}))
         .await;
     assert_eq!(status, 429);
 
@@ -202,8 +209,7 @@ async fn idempotency_queue_cap_and_cancel_of_queued_tasks() {
         "{again}"
     );
     // Cancelling freed a slot.
-    api.submit(eval_body("softmax", "softmax__correct.py", 60))
-        .await;
+    api.submit(forced).await;
     let (_, queue) = api.get("/queue/status").await;
     assert_eq!(queue["queued_normal"], 3, "{queue}");
 }
@@ -213,10 +219,12 @@ async fn priorities_order_claims_and_a_running_task_can_be_cancelled() {
     let s = stack("priorities", &[]).await;
     let api = &s.api;
     let mut ids = Vec::new();
-    for priority in ["low", "normal", "high"] {
+    for (seed, priority) in ["low", "normal", "high"].into_iter().enumerate() {
         let mut body = eval_body("elementwise_relu", "elementwise_relu__correct.py", 120);
         body["priority"] = json!(priority);
         body["measure_performance"] = json!(false);
+        // Distinct requests: identical ones would share one task.
+        body["seed"] = json!(seed);
         ids.push(api.submit(body).await);
     }
     let _worker = Proc::spawn("worker", worker_command(&s.env), &s.logs);
@@ -270,6 +278,102 @@ async fn priorities_order_claims_and_a_running_task_can_be_cancelled() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_requests_share_one_evaluation_and_then_hit_the_cache() {
+    let s = stack("resultcache", &[]).await;
+    let api = &s.api;
+    let body = eval_body("elementwise_relu", "elementwise_relu__correct.py", 120);
+
+    // No worker yet: the second request joins the queued first one.
+    let (status, first) = api.post("/evaluate", body.clone()).await;
+    assert_eq!(status, 202, "{first}");
+    assert_eq!(
+        (&first["coalesced"], &first["cached"]),
+        (&json!(false), &json!(false))
+    );
+    let id = first["task_id"].as_str().unwrap().to_owned();
+    let (status, joined) = api.post("/evaluate", body.clone()).await;
+    assert_eq!(status, 202, "{joined}");
+    assert_eq!(joined["task_id"], id.as_str(), "{joined}");
+    assert_eq!(joined["coalesced"], true, "{joined}");
+
+    let _worker = Proc::spawn("worker", worker_command(&s.env), &s.logs);
+    let evaluated = api.wait_task(&id, Duration::from_secs(180)).await;
+    assert_eq!(evaluated["status"], "done", "{evaluated}");
+    assert_eq!(evaluated["result"]["correct"], true, "{evaluated}");
+    assert_eq!(
+        (&evaluated["attempts"], &evaluated["cached"]),
+        (&json!(1), &json!(false)),
+        "{evaluated}"
+    );
+
+    // The same body again: a new task, done at once, that never reached a worker.
+    let (status, hit) = api.post("/evaluate", body.clone()).await;
+    assert_eq!(status, 202, "{hit}");
+    assert_eq!(
+        (&hit["cached"], &hit["status"]),
+        (&json!(true), &json!("done")),
+        "{hit}"
+    );
+    let hit_id = hit["task_id"].as_str().unwrap();
+    assert_ne!(hit_id, id);
+    let (status, view) = api.get(&format!("/tasks/{hit_id}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(view["cached"], true, "{view}");
+    assert_eq!(view["attempts"], 0, "{view}");
+    assert!(view["worker_id"].is_null(), "{view}");
+    assert_eq!(view["result"], evaluated["result"], "the same verdict");
+    let (status, waited) = api.post("/evaluate?wait=5", body.clone()).await;
+    assert_eq!(status, 200, "{waited}");
+    assert_eq!(
+        (&waited["cached"], &waited["attempts"]),
+        (&json!(true), &json!(0))
+    );
+
+    // force_refresh evaluates again.
+    let mut refresh = body.clone();
+    refresh["force_refresh"] = json!(true);
+    let (status, forced) = api.post("/evaluate", refresh).await;
+    assert_eq!(status, 202, "{forced}");
+    assert_eq!(
+        (&forced["cached"], &forced["coalesced"]),
+        (&json!(false), &json!(false))
+    );
+    let forced_id = forced["task_id"].as_str().unwrap();
+    let again = api.wait_task(forced_id, Duration::from_secs(180)).await;
+    assert_eq!(again["status"], "done", "{again}");
+    assert_eq!(
+        (&again["attempts"], &again["cached"]),
+        (&json!(1), &json!(false)),
+        "{again}"
+    );
+    assert_eq!(again["result"]["correct"], true, "{again}");
+
+    let (_, queue) = api.get("/queue/status").await;
+    assert_eq!(
+        (
+            &queue["cache_hits_total"],
+            &queue["cache_misses_total"],
+            &queue["coalesced_total"]
+        ),
+        (&json!(2), &json!(1), &json!(1)),
+        "{queue}"
+    );
+    let metrics = api
+        .http
+        .get(format!("{}/metrics", api.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"crucible_result_cache_lookups{outcome="hit"} 2"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openapi_docs_health_and_metrics_are_real() {
     let s = stack("docs", &[("CRUCIBLE_WORKER_LIVENESS_MS", "2000")]).await;
     let api = &s.api;
@@ -286,6 +390,19 @@ async fn openapi_docs_health_and_metrics_are_real() {
         "/metrics",
     ] {
         assert!(doc["paths"].get(path).is_some(), "openapi lacks {path}");
+    }
+    let schemas = &doc["components"]["schemas"];
+    for (schema, field) in [
+        ("EvaluateRequest", "force_refresh"),
+        ("SubmitResponse", "coalesced"),
+        ("SubmitResponse", "cached"),
+        ("TaskView", "cached"),
+        ("QueueStatus", "cache_hits_total"),
+    ] {
+        assert!(
+            schemas[schema]["properties"].get(field).is_some(),
+            "openapi {schema} lacks {field}"
+        );
     }
     let docs = api
         .http

@@ -22,6 +22,9 @@ local function batch_key(b) return P .. ':batch:' .. b end
 local function batch_tasks_key(b) return P .. ':batch:' .. b .. ':tasks' end
 local function queue_key(prio) return P .. ':queue:' .. prio end
 local function idem_key(k) return P .. ':idem:' .. k end
+-- `ckey` is the scoped result cache key (cache scope, ':', hex SHA-256 of the request).
+local function rcache_key(ckey) return P .. ':rcache:' .. ckey end
+local function inflight_key(ckey) return P .. ':inflight:' .. ckey end
 
 local function queued_total()
   return redis.call('LLEN', queue_key('high')) + redis.call('LLEN', queue_key('normal'))
@@ -52,11 +55,12 @@ end
 -- Moves a task from one status to another and keeps everything derived from statuses in step:
 -- the counters of every batch the task is counted in (its own, plus batches that reused it
 -- through an idempotency key; a batch may count it more than once), the lifetime stats and,
--- for a terminal status, finished_at and the TTLs of the task and its idempotency key.
+-- for a terminal status, finished_at, the TTLs of the task and its idempotency key, and the end
+-- of its in-flight entry (so no later request joins a finished task).
 local function transition(id, from, to, now, ttl)
   local key = task_key(id)
-  local fields = redis.call('HMGET', key, 'batches', 'idem')
-  local batches, idem = fields[1], fields[2]
+  local fields = redis.call('HMGET', key, 'batches', 'idem', 'ckey')
+  local batches, idem, ckey = fields[1], fields[2], fields[3]
   if batches then
     for b in string.gmatch(batches, '%S+') do
       local bk = batch_key(b)
@@ -74,6 +78,9 @@ local function transition(id, from, to, now, ttl)
     -- The key may already name a newer task if this one's record had vanished; leave that be.
     if idem and redis.call('GET', idem_key(idem)) == id then
       redis.call('PEXPIRE', idem_key(idem), ttl)
+    end
+    if ckey and redis.call('GET', inflight_key(ckey)) == id then
+      redis.call('DEL', inflight_key(ckey))
     end
     if batches then
       for b in string.gmatch(batches, '%S+') do

@@ -1,20 +1,28 @@
--- Queues one or more tasks, all or none with respect to the queue cap.
+-- Submits one or more tasks, all or none with respect to the queue cap, each as if submitted
+-- alone and in order: an idempotency key already known returns its task; else, unless
+-- force_refresh, a cached result makes a new task that is done at once, and an identical open
+-- task is joined (coalesced); else a new task is queued and becomes the in-flight task of its
+-- cache key.
 -- ARGV: prefix, queue_cap, batch_id ('' for none), result_ttl_ms, n,
---       then n times: task_id, priority, idempotency_key ('' for none), spec_json.
--- Returns {'full', queued} or {'ok', id_1, status_1, dedup_1, ...}.
+--       then n times: task_id, priority, idempotency_key ('' for none), spec_json, cache_key,
+--       force_refresh ('1' or '0').
+-- Returns {'full', queued} or {'ok', id_1, status_1, how_1, ...}, `how` being 'new', 'dedup',
+-- 'coalesced' or 'cached'.
 local cap = tonumber(ARGV[2])
 local batch = ARGV[3]
 local ttl = tonumber(ARGV[4])
 local n = tonumber(ARGV[5])
 local now = now_ms()
+local PER_TASK = 6
 
-local function arg(i, field) return ARGV[5 + (i - 1) * 4 + field] end
+local function arg(i, field) return ARGV[5 + (i - 1) * PER_TASK + field] end
 
 -- First pass reads only, so that a refused submission leaves no trace.
-local ids, dedup, fresh = {}, {}, 0
-local seen = {}
+local ids, how, hits = {}, {}, {}
+local seen, queued_here = {}, {}
+local fresh, cached, misses, coalesced = 0, 0, 0, 0
 for i = 1, n do
-  local idem = arg(i, 3)
+  local idem, ckey, force = arg(i, 3), arg(i, 5), arg(i, 6) == '1'
   local existing = false
   if idem ~= '' then
     existing = seen[idem] or false
@@ -24,10 +32,35 @@ for i = 1, n do
     end
   end
   if existing then
-    ids[i], dedup[i] = existing, 1
+    ids[i], how[i] = existing, 'dedup'
   else
-    ids[i], dedup[i] = arg(i, 1), 0
-    fresh = fresh + 1
+    ids[i], how[i] = arg(i, 1), 'new'
+    if not force then
+      local hit = redis.call('GET', rcache_key(ckey))
+      if hit then
+        how[i], hits[i] = 'cached', hit
+        cached = cached + 1
+      else
+        local open = queued_here[ckey]
+        if not open then
+          local prev = redis.call('GET', inflight_key(ckey))
+          if prev then
+            local st = redis.call('HGET', task_key(prev), 'status')
+            if st == 'queued' or st == 'running' then open = prev end
+          end
+        end
+        if open then
+          ids[i], how[i] = open, 'coalesced'
+          coalesced = coalesced + 1
+        else
+          misses = misses + 1
+        end
+      end
+    end
+    if how[i] == 'new' then
+      fresh = fresh + 1
+      queued_here[ckey] = ids[i]
+    end
     if idem ~= '' then seen[idem] = ids[i] end
   end
 end
@@ -45,12 +78,13 @@ end
 local out = { 'ok' }
 for i = 1, n do
   local id = ids[i]
-  local status = 'queued'
-  if dedup[i] == 0 then
-    local prio, idem = arg(i, 2), arg(i, 3)
-    local key = task_key(id)
+  local key = task_key(id)
+  local prio, idem, ckey = arg(i, 2), arg(i, 3), arg(i, 5)
+  local status
+  if how[i] == 'new' then
+    status = 'queued'
     redis.call('HSET', key, 'status', 'queued', 'spec', arg(i, 4), 'attempts', 0,
-      'priority', prio, 'submitted_at', now)
+      'priority', prio, 'submitted_at', now, 'ckey', ckey)
     if idem ~= '' then
       redis.call('HSET', key, 'idem', idem)
       redis.call('SET', idem_key(idem), id)
@@ -60,8 +94,24 @@ for i = 1, n do
       redis.call('HINCRBY', bk, 'queued', 1)
     end
     redis.call('RPUSH', queue_key(prio), id)
+    -- Under force_refresh too: later identical requests join this evaluation. Deleted when the
+    -- task finishes; the TTL only bounds an entry whose task record vanished.
+    redis.call('SET', inflight_key(ckey), id, 'PX', ttl)
+  elseif how[i] == 'cached' then
+    status = 'done'
+    redis.call('HSET', key, 'status', 'done', 'spec', arg(i, 4), 'attempts', 0,
+      'priority', prio, 'submitted_at', now, 'started_at', now, 'finished_at', now,
+      'result', hits[i], 'cached', 1, 'ckey', ckey)
+    if idem ~= '' then
+      redis.call('HSET', key, 'idem', idem)
+      redis.call('SET', idem_key(idem), id, 'PX', ttl)
+    end
+    if bk then
+      redis.call('HSET', key, 'batch_id', batch, 'batches', batch)
+      redis.call('HINCRBY', bk, 'done', 1)
+    end
+    redis.call('PEXPIRE', key, ttl)
   else
-    local key = task_key(id)
     status = redis.call('HGET', key, 'status')
     if bk then
       -- The reused task is counted in this batch too; an open one moves its counters from now on.
@@ -71,16 +121,25 @@ for i = 1, n do
         redis.call('HSET', key, 'batches', m and (m .. ' ' .. batch) or batch)
       end
     end
+    if how[i] == 'coalesced' then
+      redis.call('PEXPIRE', inflight_key(ckey), ttl)
+      -- A retry under this key finds the task it joined.
+      if idem ~= '' then redis.call('SET', idem_key(idem), id, 'PX', ttl) end
+    end
   end
   if bk then redis.call('RPUSH', batch_tasks_key(batch), id) end
   out[#out + 1] = id
   out[#out + 1] = status
-  out[#out + 1] = dedup[i]
+  out[#out + 1] = how[i]
 end
 
 if bk then expire_batch_if_finished(batch, ttl) end
-if fresh > 0 then
-  redis.call('HINCRBY', STATS, 'submitted', fresh)
-  wake(fresh)
+if fresh + cached > 0 then redis.call('HINCRBY', STATS, 'submitted', fresh + cached) end
+if cached > 0 then
+  redis.call('HINCRBY', STATS, 'done', cached)
+  redis.call('HINCRBY', STATS, 'cache_hits', cached)
 end
+if misses > 0 then redis.call('HINCRBY', STATS, 'cache_misses', misses) end
+if coalesced > 0 then redis.call('HINCRBY', STATS, 'coalesced', coalesced) end
+if fresh > 0 then wake(fresh) end
 return out
