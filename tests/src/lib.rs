@@ -16,12 +16,16 @@ pub fn repo_root() -> PathBuf {
 }
 
 /// A binary of this workspace, built by `cargo build --workspace --bins` (scripts/test.sh).
+/// Found next to the running executable: a test runs from `target/<profile>/deps/`, a binary
+/// of this package (`crucible-bench`) from `target/<profile>/`.
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>");
+    let parent = exe.parent().expect("target/<profile>/...");
+    let dir = if parent.file_name().is_some_and(|n| n == "deps") {
+        parent.parent().expect("target/<profile>/deps/<test>")
+    } else {
+        parent
+    };
     let path = dir.join(name);
     assert!(
         path.exists(),
