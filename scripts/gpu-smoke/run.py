@@ -35,7 +35,7 @@ def verdict_of(task):
     return "incorrect" if code == "CORRECTNESS" else (code or "?")
 
 
-def submit(api, problems, cand_dir, entry, trials, perf_trials):
+def submit(api, problems, cand_dir, entry, trials, perf_trials, force_refresh=False):
     body = {
         "reference_code": open(f"{problems}/{entry['problem']}").read(),
         "kernel_code": open(f"{cand_dir}/{entry['candidate']}").read(),
@@ -43,6 +43,9 @@ def submit(api, problems, cand_dir, entry, trials, perf_trials):
         "num_correct_trials": trials,
         "num_perf_trials": perf_trials,
         "timeout_s": entry.get("timeout_s", 300),
+        # A recovery run repeats an earlier request: it must be evaluated again, not joined to
+        # the first one or answered from the result cache.
+        "force_refresh": force_refresh,
     }
     status, answer = call(api, "POST", "/evaluate", body)
     if status != 202:
@@ -73,7 +76,8 @@ def main():
     t0 = time.time()
     # Faults are queued among the correct ones, and the recovery runs come last, so the table
     # shows the worker serving correctly after every kind of failure.
-    pending = [(e, phase) + submit(args.api, args.problems, args.candidates, e, args.trials, args.perf_trials)
+    pending = [(e, phase) + submit(args.api, args.problems, args.candidates, e, args.trials,
+                                   args.perf_trials, force_refresh=phase == "recovery")
                for e, phase in runs]
     rows, tasks = [], []
     for entry, phase, task_id, _ in pending:
