@@ -51,7 +51,12 @@ def _load_harness(path):
 
 
 def _warm_imports():
-    """What every task would otherwise import itself. None of it initialises CUDA."""
+    """What every task would otherwise import itself, without initialising CUDA.
+
+    Imports may ask torch whether CUDA is available; by default that initialises the driver
+    and poisons every later fork ("Cannot re-initialize CUDA in forked subprocess"). Asking
+    NVML instead leaves the driver alone. Children get their own environment, without this."""
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     import torch  # noqa: F401
     try:
         import torch.utils.cpp_extension  # noqa: F401
@@ -63,6 +68,20 @@ def _warm_imports():
     except Exception:
         pass
     return torch
+
+
+def _fork_is_clean(torch):
+    """Forks a throwaway child that asks torch whether a forked child may use CUDA: the only
+    reliable test that nothing imported so far initialised it."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            bad = torch.cuda._is_in_bad_fork() or torch.cuda.is_initialized()
+        except BaseException:
+            bad = True
+        os._exit(1 if bad else 0)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
 
 
 def _child(harness, request, fds, template_pid, closing):
@@ -116,7 +135,7 @@ def main():
 
     send({"event": "ready", "pid": me,
           "import_ms": (time.perf_counter() - _started) * 1e3,
-          "cuda_initialized": bool(torch.cuda.is_initialized())})
+          "cuda_initialized": bool(torch.cuda.is_initialized()) or not _fork_is_clean(torch)})
     sel = selectors.DefaultSelector()
     sel.register(sock, selectors.EVENT_READ, "control")
     sel.register(wake_r, selectors.EVENT_READ, "sigchld")

@@ -310,10 +310,16 @@ fn read_events(control: &OwnedFd, routing: &Mutex<Routing>, alive: &AtomicBool) 
     r.exits.clear();
 }
 
+/// Consecutive template failures after which a worker stops using templates for a while.
+const FAILURES_BEFORE_COOLDOWN: u32 = 3;
+const COOLDOWN: Duration = Duration::from_secs(600);
+
 /// Where a worker's template lives between tasks.
 #[derive(Default)]
 pub struct TemplateSlot {
     current: Option<Template>,
+    failures: u32,
+    cooldown_until: Option<Instant>,
 }
 
 impl TemplateSlot {
@@ -327,6 +333,9 @@ impl TemplateSlot {
         limits: &ChildLimits,
         max_forks: u32,
     ) -> Option<&mut Template> {
+        if self.cooldown_until.is_some_and(|t| Instant::now() < t) {
+            return None;
+        }
         let usable = match self.current.as_mut() {
             Some(t) => t.is_alive() && t.forks() < max_forks,
             None => false,
@@ -339,6 +348,7 @@ impl TemplateSlot {
                 Ok(t) => self.current = Some(t),
                 Err(e) => {
                     tracing::warn!(error = %e, "template unavailable, spawning directly");
+                    self.note_failure();
                     return None;
                 }
             }
@@ -346,8 +356,29 @@ impl TemplateSlot {
         self.current.as_mut()
     }
 
-    /// Drops the template (after a sign of trouble); the next task starts a new one.
+    /// Drops the template after a sign of trouble; the next task starts a new one, unless
+    /// templates keep failing, in which case children are spawned directly for a while (a
+    /// slower worker beats one that turns every task into a retry).
     pub fn discard(&mut self) {
         self.current = None;
+        self.note_failure();
+    }
+
+    /// A task forked from the template ended normally.
+    pub fn note_success(&mut self) {
+        self.failures = 0;
+    }
+
+    fn note_failure(&mut self) {
+        self.failures += 1;
+        if self.failures >= FAILURES_BEFORE_COOLDOWN {
+            tracing::warn!(
+                failures = self.failures,
+                cooldown_s = COOLDOWN.as_secs(),
+                "templates keep failing, spawning children directly for a while"
+            );
+            self.cooldown_until = Some(Instant::now() + COOLDOWN);
+            self.failures = 0;
+        }
     }
 }

@@ -244,9 +244,13 @@ impl Worker {
             cancel_rx,
         )
         .await;
-        if from_template && matches!(outcome, Err(_) | Ok(Classified::ServiceFault(_))) {
-            // Any trouble around a forked child may be the template's: start afresh.
-            slot.discard();
+        if from_template {
+            if matches!(outcome, Err(_) | Ok(Classified::ServiceFault(_))) {
+                // Any trouble around a forked child may be the template's: start afresh.
+                slot.discard();
+            } else {
+                slot.note_success();
+            }
         }
         drop(slot);
         renewer.abort();
