@@ -20,6 +20,7 @@ pub struct Metrics {
     running: IntGauge,
     finished: IntGaugeVec,
     result_cache: IntGaugeVec,
+    reference_cache: IntGaugeVec,
     workers: IntGaugeVec,
     broker_up: IntGauge,
 }
@@ -79,6 +80,14 @@ impl Metrics {
             &["outcome"],
         )
         .expect("valid metric");
+        let reference_cache = IntGaugeVec::new(
+            Opts::new(
+                "crucible_reference_cache_lookups",
+                "Lifetime count of reference timing lookups by workers by outcome (from the broker)",
+            ),
+            &["outcome"],
+        )
+        .expect("valid metric");
         let workers = IntGaugeVec::new(
             Opts::new("crucible_workers", "Registered workers by state"),
             &["state"],
@@ -97,6 +106,7 @@ impl Metrics {
             Box::new(running.clone()),
             Box::new(finished.clone()),
             Box::new(result_cache.clone()),
+            Box::new(reference_cache.clone()),
             Box::new(workers.clone()),
             Box::new(broker_up.clone()),
         ] {
@@ -111,6 +121,7 @@ impl Metrics {
             running,
             finished,
             result_cache,
+            reference_cache,
             workers,
             broker_up,
         }
@@ -147,6 +158,14 @@ impl Metrics {
             ("coalesced", queue.coalesced_total),
         ] {
             self.result_cache
+                .with_label_values(&[outcome])
+                .set(n as i64);
+        }
+        for (outcome, n) in [
+            ("hit", queue.ref_cache_hits_total),
+            ("miss", queue.ref_cache_misses_total),
+        ] {
+            self.reference_cache
                 .with_label_values(&[outcome])
                 .set(n as i64);
         }

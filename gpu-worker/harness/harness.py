@@ -72,7 +72,11 @@ PERF_BLOCK = 10           # timed calls per model before switching to the other 
 SPEC_DEFAULTS = {
     "backend": "triton", "device": "cuda", "num_correct_trials": 5, "num_perf_trials": 100,
     "num_warmup": 3, "measure_performance": True, "atol": 0.01, "rtol": 0.01, "seed": 42,
+    "reference_timing": None,
 }
+RUNTIME_STATS_KEYS = ("median", "mean", "std", "min", "max")
+# Distributions that may provide the `triton` package (upstream, and PyTorch's own builds).
+TRITON_DISTRIBUTIONS = ("triton", "pytorch-triton", "pytorch-triton-rocm")
 
 
 # What the candidate (or reference) may raise that we turn into a verdict: everything except
@@ -414,6 +418,40 @@ def runtime_stats(times_ms):
     }
 
 
+def triton_version():
+    """The installed Triton's version from its distribution metadata (without importing it),
+    or None when none is installed."""
+    try:
+        import importlib.metadata as metadata
+    except ImportError:
+        return None
+    for name in TRITON_DISTRIBUTIONS:
+        try:
+            return metadata.version(name)
+        except Exception:
+            continue
+    return None
+
+
+def reference_timing_from_spec(value):
+    """spec.reference_timing: null, or cached reference statistics {median, mean, std, min,
+    max} in ms (finite, >= 0, min <= max), returned as floats."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or sorted(value) != sorted(RUNTIME_STATS_KEYS):
+        raise SetupError("spec.reference_timing must be null or an object with exactly "
+                         + ", ".join(RUNTIME_STATS_KEYS))
+    stats = {}
+    for key in RUNTIME_STATS_KEYS:
+        v = value[key]
+        if type(v) not in (int, float) or not 0 <= v < math.inf:
+            raise SetupError(f"spec.reference_timing.{key} must be a finite number >= 0")
+        stats[key] = float(v)
+    if stats["min"] > stats["max"]:
+        raise SetupError("spec.reference_timing.min exceeds its max")
+    return stats
+
+
 def cpu_model_name():
     """The CPU model from /proc/cpuinfo, so CPU timings say where they were taken."""
     try:
@@ -449,6 +487,9 @@ class Evaluation:
             "max_abs_diff": None, "mean_abs_diff": None, "runtime_ms": None,
             "ref_runtime_ms": None, "speedup": None, "error_code": None, "error_message": None,
             "device": {"kind": "cpu", "name": "unknown"}, "stage_ms": self.stage_ms,
+            "ref_timing_cached": False,
+            "software": {"torch": None, "triton": None, "cuda": None,
+                         "python": platform.python_version()},
         }
 
     # -- bookkeeping ---------------------------------------------------------------------------
@@ -543,6 +584,7 @@ class Evaluation:
                 raise SetupError(f"spec.{key} must be a finite number >= 0")
             spec[key] = float(spec[key])
         spec["measure_performance"] = bool(spec["measure_performance"])
+        spec["reference_timing"] = reference_timing_from_spec(spec["reference_timing"])
         self.spec = spec
         self.device = spec["device"]
         self.result["trials_total"] = spec["num_correct_trials"]
@@ -555,6 +597,11 @@ class Evaluation:
         except Exception as e:
             raise SetupError(f"cannot import torch: {type(e).__name__}: {e}")
         Trusted.torch = torch
+        # Read before the candidate runs; the worker keys its reference timing cache on these.
+        self.result["software"] = {
+            "torch": str(torch.__version__), "triton": triton_version(),
+            "cuda": torch.version.cuda, "python": platform.python_version(),
+        }
         Trusted.allclose = torch.allclose
         Trusted.isclose = torch.isclose
         Trusted.manual_seed = torch.manual_seed
@@ -755,23 +802,32 @@ class Evaluation:
         """Warm-up, then timed calls alternating reference and candidate in blocks, on one
         fixed input set drawn from the master seed (a private clone per model).
 
+        With spec.reference_timing (the worker's cached statistics of this reference, taken
+        the same way on the same device and software) the reference is neither warmed up nor
+        timed: only the candidate is, and the cached statistics are reported as
+        ref_runtime_ms with ref_timing_cached true.
+
         CUDA: 256 MiB flush buffer zeroed before each call, synchronize, event pair around the
         forward, synchronize. CPU: perf_counter_ns around the call. All with the harness's
         own captured timers."""
         spec = self.spec
+        cached_ref = spec["reference_timing"]
+        time_reference = cached_ref is None
         inputs = self._fresh_inputs(spec["seed"], "get_inputs() failed (performance)")
-        ref_args, cand_args = deep_clone(inputs), deep_clone(inputs)
+        ref_args = deep_clone(inputs) if time_reference else None
+        cand_args = deep_clone(inputs)
         ref_times, cand_times = [], []
         timer = self._cuda_timer if self.device == "cuda" else self._cpu_timer
         try:
-            for _ in range(spec["num_warmup"]):
-                self._run_reference(ref_args, "reference forward failed (warm-up)")
+            if time_reference:
+                for _ in range(spec["num_warmup"]):
+                    self._run_reference(ref_args, "reference forward failed (warm-up)")
             for _ in range(spec["num_warmup"]):
                 self._run_candidate(cand_args, "candidate forward raised (warm-up)")
             n = spec["num_perf_trials"]
             for start in range(0, n, PERF_BLOCK):
                 k = min(PERF_BLOCK, n - start)
-                for _ in range(k):
+                for _ in range(k if time_reference else 0):
                     ref_times.append(self._timed(timer, self.ref_model, ref_args, True))
                 for _ in range(k):
                     cand_times.append(self._timed(timer, self.cand_model, cand_args, False))
@@ -785,9 +841,10 @@ class Evaluation:
                 v.message = "reference failed during performance: " + v.message
                 v.keep_correct = True
             raise
-        ref = runtime_stats(ref_times)
+        ref = runtime_stats(ref_times) if time_reference else dict(cached_ref)
         cand = runtime_stats(cand_times)
         self.result["ref_runtime_ms"] = ref
+        self.result["ref_timing_cached"] = not time_reference
         self.result["runtime_ms"] = cand
         self.result["speedup"] = ref["median"] / cand["median"] if cand["median"] > 0 else None
 

@@ -4,10 +4,12 @@
 use crate::config::WorkerConfig;
 use crate::device::DeviceSlot;
 use crate::harness::{HARNESS_FILE, HARNESS_SOURCE};
+use crate::protocol::SoftwareReport;
+use crate::reference_cache::NUM_WARMUP;
 use crate::supervisor::{ChildSpec, Launcher, run_child};
 use crate::task_dir::TaskDir;
 use crate::verdict::{Classified, VerdictContext, classify};
-use crucible_shared::{Backend, TaskSpec};
+use crucible_shared::{Backend, RuntimeStats, TaskSpec};
 use std::path::Path;
 use std::time::Instant;
 use tokio::sync::watch;
@@ -89,24 +91,30 @@ pub fn child_env(
     env
 }
 
-/// The harness's `spec.json`.
-pub fn harness_spec(spec: &TaskSpec, device: &DeviceSlot) -> serde_json::Value {
+/// The harness's `spec.json`. `reference_timing` is the cached timing of the reference: the
+/// harness then times only the candidate.
+pub fn harness_spec(
+    spec: &TaskSpec,
+    device: &DeviceSlot,
+    reference_timing: Option<&RuntimeStats>,
+) -> serde_json::Value {
     let r = &spec.request;
     serde_json::json!({
         "backend": match r.backend { Backend::Triton => "triton", Backend::Cuda => "cuda" },
         "device": match device { DeviceSlot::Gpu { .. } => "cuda", DeviceSlot::Cpu { .. } => "cpu" },
         "num_correct_trials": r.num_correct_trials,
         "num_perf_trials": r.num_perf_trials,
-        "num_warmup": 3,
+        "num_warmup": NUM_WARMUP,
         "measure_performance": r.measure_performance,
         "atol": r.atol,
         "rtol": r.rtol,
         "seed": spec.seed,
+        "reference_timing": reference_timing,
     })
 }
 
-/// Runs one evaluation to a classified end. `Err` is a fault of this node (no directory, no
-/// interpreter), to be treated like a `ServiceFault`.
+/// Runs one evaluation to a classified end, timing the reference itself. `Err` is a fault of
+/// this node (no directory, no interpreter), to be treated like a `ServiceFault`.
 pub async fn run_evaluation(
     cfg: &WorkerConfig,
     spec: &TaskSpec,
@@ -114,6 +122,30 @@ pub async fn run_evaluation(
     launcher: Launcher<'_>,
     cancel: watch::Receiver<bool>,
 ) -> std::io::Result<Classified> {
+    run_evaluation_with(cfg, spec, label, launcher, cancel, None)
+        .await
+        .map(|e| e.classified)
+}
+
+/// What [`run_evaluation_with`] learnt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluated {
+    pub classified: Classified,
+    /// The software versions the harness reported with its result (when it reported one
+    /// without a protocol violation).
+    pub software: Option<SoftwareReport>,
+}
+
+/// [`run_evaluation`] with the reference's cached timing, if any: the harness then times only
+/// the candidate and reports these statistics, marked `ref_runtime_cached`.
+pub async fn run_evaluation_with(
+    cfg: &WorkerConfig,
+    spec: &TaskSpec,
+    label: &str,
+    launcher: Launcher<'_>,
+    cancel: watch::Receiver<bool>,
+    reference_timing: Option<RuntimeStats>,
+) -> std::io::Result<Evaluated> {
     let started = Instant::now();
     let dir = TaskDir::create(&cfg.work_root, label)?;
     dir.write_new(HARNESS_FILE, HARNESS_SOURCE.as_bytes())?;
@@ -121,7 +153,9 @@ pub async fn run_evaluation(
     dir.write_new("candidate.py", spec.request.kernel_code.as_bytes())?;
     dir.write_new(
         "spec.json",
-        harness_spec(spec, &cfg.device).to_string().as_bytes(),
+        harness_spec(spec, &cfg.device, reference_timing.as_ref())
+            .to_string()
+            .as_bytes(),
     )?;
     dir.subdir("tmp")?;
     dir.subdir("cache")?;
@@ -164,12 +198,24 @@ pub async fn run_evaluation(
         result
             .stage_ms
             .insert("child_wall".into(), outcome.wall.as_secs_f64() * 1e3);
+        // The cached figures are the worker's own: a claim of the child is not trusted.
+        match reference_timing {
+            Some(stats) if result.ref_runtime_cached => result.ref_runtime_ms = Some(stats),
+            _ => result.ref_runtime_cached = false,
+        }
     }
+    let software = match (&outcome.transcript.result, &outcome.transcript.violation) {
+        (Some(r), None) => r.software.clone(),
+        _ => None,
+    };
     drop(dir);
-    Ok(classified)
+    Ok(Evaluated {
+        classified,
+        software,
+    })
 }
 
-/// Evaluates one pair on this machine without a server (`crucible eval`).
+/// Evaluates one pair on this machine without a server (`crucible eval`); no reference cache.
 pub async fn evaluate_local(cfg: &WorkerConfig, spec: &TaskSpec) -> std::io::Result<Classified> {
     let (_keep, cancel) = watch::channel(false);
     run_evaluation(cfg, spec, "local", Launcher::Direct, cancel).await
@@ -222,5 +268,29 @@ mod tests {
         let get = |k: &str| cpu.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("TRITON_INTERPRET"), Some("1"));
         assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some(""));
+    }
+
+    #[test]
+    fn spec_json_carries_the_cached_reference_timing() {
+        let spec = TaskSpec {
+            request: crucible_shared::EvaluateRequest::new("a", "b"),
+            seed: 7,
+        };
+        let cpu = DeviceSlot::Cpu { name: "x".into() };
+        let plain = harness_spec(&spec, &cpu, None);
+        assert_eq!(plain["reference_timing"], serde_json::Value::Null);
+        assert_eq!(plain["num_warmup"], NUM_WARMUP);
+        let stats = RuntimeStats {
+            median: 2.0,
+            mean: 2.1,
+            std: 0.1,
+            min: 1.9,
+            max: 2.5,
+        };
+        let cached = harness_spec(&spec, &cpu, Some(&stats));
+        assert_eq!(
+            cached["reference_timing"],
+            serde_json::json!({"median": 2.0, "mean": 2.1, "std": 0.1, "min": 1.9, "max": 2.5})
+        );
     }
 }

@@ -11,6 +11,7 @@ pub mod evaluation;
 pub mod harness;
 pub mod probe;
 pub mod protocol;
+pub mod reference_cache;
 pub mod supervisor;
 pub mod task_dir;
 pub mod template;

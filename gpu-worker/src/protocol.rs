@@ -5,6 +5,14 @@ use crucible_shared::{DeviceInfo, RuntimeStats, VerdictCode};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
+/// Software versions the harness reports (`torch`, `triton`, `cuda`, `python`); a value is
+/// null when that software is absent.
+pub type SoftwareReport = BTreeMap<String, Option<String>>;
+
+/// Bounds on the software report, so an untrusted child cannot make the worker keep much.
+const MAX_SOFTWARE_ENTRIES: usize = 16;
+const MAX_SOFTWARE_CHARS: usize = 128;
+
 /// Longest line accepted on the result pipe.
 pub const MAX_LINE_BYTES: usize = 1 << 20;
 
@@ -33,6 +41,13 @@ pub struct HarnessResult {
     pub device: DeviceInfo,
     #[serde(default)]
     pub stage_ms: BTreeMap<String, f64>,
+    /// The reference was not timed: `ref_runtime_ms` are the statistics the worker passed in
+    /// `spec.json` (`reference_timing`).
+    #[serde(default)]
+    pub ref_timing_cached: bool,
+    /// Versions of the software the evaluation ran with, read before the candidate ran.
+    #[serde(default)]
+    pub software: Option<SoftwareReport>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -117,6 +132,19 @@ fn check_result(r: &HarnessResult) -> Result<(), String> {
             return Err("invalid runtime statistics".to_owned());
         }
     }
+    if r.ref_timing_cached && r.ref_runtime_ms.is_none() {
+        return Err("ref_timing_cached without ref_runtime_ms".to_owned());
+    }
+    if let Some(software) = &r.software {
+        let long = |s: &str| s.len() > MAX_SOFTWARE_CHARS;
+        if software.len() > MAX_SOFTWARE_ENTRIES
+            || software
+                .iter()
+                .any(|(k, v)| long(k) || v.as_deref().is_some_and(long))
+        {
+            return Err("oversized software report".to_owned());
+        }
+    }
     Ok(())
 }
 
@@ -170,6 +198,50 @@ mod tests {
             t.push_line(line);
             assert!(t.violation.is_some(), "{}", String::from_utf8_lossy(line));
             assert!(t.result.is_none());
+        }
+    }
+
+    #[test]
+    fn cached_reference_timing_and_software_are_read() {
+        let line = RESULT.replace(
+            r#""stage_ms":{"setup":1.0}"#,
+            r#""stage_ms":{"setup":1.0},"ref_timing_cached":true,"software":{"torch":"2.5.1","triton":null,"cuda":"12.4","python":"3.11.7"}"#,
+        );
+        let mut t = Transcript::default();
+        t.push_line(line.as_bytes());
+        assert_eq!(t.violation, None);
+        let r = t.result.unwrap();
+        assert!(r.ref_timing_cached);
+        let sw = r.software.unwrap();
+        assert_eq!(sw["torch"].as_deref(), Some("2.5.1"));
+        assert_eq!(sw["triton"], None);
+
+        let mut t = Transcript::default();
+        t.push_line(RESULT.as_bytes());
+        assert!(!t.result.as_ref().unwrap().ref_timing_cached);
+        assert_eq!(t.result.unwrap().software, None);
+
+        for bad in [
+            RESULT
+                .replace(
+                    r#""ref_runtime_ms":{"median":2.0,"mean":2.0,"std":0.1,"min":1.9,"max":2.2}"#,
+                    r#""ref_runtime_ms":null"#,
+                )
+                .replace(
+                    r#""stage_ms":{"setup":1.0}"#,
+                    r#""stage_ms":{},"ref_timing_cached":true"#,
+                ),
+            RESULT.replace(
+                r#""stage_ms":{"setup":1.0}"#,
+                &format!(
+                    r#""stage_ms":{{}},"software":{{"torch":"{}"}}"#,
+                    "x".repeat(200)
+                ),
+            ),
+        ] {
+            let mut t = Transcript::default();
+            t.push_line(bad.as_bytes());
+            assert!(t.violation.is_some(), "{bad}");
         }
     }
 

@@ -176,6 +176,7 @@ fn from_harness(r: HarnessResult, ctx: &VerdictContext, tail: Option<String>) ->
         mean_abs_diff: r.mean_abs_diff,
         runtime_ms: r.runtime_ms,
         ref_runtime_ms: r.ref_runtime_ms,
+        ref_runtime_cached: r.ref_timing_cached,
         speedup: r.speedup,
         error_code: r.error_code,
         error_message: r.error_message.map(|m| truncate(&m, 8192)),

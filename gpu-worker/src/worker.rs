@@ -3,12 +3,15 @@
 
 use crate::config::WorkerConfig;
 use crate::device::{DeviceSlot, check_gpu};
-use crate::evaluation::{child_env, run_evaluation};
+use crate::evaluation::{Evaluated, child_env, run_evaluation_with};
+use crate::reference_cache::{self, REF_CACHE_NAMESPACE, SoftwareVersions};
 use crate::supervisor::Launcher;
 use crate::template::TemplateSlot;
 use crate::verdict::Classified;
 use chrono::Utc;
-use crucible_shared::{EvalResult, TaskId, VerdictCode, WorkerId, WorkerInfo, WorkerState};
+use crucible_shared::{
+    EvalResult, RuntimeStats, TaskId, TaskSpec, VerdictCode, WorkerId, WorkerInfo, WorkerState,
+};
 use crucible_task_manager::{AckOutcome, Broker, Lease, LeaseState};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -32,6 +35,12 @@ pub struct Worker {
     started_at: chrono::DateTime<Utc>,
     status: Arc<Mutex<Status>>,
     template: tokio::sync::Mutex<TemplateSlot>,
+    /// NVML's driver version (GPU), `"none"` (CPU), or `None` when NVML did not say: part of
+    /// every reference cache key, fetched once at start.
+    driver: Option<String>,
+    /// The software versions of the last result a harness reported; part of the reference
+    /// cache key of the next task.
+    software: Mutex<Option<SoftwareVersions>>,
 }
 
 impl Worker {
@@ -45,8 +54,11 @@ impl Worker {
             },
             &uuid::Uuid::new_v4().simple().to_string()[..8]
         ));
+        let driver = reference_cache::driver_version(&cfg.device);
         Self {
             broker,
+            driver,
+            software: Mutex::new(None),
             cfg,
             id,
             started_at: Utc::now(),
@@ -236,14 +248,34 @@ impl Worker {
             Some(t) => Launcher::Template(t),
             None => Launcher::Direct,
         };
-        let outcome = run_evaluation(
+        let cached_reference = self.cached_reference(&lease.spec).await;
+        let outcome = run_evaluation_with(
             &self.cfg,
             &lease.spec,
             task_id.as_str(),
             launcher,
             cancel_rx,
+            cached_reference,
         )
         .await;
+        let outcome = match outcome {
+            Ok(Evaluated {
+                classified,
+                software,
+            }) => {
+                let versions = software.as_ref().and_then(SoftwareVersions::from_report);
+                if let Some(v) = &versions {
+                    *self.software.lock().expect("software lock") = Some(v.clone());
+                }
+                if let (Classified::Verdict(result), Some(v)) = (&classified, &versions)
+                    && let Some((key, stats)) = self.timing_to_cache(&lease.spec, result, v)
+                {
+                    self.cache_reference(&key, &stats).await;
+                }
+                Ok(classified)
+            }
+            Err(e) => Err(e),
+        };
         if from_template {
             if matches!(outcome, Err(_) | Ok(Classified::ServiceFault(_))) {
                 // Any trouble around a forked child may be the template's: start afresh.
@@ -279,6 +311,78 @@ impl Worker {
         };
         self.set(WorkerState::Idle, None);
         end
+    }
+
+    /// The cached timing of the task's reference on this worker, unless performance is not
+    /// measured, `force_refresh` asks for a fresh timing, or a part of the key is unknown. The
+    /// first task a worker ever runs knows no software versions yet (the harness reports them
+    /// with its result), so it always times the reference; its timing then fills the cache.
+    async fn cached_reference(&self, spec: &TaskSpec) -> Option<RuntimeStats> {
+        if spec.request.force_refresh {
+            return None;
+        }
+        let software = self.software.lock().expect("software lock").clone();
+        let key = reference_cache::key_for(
+            spec,
+            &self.cfg.device,
+            self.cfg.cpu_threads,
+            self.driver.as_deref(),
+            software.as_ref(),
+        )?;
+        match self.broker.kv_get(REF_CACHE_NAMESPACE, &key).await {
+            Ok(Some(value)) => {
+                let stats = reference_cache::decode(&value);
+                if stats.is_none() {
+                    tracing::warn!(worker_id = %self.id, key, "unreadable reference cache entry, timing the reference");
+                }
+                stats
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(worker_id = %self.id, error = %e, "reference cache lookup failed, timing the reference");
+                None
+            }
+        }
+    }
+
+    /// The key and timing to cache from a verdict: a reference timed now (not taken from the
+    /// cache) for a correct candidate, keyed by the software this very run reported.
+    fn timing_to_cache(
+        &self,
+        spec: &TaskSpec,
+        result: &EvalResult,
+        software: &SoftwareVersions,
+    ) -> Option<(String, RuntimeStats)> {
+        if !result.correct || result.ref_runtime_cached {
+            return None;
+        }
+        let stats = result.ref_runtime_ms?;
+        let key = reference_cache::key_for(
+            spec,
+            &self.cfg.device,
+            self.cfg.cpu_threads,
+            self.driver.as_deref(),
+            Some(software),
+        )?;
+        Some((key, stats))
+    }
+
+    /// Stores a fresh reference timing (replacing any older one, as `force_refresh` wants)
+    /// before the verdict is stored, so the next task of the same problem finds it.
+    async fn cache_reference(&self, key: &str, stats: &RuntimeStats) {
+        let ttl = self.broker.config().result_ttl;
+        if let Err(e) = self
+            .broker
+            .kv_put(
+                REF_CACHE_NAMESPACE,
+                key,
+                &reference_cache::encode(stats),
+                ttl,
+            )
+            .await
+        {
+            tracing::warn!(worker_id = %self.id, error = %e, "could not cache the reference timing");
+        }
     }
 
     async fn store_verdict(&self, lease: &Lease, result: EvalResult) -> TaskEnd {

@@ -51,6 +51,13 @@ pub struct QueueStatus {
     /// Submissions that joined an identical queued or running task.
     #[serde(default)]
     pub coalesced_total: u64,
+    /// Reference timings found in the reference cache by a worker (the reference was not
+    /// timed again).
+    #[serde(default)]
+    pub ref_cache_hits_total: u64,
+    /// Reference cache lookups that found nothing, so the worker timed the reference.
+    #[serde(default)]
+    pub ref_cache_misses_total: u64,
 }
 
 impl QueueStatus {

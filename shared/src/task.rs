@@ -131,6 +131,11 @@ pub struct EvalResult {
     pub runtime_ms: Option<RuntimeStats>,
     /// Reference timings, same device, same protocol.
     pub ref_runtime_ms: Option<RuntimeStats>,
+    /// True when the reference timing came from the cache: `ref_runtime_ms` was measured
+    /// earlier for the same problem on the same GPU model, driver, software versions and
+    /// timing config, and only the candidate was timed now.
+    #[serde(default)]
+    pub ref_runtime_cached: bool,
     /// `ref_runtime_ms.median / runtime_ms.median`.
     pub speedup: Option<f64>,
     pub error_code: Option<VerdictCode>,
@@ -162,6 +167,7 @@ impl EvalResult {
             mean_abs_diff: None,
             runtime_ms: None,
             ref_runtime_ms: None,
+            ref_runtime_cached: false,
             speedup: None,
             error_code: Some(code),
             error_message: Some(message.into()),

@@ -20,6 +20,9 @@ pub enum BrokerError {
     Corrupt(String),
 }
 
+/// The key-value cache namespace of reference timings (see the worker's `reference_cache`).
+pub const REF_CACHE_NAMESPACE: &str = "ref";
+
 /// What `submit` did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Submitted {
@@ -148,6 +151,21 @@ pub trait Broker: Send + Sync + 'static {
     /// Every registered worker; one whose heartbeat is older than `worker_liveness` is
     /// reported with state `lost`, and one silent for much longer is dropped.
     async fn list_workers(&self) -> Result<Vec<WorkerInfo>, BrokerError>;
+
+    /// The value stored under `key` in `namespace` of the small key-value cache, unless it
+    /// expired. Every lookup counts as a hit or a miss of its namespace in the lifetime stats
+    /// (namespace `ref`: [`QueueStatus::ref_cache_hits_total`] / `ref_cache_misses_total`).
+    async fn kv_get(&self, namespace: &str, key: &str) -> Result<Option<String>, BrokerError>;
+
+    /// Stores `value` under `key` in `namespace`, replacing any earlier value; it expires
+    /// after `ttl`.
+    async fn kv_put(
+        &self,
+        namespace: &str,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<(), BrokerError>;
 
     /// Waits until the task is terminal or `timeout` passes; returns its latest view.
     async fn wait_terminal(

@@ -1,7 +1,7 @@
 //! The task queue. Owns every Redis key and Lua script, the [`Broker`] trait and its two
 //! implementations ([`RedisBroker`] for deployments, [`MemoryBroker`] for a single process),
 //! leases with fencing tokens, retries, the reaper, cancellation, idempotency keys, batches,
-//! result TTLs and the worker registry. It knows nothing about HTTP or Python.
+//! result TTLs, the worker registry and a small key-value cache (reference timings). It knows nothing about HTTP or Python.
 
 pub mod broker;
 pub mod memory;
@@ -9,7 +9,8 @@ pub mod reaper;
 pub mod redis_broker;
 
 pub use broker::{
-    AckOutcome, Broker, BrokerError, CancelOutcome, Lease, LeaseState, ReapReport, Submitted,
+    AckOutcome, Broker, BrokerError, CancelOutcome, Lease, LeaseState, REF_CACHE_NAMESPACE,
+    ReapReport, Submitted,
 };
 pub use memory::MemoryBroker;
 pub use reaper::run_reaper;

@@ -2,7 +2,8 @@
 //! woken by [`Notify`], never by polling. Also home of the pure helpers both brokers share.
 
 use crate::broker::{
-    AckOutcome, Broker, BrokerError, CancelOutcome, Lease, LeaseState, ReapReport, Submitted,
+    AckOutcome, Broker, BrokerError, CancelOutcome, Lease, LeaseState, REF_CACHE_NAMESPACE,
+    ReapReport, Submitted,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -125,6 +126,8 @@ struct Lifetime {
     cache_hits: u64,
     cache_misses: u64,
     coalesced: u64,
+    /// Key-value cache lookups per namespace: (hits, misses).
+    kv: HashMap<String, (u64, u64)>,
 }
 
 #[derive(Default)]
@@ -146,7 +149,14 @@ struct State {
     expiries: VecDeque<(Instant, Expiring)>,
     stats: Lifetime,
     claim_seq: u64,
+    /// The key-value cache: (namespace, key) → value and when it expires. Entries expire on
+    /// read; expired ones are swept when the map has doubled since the last sweep.
+    kv: HashMap<(String, String), (String, Instant)>,
+    kv_sweep_at: usize,
 }
+
+/// Size of the key-value cache below which expired entries are never swept.
+const KV_SWEEP_MIN: usize = 1024;
 
 fn queue_index(p: Priority) -> usize {
     match p {
@@ -676,6 +686,12 @@ impl Broker for MemoryBroker {
     async fn queue_status(&self) -> Result<QueueStatus, BrokerError> {
         let st = self.lock();
         let len = |p| st.queues[queue_index(p)].len() as u64;
+        let (ref_hits, ref_misses) = st
+            .stats
+            .kv
+            .get(REF_CACHE_NAMESPACE)
+            .copied()
+            .unwrap_or_default();
         Ok(QueueStatus {
             queued_high: len(Priority::High),
             queued_normal: len(Priority::Normal),
@@ -690,6 +706,8 @@ impl Broker for MemoryBroker {
             cache_hits_total: st.stats.cache_hits,
             cache_misses_total: st.stats.cache_misses,
             coalesced_total: st.stats.coalesced,
+            ref_cache_hits_total: ref_hits,
+            ref_cache_misses_total: ref_misses,
         })
     }
 
@@ -836,6 +854,49 @@ impl Broker for MemoryBroker {
             .collect();
         out.sort_by(|a, b| a.worker_id.cmp(&b.worker_id));
         Ok(out)
+    }
+
+    async fn kv_get(&self, namespace: &str, key: &str) -> Result<Option<String>, BrokerError> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let entry = (namespace.to_owned(), key.to_owned());
+        let now = Instant::now();
+        let value = match st.kv.get(&entry) {
+            Some((value, until)) if *until > now => Some(value.clone()),
+            Some(_) => {
+                st.kv.remove(&entry);
+                None
+            }
+            None => None,
+        };
+        let counts = st.stats.kv.entry(entry.0).or_default();
+        if value.is_some() {
+            counts.0 += 1;
+        } else {
+            counts.1 += 1;
+        }
+        Ok(value)
+    }
+
+    async fn kv_put(
+        &self,
+        namespace: &str,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<(), BrokerError> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let now = Instant::now();
+        st.kv.insert(
+            (namespace.to_owned(), key.to_owned()),
+            (value.to_owned(), now + ttl),
+        );
+        if st.kv.len() >= st.kv_sweep_at.max(KV_SWEEP_MIN) {
+            st.kv.retain(|_, (_, until)| *until > now);
+            st.kv_sweep_at = st.kv.len() * 2;
+        }
+        Ok(())
     }
 
     async fn wait_terminal(

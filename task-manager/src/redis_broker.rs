@@ -14,7 +14,9 @@
 //! - `rcache:{ckey}` the result JSON of the last `done` task with that key, `inflight:{ckey}`
 //!   the id of the open task evaluating it (deleted when it finishes); both expire after
 //!   `result_ttl`. `ckey` is `{cache_scope}:{sha256}`.
-//! - `stats` hash of lifetime counters (and the claim counter of the round robin).
+//! - `stats` hash of lifetime counters (and the claim counter of the round robin); the
+//!   key-value cache counts its lookups in fields `kv:{namespace}:hits` / `misses`.
+//! - `kv:{len(namespace)}:{namespace}:{key}` strings of the key-value cache, each with its TTL.
 //! - `worker:{id}` JSON and `workers` zset of last-seen ms, both expiring when workers go quiet.
 //!
 //! Keys are built inside the scripts from the prefix, so this layout targets a single Redis
@@ -89,6 +91,7 @@ struct Scripts {
     cancel: Script,
     heartbeat: Script,
     list_workers: Script,
+    kv_get: Script,
 }
 
 impl Scripts {
@@ -103,6 +106,7 @@ impl Scripts {
             cancel: lua!("cancel.lua"),
             heartbeat: lua!("heartbeat.lua"),
             list_workers: lua!("list_workers.lua"),
+            kv_get: lua!("kv_get.lua"),
         }
     }
 }
@@ -148,6 +152,11 @@ fn time_from_ms(ms: &str) -> Result<DateTime<Utc>, BrokerError> {
 /// The pause after `prev` in a polling loop: doubling from [`POLL_START`] up to [`POLL_MAX`].
 fn next_poll(prev: Option<Duration>) -> Duration {
     prev.map_or(POLL_START, |d| (d * 2).min(POLL_MAX))
+}
+
+/// The key of a key-value cache entry, as `kv_key` in `lua/prelude.lua` spells it.
+fn kv_key(prefix: &str, namespace: &str, key: &str) -> String {
+    format!("{prefix}:kv:{}:{namespace}:{key}", namespace.len())
 }
 
 fn parse_status(s: &str) -> Result<TaskStatus, BrokerError> {
@@ -575,6 +584,8 @@ impl Broker for RedisBroker {
                         "cache_hits",
                         "cache_misses",
                         "coalesced",
+                        "kv:ref:hits",
+                        "kv:ref:misses",
                     ][..],
                 )
                 .query_async(&mut c)
@@ -595,6 +606,8 @@ impl Broker for RedisBroker {
             cache_hits_total: stat(5),
             cache_misses_total: stat(6),
             coalesced_total: stat(7),
+            ref_cache_hits_total: stat(8),
+            ref_cache_misses_total: stat(9),
         })
     }
 
@@ -763,6 +776,37 @@ impl Broker for RedisBroker {
         }
         out.sort_by(|a, b| a.worker_id.cmp(&b.worker_id));
         Ok(out)
+    }
+
+    async fn kv_get(&self, namespace: &str, key: &str) -> Result<Option<String>, BrokerError> {
+        let mut c = self.conn().await?;
+        self.scripts
+            .kv_get
+            .arg(self.prefix())
+            .arg(namespace)
+            .arg(key)
+            .invoke_async(&mut c)
+            .await
+            .map_err(redis_err)
+    }
+
+    async fn kv_put(
+        &self,
+        namespace: &str,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<(), BrokerError> {
+        let mut c = self.conn().await?;
+        let _: () = redis::cmd("SET")
+            .arg(kv_key(self.prefix(), namespace, key))
+            .arg(value)
+            .arg("PX")
+            .arg(ms(ttl))
+            .query_async(&mut c)
+            .await
+            .map_err(redis_err)?;
+        Ok(())
     }
 
     async fn wait_terminal(

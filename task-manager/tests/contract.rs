@@ -368,6 +368,10 @@ contract!(
     identical_open_requests_share_one_task,
     failed_and_cancelled_tasks_are_not_cached,
     idempotency_key_takes_precedence_over_cache_and_coalescing,
+    kv_put_then_get_and_overwrite,
+    kv_values_expire_after_their_ttl,
+    kv_namespaces_are_isolated,
+    kv_lookups_are_counted_per_namespace,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1739,4 +1743,126 @@ async fn idempotency_key_takes_precedence_over_cache_and_coalescing(backend: Bac
     assert_eq!(cache_counters(&env).await, (1, 2, 1));
     let q = env.broker.queue_status().await.unwrap();
     assert_eq!((q.submitted_total, q.queued()), (3, 1));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The key-value cache (reference timings)
+// ---------------------------------------------------------------------------------------------
+
+const LONG: Duration = Duration::from_secs(600);
+
+async fn ref_counters(env: &Env) -> (u64, u64) {
+    let q = env.broker.queue_status().await.unwrap();
+    (q.ref_cache_hits_total, q.ref_cache_misses_total)
+}
+
+async fn kv_put_then_get_and_overwrite(backend: Backend) {
+    let env = Env::start(backend, config()).await;
+    let b = &env.broker;
+    assert_eq!(b.kv_get("ref", "k1").await.unwrap(), None);
+    b.kv_put("ref", "k1", r#"{"median":1.5}"#, LONG)
+        .await
+        .unwrap();
+    assert_eq!(
+        b.kv_get("ref", "k1").await.unwrap().as_deref(),
+        Some(r#"{"median":1.5}"#)
+    );
+    // Another node sees it; a second put replaces the value.
+    let peer = env.peer();
+    assert_eq!(
+        peer.kv_get("ref", "k1").await.unwrap().as_deref(),
+        Some(r#"{"median":1.5}"#)
+    );
+    peer.kv_put("ref", "k1", "second", LONG).await.unwrap();
+    assert_eq!(
+        b.kv_get("ref", "k1").await.unwrap().as_deref(),
+        Some("second")
+    );
+    assert_eq!(b.kv_get("ref", "k2").await.unwrap(), None);
+}
+
+async fn kv_values_expire_after_their_ttl(backend: Backend) {
+    let env = Env::start(backend, config()).await;
+    let b = &env.broker;
+    b.kv_put("ref", "short", "v", Duration::from_millis(150))
+        .await
+        .unwrap();
+    b.kv_put("ref", "long", "w", LONG).await.unwrap();
+    assert_eq!(
+        b.kv_get("ref", "short").await.unwrap().as_deref(),
+        Some("v")
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(b.kv_get("ref", "short").await.unwrap(), None);
+    assert_eq!(b.kv_get("ref", "long").await.unwrap().as_deref(), Some("w"));
+    // A new put after expiry starts a fresh entry.
+    b.kv_put("ref", "short", "again", LONG).await.unwrap();
+    assert_eq!(
+        b.kv_get("ref", "short").await.unwrap().as_deref(),
+        Some("again")
+    );
+    if let Some(mut raw) = env.raw().await {
+        let keys: Vec<String> = ::redis::cmd("KEYS")
+            .arg(format!("{}:kv:*", env.cfg.key_prefix))
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(keys.len(), 2, "{keys:?}");
+        for key in keys {
+            let ttl: i64 = ::redis::cmd("PTTL")
+                .arg(&key)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            assert!(ttl > 0, "{key} has no ttl ({ttl})");
+        }
+    }
+}
+
+async fn kv_namespaces_are_isolated(backend: Backend) {
+    let env = Env::start(backend, config()).await;
+    let b = &env.broker;
+    b.kv_put("ref", "k", "in ref", LONG).await.unwrap();
+    b.kv_put("other", "k", "in other", LONG).await.unwrap();
+    // Namespace and key are not simply concatenated.
+    b.kv_put("re", "f:k", "in re", LONG).await.unwrap();
+    assert_eq!(
+        b.kv_get("ref", "k").await.unwrap().as_deref(),
+        Some("in ref")
+    );
+    assert_eq!(
+        b.kv_get("other", "k").await.unwrap().as_deref(),
+        Some("in other")
+    );
+    assert_eq!(
+        b.kv_get("re", "f:k").await.unwrap().as_deref(),
+        Some("in re")
+    );
+    assert_eq!(b.kv_get("third", "k").await.unwrap(), None);
+}
+
+async fn kv_lookups_are_counted_per_namespace(backend: Backend) {
+    let env = Env::start(backend, config()).await;
+    let b = &env.broker;
+    assert_eq!(ref_counters(&env).await, (0, 0));
+    assert_eq!(b.kv_get("ref", "k").await.unwrap(), None);
+    b.kv_put("ref", "k", "v", LONG).await.unwrap();
+    assert!(b.kv_get("ref", "k").await.unwrap().is_some());
+    assert!(b.kv_get("ref", "k").await.unwrap().is_some());
+    // Puts count nothing; lookups in another namespace are not reference lookups.
+    b.kv_put("other", "k", "v", LONG).await.unwrap();
+    assert!(b.kv_get("other", "k").await.unwrap().is_some());
+    assert_eq!(b.kv_get("other", "nope").await.unwrap(), None);
+    assert_eq!(ref_counters(&env).await, (2, 1));
+    // Nor do they touch the result cache counters.
+    assert_eq!(cache_counters(&env).await, (0, 0, 0));
+    if let Some(mut raw) = env.raw().await {
+        let fields: Vec<Option<u64>> = ::redis::cmd("HMGET")
+            .arg(format!("{}:stats", env.cfg.key_prefix))
+            .arg(&["kv:other:hits", "kv:other:misses"][..])
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(fields, [Some(1), Some(1)]);
+    }
 }

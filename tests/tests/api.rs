@@ -1,6 +1,6 @@
 //! The HTTP contract against a real API process and a real redis-server: bad input never
 //! crashes or wedges the server, cancel, idempotency, priorities, the queue cap, the result
-//! cache and coalescing, the OpenAPI document, health and metrics.
+//! cache and coalescing, the reference timing cache, the OpenAPI document, health and metrics.
 
 use crucible_tests::*;
 use serde_json::{Value, json};
@@ -374,6 +374,81 @@ async fn identical_requests_share_one_evaluation_and_then_hit_the_cache() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn candidates_of_one_problem_time_the_reference_once() {
+    let s = stack("refcache", &[]).await;
+    let api = &s.api;
+    let _worker = Proc::spawn("worker", worker_command(&s.env), &s.logs);
+    let body = eval_body("softmax", "softmax__correct.py", 120);
+    // Distinct candidates (one comment line apart), so the result cache answers none of them.
+    let sample = |n: u32, force_refresh: bool| {
+        let mut b = body.clone();
+        b["kernel_code"] = json!(format!(
+            "{}\n# sample {n}\n",
+            candidate("softmax__correct.py")
+        ));
+        b["force_refresh"] = json!(force_refresh);
+        b
+    };
+    let run = |b: Value| async move {
+        let id = api.submit(b).await;
+        let task = api.wait_task(&id, Duration::from_secs(180)).await;
+        assert_eq!(task["status"], "done", "{task}");
+        assert_eq!(task["cached"], false, "{task}");
+        assert_eq!(task["result"]["correct"], true, "{task}");
+        assert!(
+            task["result"]["ref_runtime_ms"]["median"].is_f64(),
+            "{task}"
+        );
+        assert!(task["result"]["runtime_ms"]["median"].is_f64(), "{task}");
+        task["result"].clone()
+    };
+
+    // The worker's first task: no software versions known yet, the reference is timed.
+    let first = run(body.clone()).await;
+    assert_eq!(first["ref_runtime_cached"], false, "{first}");
+    // Another candidate of the same problem reuses that timing.
+    let second = run(sample(2, false)).await;
+    assert_eq!(second["ref_runtime_cached"], true, "{second}");
+    assert_eq!(
+        second["ref_runtime_ms"], first["ref_runtime_ms"],
+        "{second}"
+    );
+    // force_refresh times the reference again and replaces the cached timing.
+    let third = run(sample(3, true)).await;
+    assert_eq!(third["ref_runtime_cached"], false, "{third}");
+    assert_ne!(third["ref_runtime_ms"], first["ref_runtime_ms"], "{third}");
+    let fourth = run(sample(4, false)).await;
+    assert_eq!(fourth["ref_runtime_cached"], true, "{fourth}");
+    assert_eq!(
+        fourth["ref_runtime_ms"], third["ref_runtime_ms"],
+        "{fourth}"
+    );
+
+    let (_, queue) = api.get("/queue/status").await;
+    assert_eq!(
+        (
+            &queue["ref_cache_hits_total"],
+            &queue["ref_cache_misses_total"]
+        ),
+        (&json!(2), &json!(0)),
+        "{queue}"
+    );
+    let metrics = api
+        .http
+        .get(format!("{}/metrics", api.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"crucible_reference_cache_lookups{outcome="hit"} 2"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openapi_docs_health_and_metrics_are_real() {
     let s = stack("docs", &[("CRUCIBLE_WORKER_LIVENESS_MS", "2000")]).await;
     let api = &s.api;
@@ -398,6 +473,9 @@ async fn openapi_docs_health_and_metrics_are_real() {
         ("SubmitResponse", "cached"),
         ("TaskView", "cached"),
         ("QueueStatus", "cache_hits_total"),
+        ("QueueStatus", "ref_cache_hits_total"),
+        ("QueueStatus", "ref_cache_misses_total"),
+        ("EvalResult", "ref_runtime_cached"),
     ] {
         assert!(
             schemas[schema]["properties"].get(field).is_some(),

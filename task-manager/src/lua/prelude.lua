@@ -25,6 +25,8 @@ local function idem_key(k) return P .. ':idem:' .. k end
 -- `ckey` is the scoped result cache key (cache scope, ':', hex SHA-256 of the request).
 local function rcache_key(ckey) return P .. ':rcache:' .. ckey end
 local function inflight_key(ckey) return P .. ':inflight:' .. ckey end
+-- The namespace is length-prefixed so that no (namespace, key) pair spells another's key.
+local function kv_key(ns, key) return P .. ':kv:' .. #ns .. ':' .. ns .. ':' .. key end
 
 local function queued_total()
   return redis.call('LLEN', queue_key('high')) + redis.call('LLEN', queue_key('normal'))

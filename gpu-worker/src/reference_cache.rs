@@ -1,0 +1,311 @@
+//! The reference timing cache: a reference's timing statistics, measured once, reused for
+//! every later candidate of the same problem on the same kind of device with the same
+//! software and timing config (a GRPO group of 16 samples times the reference once). Stored in
+//! the broker's key-value cache (namespace [`REF_CACHE_NAMESPACE`]) for `result_ttl`.
+//!
+//! The key is pure ([`reference_cache_key`]); the worker supplies the parts: the device, the
+//! NVML driver version (fetched once at start), the software versions the harness reported in
+//! its last result, and the timing config of the request.
+
+use crate::device::DeviceSlot;
+use crate::protocol::SoftwareReport;
+use crucible_shared::{DeviceInfo, RuntimeStats, TaskSpec};
+use sha2::{Digest, Sha256};
+
+pub use crucible_task_manager::REF_CACHE_NAMESPACE;
+
+/// Version of the harness's timing method. Bump it whenever the way the harness times a model
+/// changes (warm-up, flush, timers, blocks, statistics): older entries then stop matching.
+pub const TIMING_PROTOCOL: &str = "timing-v1";
+
+/// Warm-up calls per model before timing (`spec.json` `num_warmup`).
+pub const NUM_WARMUP: u32 = 3;
+
+/// The software a harness ran with, as it reported it (`software` of the result line).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SoftwareVersions {
+    pub torch: Option<String>,
+    pub triton: Option<String>,
+    pub cuda: Option<String>,
+}
+
+impl SoftwareVersions {
+    /// The versions in a harness report; `None` when it does not name torch (no usable report).
+    pub fn from_report(report: &SoftwareReport) -> Option<Self> {
+        let get = |name: &str| report.get(name).cloned().flatten();
+        let versions = Self {
+            torch: get("torch"),
+            triton: get("triton"),
+            cuda: get("cuda"),
+        };
+        versions.torch.is_some().then_some(versions)
+    }
+}
+
+/// How the reference is timed: with the software and device, everything that changes its
+/// numbers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimingConfig {
+    pub num_perf_trials: u32,
+    pub num_warmup: u32,
+    /// [`TIMING_PROTOCOL`].
+    pub protocol: &'static str,
+    /// How each call is measured on this device, e.g. CUDA events after an L2 flush, or the
+    /// CPU clock with a given thread count.
+    pub policy: String,
+}
+
+impl TimingConfig {
+    pub fn new(num_perf_trials: u32, device: &DeviceSlot, cpu_threads: Option<u32>) -> Self {
+        let policy = match device {
+            DeviceSlot::Gpu { .. } => "cuda-events,l2-flush".to_owned(),
+            DeviceSlot::Cpu { .. } => format!(
+                "perf-counter,threads={}",
+                cpu_threads.map_or_else(|| "default".to_owned(), |n| n.to_string())
+            ),
+        };
+        Self {
+            num_perf_trials,
+            num_warmup: NUM_WARMUP,
+            protocol: TIMING_PROTOCOL,
+            policy,
+        }
+    }
+}
+
+/// Hex SHA-256 naming the timing of `reference_code` on this device (model and kind), driver
+/// (`"none"` on CPU), software and timing config. The seed is left out on purpose: timings are
+/// of one input set of fixed shapes, and requests without a seed get a random one.
+pub fn reference_cache_key(
+    reference_code: &str,
+    device: &DeviceInfo,
+    driver: &str,
+    software: &SoftwareVersions,
+    timing: &TimingConfig,
+) -> String {
+    let mut h = Sha256::new();
+    // Named, length-prefixed fields, as the result cache key: no two inputs encode alike.
+    let mut field = |name: &str, value: &[u8]| {
+        h.update(name.as_bytes());
+        h.update((value.len() as u64).to_le_bytes());
+        h.update(value);
+    };
+    let opt = |v: &Option<String>| v.as_deref().map_or(b"\0null".to_vec(), |s| s.into());
+    field("reference_code", reference_code.as_bytes());
+    field("device_name", device.name.as_bytes());
+    field("device_kind", device.kind.as_str().as_bytes());
+    field("driver", driver.as_bytes());
+    field("torch", &opt(&software.torch));
+    field("triton", &opt(&software.triton));
+    field("cuda", &opt(&software.cuda));
+    field("num_perf_trials", &timing.num_perf_trials.to_le_bytes());
+    field("num_warmup", &timing.num_warmup.to_le_bytes());
+    field("protocol", timing.protocol.as_bytes());
+    field("policy", timing.policy.as_bytes());
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The driver part of the key: NVML's driver version for a GPU (`None` when NVML does not
+/// answer: no caching then), `"none"` for the CPU.
+pub fn driver_version(device: &DeviceSlot) -> Option<String> {
+    match device {
+        DeviceSlot::Cpu { .. } => Some("none".to_owned()),
+        DeviceSlot::Gpu { .. } => nvml_wrapper::Nvml::init()
+            .and_then(|nvml| nvml.sys_driver_version())
+            .map_err(|e| tracing::warn!(error = %e, "no nvml driver version, reference cache off"))
+            .ok(),
+    }
+}
+
+/// The key of `spec`'s reference timing on this worker; `None` when nothing is to be cached
+/// (performance not measured, or a part of the key is unknown).
+pub fn key_for(
+    spec: &TaskSpec,
+    device: &DeviceSlot,
+    cpu_threads: Option<u32>,
+    driver: Option<&str>,
+    software: Option<&SoftwareVersions>,
+) -> Option<String> {
+    let r = &spec.request;
+    if !r.measure_performance {
+        return None;
+    }
+    Some(reference_cache_key(
+        &r.reference_code,
+        &device.info(),
+        driver?,
+        software?,
+        &TimingConfig::new(r.num_perf_trials, device, cpu_threads),
+    ))
+}
+
+/// Stats as stored in the cache.
+pub fn encode(stats: &RuntimeStats) -> String {
+    serde_json::to_string(stats).expect("runtime stats serialise")
+}
+
+/// Stats read back from the cache; `None` when they do not parse or are not sane timings.
+pub fn decode(value: &str) -> Option<RuntimeStats> {
+    let s: RuntimeStats = serde_json::from_str(value).ok()?;
+    let all = [s.median, s.mean, s.std, s.min, s.max];
+    (all.iter().all(|v| v.is_finite() && *v >= 0.0) && s.min <= s.max).then_some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crucible_shared::{DeviceKind, EvaluateRequest};
+
+    fn software() -> SoftwareVersions {
+        SoftwareVersions {
+            torch: Some("2.5.1".into()),
+            triton: Some("3.1.0".into()),
+            cuda: Some("12.4".into()),
+        }
+    }
+
+    fn gpu() -> DeviceSlot {
+        DeviceSlot::Gpu {
+            index: 0,
+            name: "NVIDIA H100 80GB HBM3".into(),
+        }
+    }
+
+    fn timing() -> TimingConfig {
+        TimingConfig::new(100, &gpu(), None)
+    }
+
+    fn key(
+        code: &str,
+        device: &DeviceInfo,
+        driver: &str,
+        sw: &SoftwareVersions,
+        t: &TimingConfig,
+    ) -> String {
+        reference_cache_key(code, device, driver, sw, t)
+    }
+
+    #[test]
+    fn the_key_changes_with_every_component() {
+        let dev = gpu().info();
+        let base = key("ref", &dev, "550.54", &software(), &timing());
+        assert_eq!(base.len(), 64);
+        assert!(base.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(base, key("ref", &dev, "550.54", &software(), &timing()));
+
+        let mut variants = vec![
+            key("ref2", &dev, "550.54", &software(), &timing()),
+            key(
+                "ref",
+                &DeviceInfo {
+                    kind: DeviceKind::Cuda,
+                    name: "NVIDIA H200".into(),
+                },
+                "550.54",
+                &software(),
+                &timing(),
+            ),
+            key(
+                "ref",
+                &DeviceInfo {
+                    kind: DeviceKind::Cpu,
+                    name: dev.name.clone(),
+                },
+                "550.54",
+                &software(),
+                &timing(),
+            ),
+            key("ref", &dev, "560.28", &software(), &timing()),
+        ];
+        for change in [
+            |s: &mut SoftwareVersions| s.torch = Some("2.6.0".into()),
+            |s: &mut SoftwareVersions| s.triton = Some("3.2.0".into()),
+            |s: &mut SoftwareVersions| s.triton = None,
+            |s: &mut SoftwareVersions| s.cuda = Some("12.6".into()),
+        ] {
+            let mut sw = software();
+            change(&mut sw);
+            variants.push(key("ref", &dev, "550.54", &sw, &timing()));
+        }
+        for change in [
+            |t: &mut TimingConfig| t.num_perf_trials = 50,
+            |t: &mut TimingConfig| t.num_warmup = 5,
+            |t: &mut TimingConfig| t.protocol = "timing-v2",
+            |t: &mut TimingConfig| t.policy = "other".into(),
+        ] {
+            let mut t = timing();
+            change(&mut t);
+            variants.push(key("ref", &dev, "550.54", &software(), &t));
+        }
+        let cpu = DeviceSlot::Cpu { name: "x".into() };
+        assert_ne!(
+            TimingConfig::new(100, &cpu, Some(1)),
+            TimingConfig::new(100, &cpu, Some(4))
+        );
+        let n = variants.len();
+        variants.push(base);
+        variants.sort();
+        variants.dedup();
+        assert_eq!(variants.len(), n + 1, "every change gives a new key");
+    }
+
+    #[test]
+    fn no_key_without_performance_or_a_known_part() {
+        let mut spec = TaskSpec {
+            request: EvaluateRequest::new("class Model: pass", "class ModelNew: pass"),
+            seed: 1,
+        };
+        let sw = software();
+        let with =
+            |spec: &TaskSpec, driver, software| key_for(spec, &gpu(), None, driver, software);
+        assert!(with(&spec, Some("550"), Some(&sw)).is_some());
+        assert_eq!(with(&spec, None, Some(&sw)), None);
+        assert_eq!(with(&spec, Some("550"), None), None);
+        // The seed is not part of the key; the trial count is.
+        let a = with(&spec, Some("550"), Some(&sw));
+        spec.seed = 2;
+        assert_eq!(with(&spec, Some("550"), Some(&sw)), a);
+        spec.request.num_perf_trials += 1;
+        assert_ne!(with(&spec, Some("550"), Some(&sw)), a);
+        spec.request.measure_performance = false;
+        assert_eq!(with(&spec, Some("550"), Some(&sw)), None);
+    }
+
+    #[test]
+    fn stats_round_trip_and_insane_values_are_refused() {
+        let s = RuntimeStats {
+            median: 1.0,
+            mean: 1.1,
+            std: 0.1,
+            min: 0.9,
+            max: 1.5,
+        };
+        assert_eq!(decode(&encode(&s)), Some(s));
+        assert_eq!(decode("garbage"), None);
+        assert_eq!(
+            decode(r#"{"median":1,"mean":1,"std":0,"min":2,"max":1}"#),
+            None
+        );
+        assert_eq!(
+            decode(r#"{"median":-1,"mean":1,"std":0,"min":0,"max":1}"#),
+            None
+        );
+    }
+
+    #[test]
+    fn software_needs_torch() {
+        let mut report = SoftwareReport::new();
+        report.insert("triton".into(), Some("3.1".into()));
+        assert_eq!(SoftwareVersions::from_report(&report), None);
+        report.insert("torch".into(), Some("2.5".into()));
+        report.insert("cuda".into(), None);
+        assert_eq!(
+            SoftwareVersions::from_report(&report),
+            Some(SoftwareVersions {
+                torch: Some("2.5".into()),
+                triton: Some("3.1".into()),
+                cuda: None,
+            })
+        );
+    }
+}
