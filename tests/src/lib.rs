@@ -253,6 +253,18 @@ impl Api {
         self.call(reqwest::Method::POST, path, Some(body)).await
     }
 
+    /// The Prometheus exposition of `/metrics`.
+    pub async fn metrics_text(&self) -> String {
+        self.http
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .expect("metrics request")
+            .text()
+            .await
+            .expect("metrics body")
+    }
+
     pub async fn submit(&self, body: Value) -> String {
         let (status, v) = self.post("/evaluate", body).await;
         assert_eq!(status, 202, "submit answered {status}: {v}");

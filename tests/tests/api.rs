@@ -358,15 +358,7 @@ async fn identical_requests_share_one_evaluation_and_then_hit_the_cache() {
         (&json!(2), &json!(1), &json!(1)),
         "{queue}"
     );
-    let metrics = api
-        .http
-        .get(format!("{}/metrics", api.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = api.metrics_text().await;
     assert!(
         metrics.contains(r#"crucible_result_cache_lookups{outcome="hit"} 2"#),
         "{metrics}"
@@ -433,15 +425,7 @@ async fn candidates_of_one_problem_time_the_reference_once() {
         (&json!(2), &json!(0)),
         "{queue}"
     );
-    let metrics = api
-        .http
-        .get(format!("{}/metrics", api.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = api.metrics_text().await;
     assert!(
         metrics.contains(r#"crucible_reference_cache_lookups{outcome="hit"} 2"#),
         "{metrics}"
@@ -513,15 +497,7 @@ async fn openapi_docs_health_and_metrics_are_real() {
         },
     )
     .await;
-    let metrics = api
-        .http
-        .get(format!("{}/metrics", api.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = api.metrics_text().await;
     for name in [
         "crucible_queue_depth",
         "crucible_workers",
