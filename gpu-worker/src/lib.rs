@@ -3,7 +3,8 @@
 //! separate process), and the supervision of the task child that runs untrusted code: spawn
 //! with a cleared environment, its own session, rlimits and a private directory; the result
 //! pipe; output caps; the memory/process watchdog; the deadline; and the classification of
-//! every way a child can end. The Python harness is embedded here.
+//! every way a child can end; the warm template that forks those children; the
+//! reference-timing cache key. The Python harness and template are embedded here.
 
 pub mod config;
 pub mod device;

@@ -1,7 +1,8 @@
 //! The task queue. Owns every Redis key and Lua script, the [`Broker`] trait and its two
 //! implementations ([`RedisBroker`] for deployments, [`MemoryBroker`] for a single process),
 //! leases with fencing tokens, retries, the reaper, cancellation, idempotency keys, batches,
-//! result TTLs, the worker registry and a small key-value cache (reference timings). It knows nothing about HTTP or Python.
+//! result TTLs, the worker registry, the result cache with coalescing, and a small key-value
+//! cache (reference timings). It knows nothing about HTTP or Python.
 
 pub mod broker;
 pub mod memory;
