@@ -18,3 +18,4 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --workspace --no-fail-fast "$@"
 fi
+"$CRUCIBLE_PYTHON" tests/harness/check_screening.py

@@ -25,6 +25,8 @@ use utoipa::OpenApi;
         crucible_shared::ApiError,
         crucible_shared::ApiErrorCode,
         crucible_shared::VerdictCode,
+        crucible_shared::Flag,
+        crucible_shared::ScreeningAction,
         crucible_shared::WorkerInfo,
         crucible_shared::QueueStatus,
         crucible_shared::BatchStatus,

@@ -62,6 +62,24 @@ def _bind_channel():
     _channel_write = channel.write
     _channel_flush = channel.flush
 
+def _load_screen():
+    """screen.py, the static screening, from this file's directory (the worker writes it next
+    to harness.py); loaded at import so the template has it before any candidate exists."""
+    path = os.path.join(os.path.dirname(_HARNESS_FILE), "screen.py")
+    try:
+        spec = importlib.util.spec_from_file_location("crucible_screen", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    except Exception:
+        return None
+
+
+_screen = _load_screen()
+SCREENING_ACTIONS = ("reject", "flag", "off")
+MAX_FLAGS = 64
+MAX_FLAG_CHARS = 256
+
 REFERENCE_MODULE = "crucible_reference"
 CANDIDATE_MODULE = "crucible_candidate"
 MAX_ERROR_CHARS = 4000
@@ -72,7 +90,7 @@ PERF_BLOCK = 10           # timed calls per model before switching to the other 
 SPEC_DEFAULTS = {
     "backend": "triton", "device": "cuda", "num_correct_trials": 5, "num_perf_trials": 100,
     "num_warmup": 3, "measure_performance": True, "atol": 0.01, "rtol": 0.01, "seed": 42,
-    "reference_timing": None,
+    "reference_timing": None, "screening": {},
 }
 RUNTIME_STATS_KEYS = ("median", "mean", "std", "min", "max")
 # Distributions that may provide the `triton` package (upstream, and PyTorch's own builds).
@@ -490,6 +508,7 @@ class Evaluation:
             "ref_timing_cached": False,
             "software": {"torch": None, "triton": None, "cuda": None,
                          "python": platform.python_version()},
+            "flags": [],
         }
 
     # -- bookkeeping ---------------------------------------------------------------------------
@@ -585,6 +604,14 @@ class Evaluation:
             spec[key] = float(spec[key])
         spec["measure_performance"] = bool(spec["measure_performance"])
         spec["reference_timing"] = reference_timing_from_spec(spec["reference_timing"])
+        screening = spec["screening"] if spec["screening"] is not None else {}
+        if not isinstance(screening, dict) or any(
+                not isinstance(k, str) or v not in SCREENING_ACTIONS
+                for k, v in screening.items()):
+            raise SetupError("spec.screening must map rule ids to reject/flag/off")
+        spec["screening"] = screening
+        if _screen is None:
+            raise SetupError("screen.py (static screening) is missing next to harness.py")
         self.spec = spec
         self.device = spec["device"]
         self.result["trials_total"] = spec["num_correct_trials"]
@@ -679,11 +706,30 @@ class Evaluation:
             raise Verdict("SYNTAX", text[:MAX_ERROR_CHARS].rstrip("\n"), compiled=False)
         except OSError as e:
             raise SetupError(f"cannot read candidate.py: {e}")
+        self.screen(source)
         self.candidate_loaded = True
         try:
             self.cand = self._import_file(CANDIDATE_MODULE, self.cand_path)
         except CAUGHT as e:
             self.fail(e, "IMPORT", compiled=False)
+
+    def screen(self, source):
+        """Static screening (screen.py) before the candidate is imported: every finding goes
+        into `flags`; any finding whose rule the policy rejects is the verdict SCREENED."""
+        try:
+            text = source.decode("utf-8")
+        except UnicodeDecodeError:
+            text = source.decode("utf-8", "replace")
+        findings = _screen.apply_policy(_screen.screen(text, self.spec["backend"]),
+                                        self.spec["screening"])
+        flags = [{k: str(f[k])[:MAX_FLAG_CHARS] for k in ("rule", "severity", "detail")}
+                 for f in findings[:MAX_FLAGS]]
+        self.result["flags"] = flags
+        rejects = [f for f in flags if f["severity"] == "reject"]
+        if rejects:
+            lines = [f"{f['rule']}: {f['detail']}" for f in rejects]
+            raise Verdict("SCREENED", "rejected by static screening: " + "; ".join(lines)[
+                :MAX_ERROR_CHARS], compiled=False)
 
     def instantiate(self):
         """Seed, get_init_inputs(), seed, Model(...), seed, ModelNew(...): same parameters

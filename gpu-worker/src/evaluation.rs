@@ -3,7 +3,7 @@
 
 use crate::config::WorkerConfig;
 use crate::device::DeviceSlot;
-use crate::harness::{HARNESS_FILE, HARNESS_SOURCE};
+use crate::harness::{HARNESS_FILE, HARNESS_SOURCE, SCREEN_FILE, SCREEN_SOURCE};
 use crate::protocol::SoftwareReport;
 use crate::reference_cache::NUM_WARMUP;
 use crate::supervisor::{ChildSpec, Launcher, run_child};
@@ -110,6 +110,7 @@ pub fn harness_spec(
         "rtol": r.rtol,
         "seed": spec.seed,
         "reference_timing": reference_timing,
+        "screening": r.screening,
     })
 }
 
@@ -149,6 +150,7 @@ pub async fn run_evaluation_with(
     let started = Instant::now();
     let dir = TaskDir::create(&cfg.work_root, label)?;
     dir.write_new(HARNESS_FILE, HARNESS_SOURCE.as_bytes())?;
+    dir.write_new(SCREEN_FILE, SCREEN_SOURCE.as_bytes())?;
     dir.write_new("reference.py", spec.request.reference_code.as_bytes())?;
     dir.write_new("candidate.py", spec.request.kernel_code.as_bytes())?;
     dir.write_new(

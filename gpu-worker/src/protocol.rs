@@ -1,7 +1,7 @@
 //! The harness's side of the result pipe (fd 3), parsed strictly: the child is untrusted, so
 //! anything off-protocol is a violation, never an instruction. See docs/harness-protocol.md.
 
-use crucible_shared::{DeviceInfo, RuntimeStats, VerdictCode};
+use crucible_shared::{DeviceInfo, Flag, RuntimeStats, VerdictCode};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -12,6 +12,10 @@ pub type SoftwareReport = BTreeMap<String, Option<String>>;
 /// Bounds on the software report, so an untrusted child cannot make the worker keep much.
 const MAX_SOFTWARE_ENTRIES: usize = 16;
 const MAX_SOFTWARE_CHARS: usize = 128;
+
+/// Bounds on screening findings (the child is untrusted).
+const MAX_FLAGS: usize = 64;
+const MAX_FLAG_CHARS: usize = 256;
 
 /// Longest line accepted on the result pipe.
 pub const MAX_LINE_BYTES: usize = 1 << 20;
@@ -48,6 +52,9 @@ pub struct HarnessResult {
     /// Versions of the software the evaluation ran with, read before the candidate ran.
     #[serde(default)]
     pub software: Option<SoftwareReport>,
+    /// Static screening findings (`rule`, `severity` reject|flag, `detail`).
+    #[serde(default)]
+    pub flags: Vec<Flag>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -145,6 +152,20 @@ fn check_result(r: &HarnessResult) -> Result<(), String> {
             return Err("oversized software report".to_owned());
         }
     }
+    if r.flags.len() > MAX_FLAGS
+        || r.flags.iter().any(|f| {
+            f.rule.len() > MAX_FLAG_CHARS
+                || f.detail.len() > MAX_FLAG_CHARS
+                || !matches!(f.severity.as_str(), "reject" | "flag")
+        })
+    {
+        return Err("oversized or malformed screening flags".to_owned());
+    }
+    if r.error_code == Some(VerdictCode::Screened)
+        && (r.compiled || !r.flags.iter().any(|f| f.severity == "reject"))
+    {
+        return Err("SCREENED without a reject flag, or compiled".to_owned());
+    }
     Ok(())
 }
 
@@ -237,6 +258,35 @@ mod tests {
                     r#""stage_ms":{{}},"software":{{"torch":"{}"}}"#,
                     "x".repeat(200)
                 ),
+            ),
+        ] {
+            let mut t = Transcript::default();
+            t.push_line(bad.as_bytes());
+            assert!(t.violation.is_some(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn flags_are_read_and_bounded() {
+        let screened = r#"{"event":"result","compiled":false,"correct":false,"trials_passed":0,"trials_total":5,"error_code":"SCREENED","error_message":"x","device":{"kind":"cpu","name":"x"},"stage_ms":{},"flags":[{"rule":"dynamic-code","severity":"reject","detail":"line 3: uses builtins.exec"}]}"#;
+        let mut t = Transcript::default();
+        t.push_line(screened.as_bytes());
+        assert_eq!(t.violation, None);
+        let r = t.result.unwrap();
+        assert_eq!(r.error_code, Some(VerdictCode::Screened));
+        assert_eq!(r.flags[0].rule, "dynamic-code");
+
+        let many = format!(
+            r#"[{}]"#,
+            vec![r#"{"rule":"a","severity":"flag","detail":"d"}"#; 65].join(",")
+        );
+        for bad in [
+            screened.replace(r#""severity":"reject""#, r#""severity":"flag""#),
+            screened.replace(r#""severity":"reject""#, r#""severity":"fatal""#),
+            screened.replace("line 3", &"x".repeat(300)),
+            RESULT.replace(
+                r#""stage_ms":{"setup":1.0}"#,
+                &format!(r#""stage_ms":{{}},"flags":{many}"#),
             ),
         ] {
             let mut t = Transcript::default();

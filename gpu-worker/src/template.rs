@@ -5,7 +5,9 @@
 //! `harness/template.py` for the other side of the control socket.
 
 use crate::config::ChildLimits;
-use crate::harness::{HARNESS_FILE, HARNESS_SOURCE, TEMPLATE_FILE, TEMPLATE_SOURCE};
+use crate::harness::{
+    HARNESS_FILE, HARNESS_SOURCE, SCREEN_FILE, SCREEN_SOURCE, TEMPLATE_FILE, TEMPLATE_SOURCE,
+};
 use crate::task_dir::TaskDir;
 use nix::sys::socket::{
     AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, recv, sendmsg, socketpair,
@@ -88,6 +90,7 @@ impl Template {
         dir.subdir("cache")?;
         let env = env_for(dir.path());
         dir.write_new(HARNESS_FILE, HARNESS_SOURCE.as_bytes())?;
+        dir.write_new(SCREEN_FILE, SCREEN_SOURCE.as_bytes())?;
         dir.write_new(TEMPLATE_FILE, TEMPLATE_SOURCE.as_bytes())?;
         let (ours, theirs) = socketpair(
             AddressFamily::Unix,

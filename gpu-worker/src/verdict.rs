@@ -184,6 +184,7 @@ fn from_harness(r: HarnessResult, ctx: &VerdictContext, tail: Option<String>) ->
         device: ctx.device.clone(),
         stage_ms: r.stage_ms,
         output_tail: tail,
+        flags: r.flags,
     }
 }
 

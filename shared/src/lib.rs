@@ -14,11 +14,12 @@ pub use config::{BrokerConfig, ConfigError};
 pub use error::{ApiError, ApiErrorCode};
 pub use ids::{BatchId, LeaseToken, TaskId, WorkerId};
 pub use request::{
-    Backend, BatchRequest, EvaluateRequest, MAX_BATCH_TASKS, MAX_CODE_BYTES, Priority, TaskSpec,
+    Backend, BatchRequest, EvaluateRequest, MAX_BATCH_TASKS, MAX_CODE_BYTES, Priority,
+    ScreeningAction, TaskSpec,
 };
 pub use status::{BatchStatus, HealthStatus, QueueStatus, StatusCounts};
 pub use task::{
-    DeviceInfo, DeviceKind, EvalResult, RuntimeStats, SubmitResponse, TaskStatus, TaskView,
+    DeviceInfo, DeviceKind, EvalResult, Flag, RuntimeStats, SubmitResponse, TaskStatus, TaskView,
     VerdictCode,
 };
 pub use worker::{WorkerInfo, WorkerState};

@@ -4,6 +4,7 @@
 use crate::error::ApiError;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
 use utoipa::ToSchema;
 
 /// Largest accepted `reference_code` or `kernel_code`, in bytes.
@@ -137,7 +138,26 @@ pub struct EvaluateRequest {
     #[serde(default)]
     #[schema(default = false)]
     pub force_refresh: bool,
+    /// Static screening policy overrides, rule id → `reject` | `flag` | `off` (rules not named
+    /// keep their defaults; see docs/harness-protocol.md, "Screening").
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub screening: BTreeMap<String, ScreeningAction>,
 }
+
+/// What static screening does with a rule's findings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ScreeningAction {
+    /// A finding is a verdict: `SCREENED`, the candidate never runs.
+    Reject,
+    /// A finding is reported in `flags`; the evaluation goes on.
+    Flag,
+    /// The rule is not applied.
+    Off,
+}
+
+/// Most screening overrides one request may carry.
+pub const MAX_SCREENING_RULES: usize = 32;
 
 impl EvaluateRequest {
     /// A request with every default, for tests and clients.
@@ -156,6 +176,7 @@ impl EvaluateRequest {
             idempotency_key: None,
             seed: None,
             force_refresh: false,
+            screening: BTreeMap::new(),
         }
     }
 
@@ -172,7 +193,7 @@ impl EvaluateRequest {
             h.update((value.len() as u64).to_le_bytes());
             h.update(value);
         };
-        field("v", b"1");
+        field("v", b"2"); // 2: static screening (and its policy) decide verdicts
         field("reference_code", self.reference_code.as_bytes());
         field("kernel_code", self.kernel_code.as_bytes());
         field("backend", self.backend.as_str().as_bytes());
@@ -185,6 +206,15 @@ impl EvaluateRequest {
         match self.seed {
             Some(seed) => field("seed", &seed.to_le_bytes()),
             None => field("seed", b""),
+        }
+        for (rule, action) in &self.screening {
+            let action: &[u8] = match action {
+                ScreeningAction::Reject => b"reject",
+                ScreeningAction::Flag => b"flag",
+                ScreeningAction::Off => b"off",
+            };
+            field("screening", rule.as_bytes());
+            field("screening_action", action);
         }
         h.finalize().iter().map(|b| format!("{b:02x}")).collect()
     }
@@ -206,6 +236,18 @@ impl EvaluateRequest {
             return Err(ApiError::invalid(
                 &field("idempotency_key"),
                 format!("must be 1-{MAX_IDEMPOTENCY_KEY_BYTES} bytes"),
+            ));
+        }
+        if self.screening.len() > MAX_SCREENING_RULES
+            || self.screening.keys().any(|k| {
+                k.is_empty()
+                    || k.len() > 64
+                    || !k.bytes().all(|b| b.is_ascii_lowercase() || b == b'-')
+            })
+        {
+            return Err(ApiError::invalid(
+                &field("screening"),
+                format!("at most {MAX_SCREENING_RULES} rule ids of lowercase letters and '-'"),
             ));
         }
         Ok(())
@@ -377,6 +419,13 @@ mod tests {
             (Box::new(|r| r.rtol = 1e-3), "rtol"),
             (Box::new(|r| r.timeout_s = 301), "timeout_s"),
             (Box::new(|r| r.seed = Some(7)), "seed"),
+            (
+                Box::new(|r| {
+                    r.screening
+                        .insert("no-kernel".into(), ScreeningAction::Reject);
+                }),
+                "screening",
+            ),
         ];
         for (mutate, field) in included {
             let mut req = valid();

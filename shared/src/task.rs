@@ -81,6 +81,19 @@ pub enum VerdictCode {
     Unsupported,
     /// The reference problem itself failed to load or run.
     Reference,
+    /// The candidate was rejected by static screening (see `flags`); it never ran.
+    Screened,
+}
+
+/// A static screening finding about the candidate's source.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Flag {
+    /// Rule id, e.g. `try-except-fallback`.
+    pub rule: String,
+    /// `reject` (the finding decided the verdict `SCREENED`) or `flag` (reported only).
+    pub severity: String,
+    /// Where and what, e.g. `line 12: uses gc.get_objects`.
+    pub detail: String,
 }
 
 /// Summary statistics of timed trials, in milliseconds.
@@ -147,6 +160,9 @@ pub struct EvalResult {
     /// The last lines the candidate printed (capped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_tail: Option<String>,
+    /// Static screening findings (rejects and flags); empty when screening found nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<Flag>,
 }
 
 impl EvalResult {
@@ -174,6 +190,7 @@ impl EvalResult {
             device,
             stage_ms: BTreeMap::new(),
             output_tail: None,
+            flags: Vec::new(),
         }
     }
 }

@@ -28,7 +28,8 @@ def check(entry, args):
     candidate = os.path.join(TESTS, "candidates", entry["candidate"])
     spec = {"backend": entry.get("backend", "triton"), "device": args.device,
             "num_correct_trials": args.trials, "num_perf_trials": args.perf_trials,
-            "num_warmup": args.warmup, "measure_performance": True}
+            "num_warmup": args.warmup, "measure_performance": True,
+            "screening": entry.get("screening", {})}
     rep = run_harness.run(problem, candidate, spec, timeout=args.timeout, python=args.python)
     res = rep["result"]
     problems = []
