@@ -357,7 +357,9 @@ pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthSt
     let workers = state.broker.list_workers().await.unwrap_or_default();
     let alive = workers
         .iter()
-        .filter(|w| !matches!(w.state, WorkerState::Lost | WorkerState::Unhealthy))
+        // Only a worker that can take a task now counts: one still starting (GPU check,
+        // template warm-up) or stopping does not.
+        .filter(|w| matches!(w.state, WorkerState::Idle | WorkerState::Busy))
         .count() as u64;
     let unhealthy = workers
         .iter()

@@ -6,7 +6,7 @@ use crate::device::{DeviceSlot, check_gpu};
 use crate::evaluation::{Evaluated, child_env, run_evaluation_with};
 use crate::reference_cache::{self, REF_CACHE_NAMESPACE, SoftwareVersions};
 use crate::supervisor::Launcher;
-use crate::template::TemplateSlot;
+use crate::template::{Template, TemplateSlot};
 use crate::verdict::Classified;
 use chrono::Utc;
 use crucible_shared::{
@@ -121,6 +121,12 @@ impl Worker {
         };
 
         let mut healthy = self.ensure_healthy().await;
+        if healthy {
+            // Warm the template before the first claim, so the first task does not wait for
+            // `import torch` either.
+            let mut slot = self.template.lock().await;
+            self.ready_template(&mut slot).await;
+        }
         let mut faults = 0u32;
         let mut claim_errors = 0u32;
         while !*shutdown.borrow() {
@@ -169,6 +175,23 @@ impl Worker {
             tracing::warn!(worker_id = %self.id, error = %e, "deregister failed");
         }
         tracing::info!(worker_id = %self.id, "worker stopped");
+    }
+
+    /// The template to fork the next child from, started if needed; `None` when templates are
+    /// off or unavailable (the child is then spawned directly).
+    async fn ready_template<'a>(&self, slot: &'a mut TemplateSlot) -> Option<&'a mut Template> {
+        if !self.cfg.use_template {
+            return None;
+        }
+        let cfg = &self.cfg;
+        slot.ready(
+            &cfg.python,
+            &cfg.work_root,
+            |dir| child_env(cfg, dir, |k| std::env::var(k).ok()),
+            &cfg.limits,
+            cfg.template_max_forks,
+        )
+        .await
     }
 
     /// GPU workers check their device before taking work; CPU workers are always ready.
@@ -230,19 +253,7 @@ impl Worker {
         };
 
         let mut slot = self.template.lock().await;
-        let template = if self.cfg.use_template {
-            let cfg = &self.cfg;
-            slot.ready(
-                &cfg.python,
-                &cfg.work_root,
-                |dir| child_env(cfg, dir, |k| std::env::var(k).ok()),
-                &cfg.limits,
-                cfg.template_max_forks,
-            )
-            .await
-        } else {
-            None
-        };
+        let template = self.ready_template(&mut slot).await;
         let from_template = template.is_some();
         let launcher = match template {
             Some(t) => Launcher::Template(t),
