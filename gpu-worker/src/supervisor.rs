@@ -247,21 +247,8 @@ fn spawn(
     // async-signal-safe system calls (setsid, prctl, getppid, dup2, fcntl, setrlimit).
     unsafe {
         cmd.pre_exec(move || {
-            nix::unistd::setsid().map_err(std::io::Error::from)?;
-            // Dies with the worker. PDEATHSIG follows the *thread* that forked us, so children
-            // must be spawned from long-lived runtime threads, never from spawn_blocking.
-            if nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGKILL) != 0
-                || nix::libc::getppid() != parent
-            {
-                return Err(std::io::Error::other("parent gone before exec"));
-            }
-            if pipe_fd == 3 {
-                if nix::libc::fcntl(3, nix::libc::F_SETFD, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            } else if nix::libc::dup2(pipe_fd, 3) != 3 {
-                return Err(std::io::Error::last_os_error());
-            }
+            detach_from_worker(parent)?;
+            place_fd(pipe_fd, 3)?;
             let set = |r, v: u64| setrlimit(r, v, v).map_err(std::io::Error::from);
             set(Resource::RLIMIT_NOFILE, limits.max_open_files)?;
             set(Resource::RLIMIT_NPROC, limits.max_processes)?;
@@ -271,6 +258,42 @@ fn spawn(
         });
     }
     cmd.spawn()
+}
+
+/// In a forked child before exec: a session and process group of its own, and death with the
+/// worker. PDEATHSIG follows the *thread* that forked us, so children must be spawned from
+/// long-lived runtime threads, never from spawn_blocking. Async-signal-safe.
+pub(crate) fn detach_from_worker(parent: i32) -> std::io::Result<()> {
+    nix::unistd::setsid().map_err(std::io::Error::from)?;
+    // SAFETY: prctl and getppid take no pointers and are async-signal-safe.
+    let (pdeathsig, ppid) = unsafe {
+        (
+            nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGKILL),
+            nix::libc::getppid(),
+        )
+    };
+    if pdeathsig != 0 || ppid != parent {
+        return Err(std::io::Error::other("parent gone before exec"));
+    }
+    Ok(())
+}
+
+/// In a forked child before exec: makes `fd` (opened close-on-exec) survive exec as `target`.
+/// Async-signal-safe.
+pub(crate) fn place_fd(fd: i32, target: i32) -> std::io::Result<()> {
+    // SAFETY: fcntl and dup2 on descriptor numbers only; both are async-signal-safe.
+    let ok = unsafe {
+        if fd == target {
+            nix::libc::fcntl(target, nix::libc::F_SETFD, 0) == 0
+        } else {
+            nix::libc::dup2(fd, target) == target
+        }
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 fn exit_kind(status: std::process::ExitStatus) -> ExitKind {

@@ -8,6 +8,7 @@ use crate::config::ChildLimits;
 use crate::harness::{
     HARNESS_FILE, HARNESS_SOURCE, SCREEN_FILE, SCREEN_SOURCE, TEMPLATE_FILE, TEMPLATE_SOURCE,
 };
+use crate::supervisor::{detach_from_worker, place_fd};
 use crate::task_dir::TaskDir;
 use nix::sys::socket::{
     AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, recv, sendmsg, socketpair,
@@ -116,20 +117,9 @@ impl Template {
         // dup2, fcntl, setrlimit).
         unsafe {
             cmd.pre_exec(move || {
-                nix::unistd::setsid().map_err(std::io::Error::from)?;
                 // The template dies with the worker, and its children die with it.
-                if nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGKILL) != 0
-                    || nix::libc::getppid() != parent
-                {
-                    return Err(std::io::Error::other("parent gone before exec"));
-                }
-                if theirs_fd == CONTROL_FD {
-                    if nix::libc::fcntl(CONTROL_FD, nix::libc::F_SETFD, 0) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                } else if nix::libc::dup2(theirs_fd, CONTROL_FD) != CONTROL_FD {
-                    return Err(std::io::Error::last_os_error());
-                }
+                detach_from_worker(parent)?;
+                place_fd(theirs_fd, CONTROL_FD)?;
                 nix::sys::resource::setrlimit(
                     nix::sys::resource::Resource::RLIMIT_NOFILE,
                     max_open_files,
