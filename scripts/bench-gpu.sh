@@ -4,9 +4,10 @@
 #   scripts/bench-gpu.sh on     [bench.py args]  Crucible, everything on: Redis, crucible-api, one
 #                                                crucible-worker --gpu 0; the whole workload as one batch
 #   scripts/bench-gpu.sh off    [bench.py args]  Crucible with the fast path off: the worker runs with
-#                                                $OFF_ENV (CRUCIBLE_TEMPLATE=0: a fresh process per task)
+#                                                $OFF_ENV (no template: a fresh process per task; no CPU
+#                                                stage, compile pool or build cache; no claiming ahead)
 #                                                and every request has force_refresh (no result cache,
-#                                                no coalescing)
+#                                                no coalescing, no reference cache)
 #   scripts/bench-gpu.sh naive  [bench.py args]  one fresh python per evaluation running the harness,
 #                                                sequentially (a KernelBench loop); no service
 #   scripts/bench-gpu.sh report [--tasks]        the table of every mode recorded so far
@@ -39,7 +40,7 @@ BENCH_PY=${BENCH_PY:-python3} # the driver itself is stdlib-only
 REDIS_PORT=${REDIS_PORT:-6391}
 API_PORT=${API_PORT:-10908}
 WORKER_ARGS=${WORKER_ARGS:---gpu 0}
-OFF_ENV=${OFF_ENV:-CRUCIBLE_TEMPLATE=0}
+OFF_ENV=${OFF_ENV:-CRUCIBLE_TEMPLATE=0 CRUCIBLE_COMPILE_POOL=0 CRUCIBLE_PREFETCH=0}
 BENCH_ARGS=${BENCH_ARGS:-}
 GPU=${BENCH_GPU:-0}
 # Stop waiting (crucible) or starting evaluations (naive) after this long: the call has 600 s.

@@ -14,6 +14,9 @@ ensure_python() {
   fi
   local venv="${CRUCIBLE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/crucible/venv}"
   if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import torch, triton' 2>/dev/null; then
+    # load_inline builds with ninja (venvs made before it was needed lack it).
+    "$venv/bin/python" -c 'import ninja' 2>/dev/null ||
+      "$venv/bin/pip" install --quiet --disable-pip-version-check ninja
     export CRUCIBLE_PYTHON="$venv/bin/python"; return 0
   fi
   if [ -z "${CRUCIBLE_FORCE_VENV:-}" ] && python3 -c 'import torch, triton' 2>/dev/null; then
@@ -24,12 +27,23 @@ ensure_python() {
   rm -rf "$venv.partial"
   python3 -m venv "$venv.partial"
   "$venv.partial/bin/pip" install --quiet --disable-pip-version-check --upgrade pip
-  "$venv.partial/bin/pip" install --quiet --disable-pip-version-check torch triton numpy
+  "$venv.partial/bin/pip" install --quiet --disable-pip-version-check torch triton numpy ninja
   "$venv.partial/bin/python" -c 'import torch, triton' || { log "venv has no working torch"; return 1; }
   # Made under a temporary name and moved at the end, so an interrupted install is redone.
   rm -rf "$venv" && mv "$venv.partial" "$venv"
   # A venv records its own path in scripts; the interpreter itself is path-independent.
   export CRUCIBLE_PYTHON="$venv/bin/python"
+}
+
+# A C++ compiler: load_inline builds extensions (C++ on any machine, CUDA with nvcc on GPUs).
+ensure_cxx() {
+  if command -v c++ >/dev/null 2>&1; then return 0; fi
+  log "installing g++ from Debian"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends g++ >/dev/null
+  command -v c++ >/dev/null 2>&1
 }
 
 # redis-server for the tests and for REDIS_URL deployments on this node.

@@ -8,6 +8,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$(crucible_root)"
 ensure_redis
 ensure_python
+ensure_cxx
 log "python: $CRUCIBLE_PYTHON ($("$CRUCIBLE_PYTHON" -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'))"
 log "redis: $(redis-server --version | cut -d' ' -f3)"
 export CRUCIBLE_PYTHON

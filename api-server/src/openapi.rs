@@ -22,6 +22,7 @@ use utoipa::OpenApi;
         crucible_shared::BatchRequest,
         crucible_shared::TaskView,
         crucible_shared::EvalResult,
+        crucible_shared::BuildSource,
         crucible_shared::ApiError,
         crucible_shared::ApiErrorCode,
         crucible_shared::VerdictCode,

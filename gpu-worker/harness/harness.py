@@ -35,7 +35,10 @@ def _open_channel():
 
 import copy  # noqa: E402
 import errno  # noqa: E402
+import hashlib  # noqa: E402
+import importlib.machinery  # noqa: E402
 import importlib.util  # noqa: E402
+import inspect  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import platform  # noqa: E402
@@ -90,8 +93,15 @@ PERF_BLOCK = 10           # timed calls per model before switching to the other 
 SPEC_DEFAULTS = {
     "backend": "triton", "device": "cuda", "num_correct_trials": 5, "num_perf_trials": 100,
     "num_warmup": 3, "measure_performance": True, "atol": 0.01, "rtol": 0.01, "seed": 42,
-    "reference_timing": None, "screening": {},
+    "reference_timing": None, "screening": {}, "stage": "evaluate", "cuda_arch": None,
+    "prebuilt": [],
 }
+STAGES = ("evaluate", "prepare")
+# Bump when what decides a load_inline build changes: the worker keys its build cache on it too.
+BUILD_PROTOCOL = "build-v1"
+MAX_BUILDS = 16
+# load_inline arguments that do not change what is built.
+BUILD_ARGS_IGNORED = ("build_directory", "verbose", "keep_intermediates")
 RUNTIME_STATS_KEYS = ("median", "mean", "std", "min", "max")
 # Distributions that may provide the `triton` package (upstream, and PyTorch's own builds).
 TRITON_DISTRIBUTIONS = ("triton", "pytorch-triton", "pytorch-triton-rocm")
@@ -470,6 +480,21 @@ def reference_timing_from_spec(value):
     return stats
 
 
+def prebuilt_from_spec(value):
+    """spec.prebuilt: [{name, key, file, python_module}], files inside the task dir."""
+    if not isinstance(value, list) or len(value) > MAX_BUILDS:
+        raise SetupError("spec.prebuilt must be a list of at most %d entries" % MAX_BUILDS)
+    entries = []
+    for e in value:
+        if (not isinstance(e, dict) or not isinstance(e.get("name"), str)
+                or not isinstance(e.get("key"), str) or not isinstance(e.get("file"), str)
+                or os.path.isabs(e["file"]) or ".." in e["file"].split("/")):
+            raise SetupError(f"bad spec.prebuilt entry: {e!r}"[:300])
+        entries.append({"name": e["name"], "key": e["key"], "file": e["file"],
+                        "python_module": bool(e.get("python_module", True))})
+    return entries
+
+
 def cpu_model_name():
     """The CPU model from /proc/cpuinfo, so CPU timings say where they were taken."""
     try:
@@ -480,6 +505,107 @@ def cpu_model_name():
     except OSError:
         pass
     return platform.processor() or platform.machine() or "cpu"
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA extension builds (load_inline), off the GPU
+# ---------------------------------------------------------------------------------------------
+
+def build_key(arguments, torch_version, cuda_arch):
+    """What decides a load_inline build: its arguments (not where it builds or how loudly),
+    the torch it builds against and the target architecture."""
+    material = {k: v for k, v in arguments.items() if k not in BUILD_ARGS_IGNORED}
+    blob = _json_dumps({"protocol": BUILD_PROTOCOL, "torch": torch_version, "arch": cuda_arch,
+                        "args": material}, sort_keys=True, default=repr)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def load_extension_file(name, path, python_module):
+    """Load a built extension the way load_inline would have after building it."""
+    if not python_module:
+        Trusted.torch.ops.load_library(path)
+        return path
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+class BuildFailed(Exception):
+    """Marks a load_inline whose compiler failed in the prepare stage."""
+
+
+class ExtensionBuilds:
+    """Stands in for torch.utils.cpp_extension.load_inline while the candidate runs.
+
+    prepare stage (on the CPU, no GPU visible): each call is built in a directory of its own
+    under <taskdir>/build (distinct sources never share a build directory or its lock file)
+    and recorded as (name, key, file) for the worker, which caches the file node-wide.
+    evaluate stage: a call whose key the worker prebuilt loads that file and skips the
+    compiler; any other call builds as load_inline always does."""
+
+    def __init__(self, taskdir, torch_version, cuda_arch, prebuilt, building):
+        self.taskdir = taskdir
+        self.torch_version = torch_version
+        self.cuda_arch = cuda_arch
+        self.building = building
+        self.prebuilt = {}
+        for entry in prebuilt:
+            self.prebuilt[entry["key"]] = entry
+        self.builds = []
+        self.failure = None
+        self.reused = 0
+
+    def install(self):
+        try:
+            import torch.utils.cpp_extension as cpp
+        except Exception:
+            return
+        real = cpp.load_inline
+        signature = inspect.signature(real)
+        builds = self
+
+        def load_inline(*args, **kwargs):
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError:
+                return real(*args, **kwargs)
+            bound.apply_defaults()
+            arguments = dict(bound.arguments)
+            return builds.load(real, arguments)
+
+        load_inline.__doc__ = real.__doc__
+        cpp.load_inline = load_inline
+
+    def load(self, real, arguments):
+        name = arguments.get("name")
+        standalone = bool(arguments.get("is_standalone", False))
+        python_module = bool(arguments.get("is_python_module", True))
+        if not isinstance(name, str) or standalone:
+            return real(**arguments)
+        key = build_key(arguments, self.torch_version, self.cuda_arch)
+        entry = self.prebuilt.get(key)
+        if entry is not None and entry.get("name") == name:
+            self.reused += 1
+            return load_extension_file(name, os.path.join(self.taskdir, entry["file"]),
+                                       python_module)
+        if not self.building or len(self.builds) >= MAX_BUILDS:
+            return real(**arguments)
+        build_dir = os.path.join(self.taskdir, "build", key[:32])
+        os.makedirs(build_dir, exist_ok=True)
+        arguments["build_directory"] = build_dir
+        try:
+            result = real(**arguments)
+        except CAUGHT as e:
+            if self.failure is None and "error building extension" in str(e).lower():
+                self.failure = e
+            raise
+        self.builds.append({
+            "name": name, "key": key, "python_module": python_module,
+            "file": os.path.relpath(os.path.join(build_dir, name + ".so"), self.taskdir),
+        })
+        return result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -563,6 +689,9 @@ class Evaluation:
     def run(self):
         self.begin("setup")
         self.setup()
+        if self.spec["stage"] == "prepare":
+            self.prepare()
+            return
         self.begin("load_reference")
         self.load_reference()
         self.begin("load_candidate")
@@ -610,6 +739,11 @@ class Evaluation:
                 for k, v in screening.items()):
             raise SetupError("spec.screening must map rule ids to reject/flag/off")
         spec["screening"] = screening
+        if spec["stage"] not in STAGES:
+            raise SetupError(f"spec.stage must be one of {', '.join(STAGES)}")
+        if spec["cuda_arch"] is not None and not isinstance(spec["cuda_arch"], str):
+            raise SetupError("spec.cuda_arch must be a string or null")
+        spec["prebuilt"] = prebuilt_from_spec(spec["prebuilt"])
         if _screen is None:
             raise SetupError("screen.py (static screening) is missing next to harness.py")
         self.spec = spec
@@ -638,6 +772,12 @@ class Evaluation:
         Trusted.event_elapsed = torch.cuda.Event.elapsed_time
         Trusted.synchronize = torch.cuda.synchronize
 
+        if spec["stage"] == "prepare":
+            # No device: the worker hides the GPU from this stage.
+            self.result["device"] = {"kind": "cpu", "name": cpu_model_name()}
+            self.builds = ExtensionBuilds(self.taskdir, str(torch.__version__),
+                                          spec["cuda_arch"], [], building=True)
+            return
         if self.device == "cuda":
             if not torch.cuda.is_available():
                 raise SetupError("spec asks for device 'cuda' but torch sees no CUDA device")
@@ -656,6 +796,8 @@ class Evaluation:
                 except ValueError:
                     raise SetupError(f"CRUCIBLE_CPU_THREADS is not an integer: {threads!r}")
 
+        self.builds = ExtensionBuilds(self.taskdir, str(torch.__version__), spec["cuda_arch"],
+                                      spec["prebuilt"], building=False)
         if spec["backend"] == "cuda" and self.device == "cpu":
             raise Verdict("UNSUPPORTED", "backend 'cuda' (nvcc / load_inline) needs a CUDA "
                           "device; this worker evaluates on CPU (Triton interpreter only)",
@@ -708,10 +850,37 @@ class Evaluation:
             raise SetupError(f"cannot read candidate.py: {e}")
         self.screen(source)
         self.candidate_loaded = True
+        self.builds.install()
         try:
             self.cand = self._import_file(CANDIDATE_MODULE, self.cand_path)
         except CAUGHT as e:
             self.fail(e, "IMPORT", compiled=False)
+        if self.builds.reused:
+            self.result["builds_reused"] = self.builds.reused
+
+    def prepare(self):
+        """The CPU stage the worker runs before the task takes the GPU: the syntax check,
+        screening and the import of the candidate with no GPU visible, building its
+        load_inline extensions. Final here: SYNTAX, SCREENED and a compiler failure
+        (COMPILATION); the builds are reported in a `prepared` line. Anything else the import
+        raised is left for the GPU stage to judge (module-level code may need the GPU)."""
+        self.begin("load_candidate")
+        import_error = None
+        try:
+            self.load_candidate()
+        except Verdict as v:
+            if self.builds.failure is not None:
+                self._end_stage()
+                raise Verdict("COMPILATION", format_error(
+                    self.builds.failure, self.cand_path, self.taskdir,
+                    "load_inline failed to build"), compiled=False)
+            if v.code in ("SYNTAX", "SCREENED"):
+                raise
+            import_error = v.message[:MAX_ERROR_CHARS]
+        self._end_stage()
+        emit({"event": "prepared", "builds": self.builds.builds, "import_error": import_error,
+              "stage_ms": self.stage_ms, "software": self.result["software"],
+              "flags": self.result["flags"]})
 
     def screen(self, source):
         """Static screening (screen.py) before the candidate is imported: every finding goes

@@ -60,13 +60,27 @@ pub struct WorkerConfig {
     pub use_template: bool,
     /// Forks after which a template is replaced by a fresh one.
     pub template_max_forks: u32,
+    /// Run each task's CPU stage (syntax, screening, import, CUDA extension builds) before it
+    /// takes the device, overlapped with the device stage of other tasks.
+    pub compile_pool: bool,
+    /// Builds the node runs at once (shared by every worker that uses the same cache).
+    pub compile_jobs: usize,
+    /// The node-wide build cache directory.
+    pub build_cache_dir: PathBuf,
+    /// Entries the build cache keeps (least recently used go first).
+    pub build_cache_entries: usize,
+    /// Tasks a worker claims ahead of the one on its device, so that their CPU stages run
+    /// while the device is busy.
+    pub prefetch: u32,
 }
 
 impl WorkerConfig {
     /// Reads `CRUCIBLE_PYTHON`, `CRUCIBLE_WORK_DIR`, `CRUCIBLE_CHILD_MEMORY_MB`,
     /// `CRUCIBLE_CHILD_MAX_PROCS`, `CRUCIBLE_CHILD_OUTPUT_KB`, `CRUCIBLE_CHILD_ENV_PASSTHROUGH`,
     /// `CRUCIBLE_CPU_THREADS`, `CRUCIBLE_TEMPLATE` (0 turns the warm template off),
-    /// `CRUCIBLE_TEMPLATE_MAX_FORKS`.
+    /// `CRUCIBLE_TEMPLATE_MAX_FORKS`, `CRUCIBLE_COMPILE_POOL` (0/1; on by default for GPUs),
+    /// `CRUCIBLE_COMPILE_JOBS` (default half the cores), `CRUCIBLE_BUILD_CACHE` (directory),
+    /// `CRUCIBLE_BUILD_CACHE_ENTRIES`, `CRUCIBLE_PREFETCH` (default 4 with the pool, else 0).
     pub fn from_lookup(
         device: DeviceSlot,
         lookup: impl Fn(&str) -> Option<String>,
@@ -91,6 +105,24 @@ impl WorkerConfig {
         if let Some(kb) = num("CRUCIBLE_CHILD_OUTPUT_KB")? {
             limits.max_output_bytes = kb << 10;
         }
+        let switch =
+            |key: &str| lookup(key).map(|v| !matches!(v.trim(), "0" | "false" | "off" | "no"));
+        let compile_pool =
+            switch("CRUCIBLE_COMPILE_POOL").unwrap_or(matches!(device, DeviceSlot::Gpu { .. }));
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let compile_jobs = num("CRUCIBLE_COMPILE_JOBS")?
+            .map(|n| n.clamp(1, 1024) as usize)
+            .unwrap_or((cores / 2).max(1));
+        let prefetch = num("CRUCIBLE_PREFETCH")?
+            .map(|n| n.min(64) as u32)
+            .unwrap_or(if compile_pool { 4 } else { 0 });
+        let build_cache_dir = lookup("CRUCIBLE_BUILD_CACHE")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| std::env::temp_dir().join("crucible-builds"));
+        let build_cache_entries = num("CRUCIBLE_BUILD_CACHE_ENTRIES")?
+            .map(|n| n.max(1) as usize)
+            .unwrap_or(1000);
         let work_root = lookup("CRUCIBLE_WORK_DIR")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
@@ -126,6 +158,11 @@ impl WorkerConfig {
             template_max_forks: num("CRUCIBLE_TEMPLATE_MAX_FORKS")?
                 .map(|n| n.clamp(1, u64::from(u32::MAX)) as u32)
                 .unwrap_or(200),
+            compile_pool,
+            compile_jobs,
+            build_cache_dir,
+            build_cache_entries,
+            prefetch,
         })
     }
 

@@ -82,6 +82,23 @@ pub fn discover_devices(only: Option<&[u32]>) -> Vec<DeviceSlot> {
     }
 }
 
+/// The compute capability of GPU `index` as `TORCH_CUDA_ARCH_LIST` spells it (`"9.0"`), from
+/// NVML: what the CPU stage builds CUDA extensions for. `CRUCIBLE_CUDA_ARCH` overrides it.
+pub fn cuda_arch(index: u32) -> Option<String> {
+    if let Ok(arch) = std::env::var("CRUCIBLE_CUDA_ARCH")
+        && !arch.trim().is_empty()
+    {
+        return Some(arch.trim().to_owned());
+    }
+    let nvml = nvml_wrapper::Nvml::init().ok()?;
+    let cc = nvml
+        .device_by_index(index)
+        .ok()?
+        .cuda_compute_capability()
+        .ok()?;
+    Some(format!("{}.{}", cc.major, cc.minor))
+}
+
 fn nvml_name(index: u32) -> Option<String> {
     let nvml = nvml_wrapper::Nvml::init().ok()?;
     nvml.device_by_index(index).ok()?.name().ok()

@@ -1,15 +1,17 @@
 //! One evaluation from spec to classified verdict: private directory, child environment,
 //! supervised child, classification. Used by the worker's claim loop and by `crucible eval`.
 
+use crate::build_cache::{BuildCache, CachedBuild};
 use crate::config::WorkerConfig;
 use crate::device::DeviceSlot;
 use crate::harness::{HARNESS_FILE, HARNESS_SOURCE, SCREEN_FILE, SCREEN_SOURCE};
+use crate::protocol::BuiltExtension;
 use crate::protocol::SoftwareReport;
 use crate::reference_cache::NUM_WARMUP;
-use crate::supervisor::{ChildSpec, Launcher, run_child};
+use crate::supervisor::{ChildOutcome, ChildSpec, Launcher, run_child};
 use crate::task_dir::TaskDir;
 use crate::verdict::{Classified, VerdictContext, classify};
-use crucible_shared::{Backend, RuntimeStats, TaskSpec};
+use crucible_shared::{Backend, BuildSource, RuntimeStats, TaskSpec};
 use std::path::Path;
 use std::time::Instant;
 use tokio::sync::watch;
@@ -91,15 +93,38 @@ pub fn child_env(
     env
 }
 
-/// The harness's `spec.json`. `reference_timing` is the cached timing of the reference: the
-/// harness then times only the candidate.
+/// What the worker adds to a task for one stage of it.
+#[derive(Debug, Clone, Default)]
+pub struct StageInputs {
+    /// The cached timing of the reference: the harness then times only the candidate.
+    pub reference_timing: Option<RuntimeStats>,
+    /// Extensions built before the task took the device (copied into the task directory).
+    pub prebuilt: Option<Prebuilt>,
+    /// The architecture CUDA extensions are built for (`TORCH_CUDA_ARCH_LIST` spelling).
+    pub cuda_arch: Option<String>,
+}
+
+/// A build cache entry to install into the task directory, and how it came to be.
+#[derive(Debug, Clone)]
+pub struct Prebuilt {
+    pub cache: BuildCache,
+    pub entry: CachedBuild,
+    pub source: BuildSource,
+}
+
+/// The harness's `spec.json` for `stage` (`evaluate` or `prepare`).
 pub fn harness_spec(
     spec: &TaskSpec,
     device: &DeviceSlot,
-    reference_timing: Option<&RuntimeStats>,
+    stage: &str,
+    inputs: &StageInputs,
+    prebuilt: &[BuiltExtension],
 ) -> serde_json::Value {
     let r = &spec.request;
     serde_json::json!({
+        "stage": stage,
+        "cuda_arch": inputs.cuda_arch,
+        "prebuilt": prebuilt,
         "backend": match r.backend { Backend::Triton => "triton", Backend::Cuda => "cuda" },
         "device": match device { DeviceSlot::Gpu { .. } => "cuda", DeviceSlot::Cpu { .. } => "cpu" },
         "num_correct_trials": r.num_correct_trials,
@@ -109,7 +134,7 @@ pub fn harness_spec(
         "atol": r.atol,
         "rtol": r.rtol,
         "seed": spec.seed,
-        "reference_timing": reference_timing,
+        "reference_timing": inputs.reference_timing,
         "screening": r.screening,
     })
 }
@@ -123,7 +148,7 @@ pub async fn run_evaluation(
     launcher: Launcher<'_>,
     cancel: watch::Receiver<bool>,
 ) -> std::io::Result<Classified> {
-    run_evaluation_with(cfg, spec, label, launcher, cancel, None)
+    run_evaluation_with(cfg, spec, label, launcher, cancel, StageInputs::default())
         .await
         .map(|e| e.classified)
 }
@@ -137,33 +162,41 @@ pub struct Evaluated {
     pub software: Option<SoftwareReport>,
 }
 
-/// [`run_evaluation`] with the reference's cached timing, if any: the harness then times only
-/// the candidate and reports these statistics, marked `ref_runtime_cached`.
-pub async fn run_evaluation_with(
+/// A task directory with everything a harness stage reads.
+fn task_dir_for(
     cfg: &WorkerConfig,
     spec: &TaskSpec,
     label: &str,
-    launcher: Launcher<'_>,
-    cancel: watch::Receiver<bool>,
-    reference_timing: Option<RuntimeStats>,
-) -> std::io::Result<Evaluated> {
-    let started = Instant::now();
+    stage: &str,
+    inputs: &StageInputs,
+) -> std::io::Result<TaskDir> {
     let dir = TaskDir::create(&cfg.work_root, label)?;
     dir.write_new(HARNESS_FILE, HARNESS_SOURCE.as_bytes())?;
     dir.write_new(SCREEN_FILE, SCREEN_SOURCE.as_bytes())?;
     dir.write_new("reference.py", spec.request.reference_code.as_bytes())?;
     dir.write_new("candidate.py", spec.request.kernel_code.as_bytes())?;
+    let prebuilt = match &inputs.prebuilt {
+        Some(p) => p.cache.install(&p.entry, dir.path())?,
+        None => Vec::new(),
+    };
     dir.write_new(
         "spec.json",
-        harness_spec(spec, &cfg.device, reference_timing.as_ref())
+        harness_spec(spec, &cfg.device, stage, inputs, &prebuilt)
             .to_string()
             .as_bytes(),
     )?;
     dir.subdir("tmp")?;
     dir.subdir("cache")?;
-    let prepare_ms = started.elapsed().as_secs_f64() * 1e3;
+    Ok(dir)
+}
 
-    let child = ChildSpec {
+fn harness_child(
+    cfg: &WorkerConfig,
+    spec: &TaskSpec,
+    dir: &TaskDir,
+    env: Vec<(String, String)>,
+) -> ChildSpec {
+    ChildSpec {
         program: cfg.python.clone(),
         args: vec![
             "-I".into(),
@@ -172,11 +205,67 @@ pub async fn run_evaluation_with(
             dir.path().display().to_string(),
         ],
         cwd: dir.path().to_owned(),
-        env: child_env(cfg, dir.path(), |k| std::env::var(k).ok()),
+        env,
         limits: cfg.limits.clone(),
         deadline: std::time::Duration::from_secs(u64::from(spec.request.timeout_s)),
-    };
-    let outcome = run_child(child, launcher, cancel).await?;
+    }
+}
+
+/// The environment of a prepare-stage child: a task child's, with no GPU visible and CUDA
+/// extensions built for `cuda_arch` (nvcc cannot ask a device it does not see).
+pub fn prepare_env(
+    cfg: &WorkerConfig,
+    task_dir: &Path,
+    cuda_arch: Option<&str>,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = child_env(cfg, task_dir, lookup)
+        .into_iter()
+        .filter(|(k, _)| k != "CUDA_VISIBLE_DEVICES" && k != "MAX_JOBS")
+        .collect();
+    env.push(("CUDA_VISIBLE_DEVICES".into(), String::new()));
+    // One extension has two translation units; the pool, not ninja, spreads builds on cores.
+    env.push(("MAX_JOBS".into(), "2".into()));
+    if let Some(arch) = cuda_arch {
+        env.push(("TORCH_CUDA_ARCH_LIST".into(), arch.to_owned()));
+    }
+    env
+}
+
+/// Runs the prepare stage's child (see [`crate::prepare`]); the directory is returned with the
+/// outcome because the worker copies the built files out of it.
+pub async fn run_prepare_child(
+    cfg: &WorkerConfig,
+    spec: &TaskSpec,
+    label: &str,
+    launcher: Launcher<'_>,
+    cancel: watch::Receiver<bool>,
+    inputs: &StageInputs,
+) -> std::io::Result<(ChildOutcome, TaskDir)> {
+    let dir = task_dir_for(cfg, spec, label, "prepare", inputs)?;
+    let env = prepare_env(cfg, dir.path(), inputs.cuda_arch.as_deref(), |k| {
+        std::env::var(k).ok()
+    });
+    let outcome = run_child(harness_child(cfg, spec, &dir, env), launcher, cancel).await?;
+    Ok((outcome, dir))
+}
+
+/// [`run_evaluation`] with what the worker knows ahead: the reference's cached timing (the
+/// harness then times only the candidate and reports these statistics, marked
+/// `ref_runtime_cached`), prebuilt extensions, the CUDA architecture.
+pub async fn run_evaluation_with(
+    cfg: &WorkerConfig,
+    spec: &TaskSpec,
+    label: &str,
+    launcher: Launcher<'_>,
+    cancel: watch::Receiver<bool>,
+    inputs: StageInputs,
+) -> std::io::Result<Evaluated> {
+    let started = Instant::now();
+    let dir = task_dir_for(cfg, spec, label, "evaluate", &inputs)?;
+    let prepare_ms = started.elapsed().as_secs_f64() * 1e3;
+    let env = child_env(cfg, dir.path(), |k| std::env::var(k).ok());
+    let outcome = run_child(harness_child(cfg, spec, &dir, env), launcher, cancel).await?;
     tracing::debug!(
         label,
         exit = ?outcome.exit,
@@ -200,8 +289,17 @@ pub async fn run_evaluation_with(
         result
             .stage_ms
             .insert("child_wall".into(), outcome.wall.as_secs_f64() * 1e3);
+        if let Some(p) = &inputs.prebuilt
+            && outcome
+                .transcript
+                .result
+                .as_ref()
+                .is_some_and(|r| r.builds_reused > 0)
+        {
+            result.build = Some(p.source);
+        }
         // The cached figures are the worker's own: a claim of the child is not trusted.
-        match reference_timing {
+        match inputs.reference_timing {
             Some(stats) if result.ref_runtime_cached => result.ref_runtime_ms = Some(stats),
             _ => result.ref_runtime_cached = false,
         }
@@ -279,7 +377,7 @@ mod tests {
             seed: 7,
         };
         let cpu = DeviceSlot::Cpu { name: "x".into() };
-        let plain = harness_spec(&spec, &cpu, None);
+        let plain = harness_spec(&spec, &cpu, "evaluate", &StageInputs::default(), &[]);
         assert_eq!(plain["reference_timing"], serde_json::Value::Null);
         assert_eq!(plain["num_warmup"], NUM_WARMUP);
         let stats = RuntimeStats {
@@ -289,7 +387,11 @@ mod tests {
             min: 1.9,
             max: 2.5,
         };
-        let cached = harness_spec(&spec, &cpu, Some(&stats));
+        let inputs = StageInputs {
+            reference_timing: Some(stats),
+            ..StageInputs::default()
+        };
+        let cached = harness_spec(&spec, &cpu, "evaluate", &inputs, &[]);
         assert_eq!(
             cached["reference_timing"],
             serde_json::json!({"median": 2.0, "mean": 2.1, "std": 0.1, "min": 1.9, "max": 2.5})

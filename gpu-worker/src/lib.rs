@@ -3,13 +3,17 @@
 //! separate process), and the supervision of the task child that runs untrusted code: spawn
 //! with a cleared environment, its own session, rlimits and a private directory; the result
 //! pipe; output caps; the memory/process watchdog; the deadline; and the classification of
-//! every way a child can end; the warm template that forks those children; the
-//! reference-timing cache key. The Python harness and template are embedded here.
+//! every way a child can end; the warm template that forks those children; the CPU stage of
+//! each task (syntax, screening, import, CUDA extension builds) run ahead of the device stage,
+//! with the node-wide build cache and compile slots; the reference-timing cache key. The
+//! Python harness and template are embedded here.
 
+pub mod build_cache;
 pub mod config;
 pub mod device;
 pub mod evaluation;
 pub mod harness;
+pub mod prepare;
 pub mod probe;
 pub mod protocol;
 pub mod reference_cache;

@@ -55,13 +55,48 @@ pub struct HarnessResult {
     /// Static screening findings (`rule`, `severity` reject|flag, `detail`).
     #[serde(default)]
     pub flags: Vec<Flag>,
+    /// `load_inline` calls answered from `spec.prebuilt` instead of the compiler.
+    #[serde(default)]
+    pub builds_reused: u32,
 }
+
+/// One `load_inline` extension the prepare stage built.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BuiltExtension {
+    /// The module name given to `load_inline` (the `PyInit_` symbol).
+    pub name: String,
+    /// The harness's key of the call (its arguments, torch, architecture): sha256 hex.
+    pub key: String,
+    /// The built file, relative to the task directory, under `build/`.
+    pub file: String,
+    pub python_module: bool,
+}
+
+/// The end of a prepare stage that reached no final verdict.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Prepared {
+    pub builds: Vec<BuiltExtension>,
+    /// What the import raised on the CPU, if anything: for the GPU stage to judge.
+    pub import_error: Option<String>,
+    #[serde(default)]
+    pub stage_ms: BTreeMap<String, f64>,
+    #[serde(default)]
+    pub software: Option<SoftwareReport>,
+    #[serde(default)]
+    pub flags: Vec<Flag>,
+}
+
+/// Most extensions one candidate may build.
+pub const MAX_BUILDS: usize = 16;
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "event", rename_all = "lowercase")]
 pub enum HarnessEvent {
     Stage { stage: String },
     Result(Box<HarnessResult>),
+    Prepared(Box<Prepared>),
 }
 
 /// Everything read from the pipe of one child.
@@ -69,6 +104,8 @@ pub enum HarnessEvent {
 pub struct Transcript {
     pub stages: Vec<String>,
     pub result: Option<HarnessResult>,
+    /// The end of a prepare stage (instead of a result).
+    pub prepared: Option<Prepared>,
     /// The first protocol violation, if any; later lines are ignored once one is seen.
     pub violation: Option<String>,
 }
@@ -96,7 +133,7 @@ impl Transcript {
         if line.iter().all(u8::is_ascii_whitespace) {
             return;
         }
-        if self.result.is_some() {
+        if self.result.is_some() || self.prepared.is_some() {
             self.violation = Some("output after the result".to_owned());
             return;
         }
@@ -116,9 +153,43 @@ impl Transcript {
                 Ok(()) => self.result = Some(*result),
                 Err(why) => self.violation = Some(why),
             },
+            Ok(HarnessEvent::Prepared(prepared)) => match check_prepared(&prepared) {
+                Ok(()) => self.prepared = Some(*prepared),
+                Err(why) => self.violation = Some(why),
+            },
             Err(e) => self.violation = Some(format!("unparseable protocol line: {e}")),
         }
     }
+}
+
+/// A `prepared` line within bounds: few builds, plain names, hex keys, files under `build/`.
+fn check_prepared(p: &Prepared) -> Result<(), String> {
+    if p.builds.len() > MAX_BUILDS {
+        return Err("too many builds".to_owned());
+    }
+    for b in &p.builds {
+        let name_ok = !b.name.is_empty()
+            && b.name.len() <= 128
+            && b.name
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'_');
+        let key_ok = b.key.len() == 64 && b.key.bytes().all(|c| c.is_ascii_hexdigit());
+        let file_ok = b.file.len() <= 512
+            && b.file.starts_with("build/")
+            && b.file
+                .split('/')
+                .all(|c| !c.is_empty() && c != "." && c != "..");
+        if !(name_ok && key_ok && file_ok) {
+            return Err("malformed build entry".to_owned());
+        }
+    }
+    if p.import_error.as_ref().is_some_and(|e| e.len() > 16 * 1024) {
+        return Err("oversized import error".to_owned());
+    }
+    if p.flags.len() > MAX_FLAGS {
+        return Err("oversized screening flags".to_owned());
+    }
+    Ok(())
 }
 
 /// Rejects results that are internally inconsistent, whoever wrote them.

@@ -88,7 +88,7 @@ pub enum Launcher<'a> {
     /// `fork`+`exec` of `ChildSpec::program` by the worker (pays the interpreter's start-up).
     Direct,
     /// Forked by the warm template, which has already imported torch and triton.
-    Template(&'a mut Template),
+    Template(&'a Template),
 }
 
 type ExitFuture = Pin<Box<dyn Future<Output = std::io::Result<ExitKind>> + Send>>;

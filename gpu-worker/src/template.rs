@@ -19,7 +19,7 @@ use std::io::IoSlice;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -67,13 +67,15 @@ struct Routing {
     exits: HashMap<i32, oneshot::Sender<i32>>,
 }
 
+/// Shared by the stages of a worker (the CPU stage of the next task forks from it while the
+/// GPU stage of the current one runs), hence the interior mutability.
 pub struct Template {
-    process: tokio::process::Child,
+    process: Mutex<tokio::process::Child>,
     control: Arc<OwnedFd>,
     routing: Arc<Mutex<Routing>>,
     alive: Arc<AtomicBool>,
-    next_id: u64,
-    forks: u32,
+    next_id: AtomicU64,
+    forks: AtomicU32,
     pub import_ms: f64,
     _dir: TaskDir,
 }
@@ -161,41 +163,52 @@ impl Template {
             "template ready"
         );
         Ok(Template {
-            process,
+            process: Mutex::new(process),
             control,
             routing,
             alive,
-            next_id: 0,
-            forks: 0,
+            next_id: AtomicU64::new(0),
+            forks: AtomicU32::new(0),
             import_ms,
             _dir: dir,
         })
     }
 
-    pub fn is_alive(&mut self) -> bool {
-        self.alive.load(Ordering::SeqCst) && matches!(self.process.try_wait(), Ok(None))
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
+            && matches!(
+                self.process
+                    .lock()
+                    .expect("template process lock")
+                    .try_wait(),
+                Ok(None)
+            )
     }
 
     /// The template process's pid.
     pub fn pid(&self) -> i32 {
-        self.process.id().map(|p| p as i32).unwrap_or(-1)
+        self.process
+            .lock()
+            .expect("template process lock")
+            .id()
+            .map(|p| p as i32)
+            .unwrap_or(-1)
     }
 
     pub fn forks(&self) -> u32 {
-        self.forks
+        self.forks.load(Ordering::SeqCst)
     }
 
     /// Forks a child for `taskdir` with the given environment and limits; `pipes` become its
     /// stdout, stderr and fd 3 (and are closed here once handed over).
     pub async fn fork(
-        &mut self,
+        &self,
         taskdir: &Path,
         env: &[(String, String)],
         limits: &ChildLimits,
         pipes: [OwnedFd; 3],
     ) -> std::io::Result<ForkedChild> {
-        self.next_id += 1;
-        let id = self.next_id;
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst) + 1;
         let request = serde_json::json!({
             "op": "spawn",
             "id": id,
@@ -224,7 +237,7 @@ impl Template {
             None,
         )?;
         drop(pipes);
-        self.forks += 1;
+        self.forks.fetch_add(1, Ordering::SeqCst);
         match tokio::time::timeout(Duration::from_secs(30), rx).await {
             Ok(Ok(Ok(child))) => Ok(child),
             Ok(Ok(Err(why))) => Err(std::io::Error::other(format!(
@@ -241,7 +254,9 @@ impl Template {
 impl Drop for Template {
     fn drop(&mut self) {
         // Closing our end tells the template to exit; kill_on_drop makes sure.
-        let _ = self.process.start_kill();
+        if let Ok(process) = self.process.get_mut() {
+            let _ = process.start_kill();
+        }
     }
 }
 
@@ -310,7 +325,7 @@ const COOLDOWN: Duration = Duration::from_secs(600);
 /// Where a worker's template lives between tasks.
 #[derive(Default)]
 pub struct TemplateSlot {
-    current: Option<Template>,
+    current: Option<Arc<Template>>,
     failures: u32,
     cooldown_until: Option<Instant>,
 }
@@ -325,11 +340,11 @@ impl TemplateSlot {
         env_for: impl FnOnce(&Path) -> Vec<(String, String)>,
         limits: &ChildLimits,
         max_forks: u32,
-    ) -> Option<&mut Template> {
+    ) -> Option<Arc<Template>> {
         if self.cooldown_until.is_some_and(|t| Instant::now() < t) {
             return None;
         }
-        let usable = match self.current.as_mut() {
+        let usable = match self.current.as_ref() {
             Some(t) => t.is_alive() && t.forks() < max_forks,
             None => false,
         };
@@ -338,7 +353,7 @@ impl TemplateSlot {
                 tracing::info!(forks = old.forks(), "replacing template");
             }
             match Template::start(python, work_root, env_for, limits).await {
-                Ok(t) => self.current = Some(t),
+                Ok(t) => self.current = Some(Arc::new(t)),
                 Err(e) => {
                     tracing::warn!(error = %e, "template unavailable, spawning directly");
                     self.note_failure();
@@ -346,15 +361,23 @@ impl TemplateSlot {
                 }
             }
         }
-        self.current.as_mut()
+        self.current.clone()
     }
 
-    /// Drops the template after a sign of trouble; the next task starts a new one, unless
-    /// templates keep failing, in which case children are spawned directly for a while (a
-    /// slower worker beats one that turns every task into a retry).
-    pub fn discard(&mut self) {
-        self.current = None;
-        self.note_failure();
+    /// Drops `template` after a sign of trouble around one of its children (unless it was
+    /// replaced already); the next task starts a new one, unless templates keep failing, in
+    /// which case children are spawned directly for a while (a slower worker beats one that
+    /// turns every task into a retry). Children forked before keep running: the template
+    /// process lives until its last user lets go of it.
+    pub fn discard(&mut self, template: &Arc<Template>) {
+        if self
+            .current
+            .as_ref()
+            .is_some_and(|t| Arc::ptr_eq(t, template))
+        {
+            self.current = None;
+            self.note_failure();
+        }
     }
 
     /// A task forked from the template ended normally.

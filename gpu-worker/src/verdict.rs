@@ -185,6 +185,8 @@ fn from_harness(r: HarnessResult, ctx: &VerdictContext, tail: Option<String>) ->
         stage_ms: r.stage_ms,
         output_tail: tail,
         flags: r.flags,
+        // Filled in by the worker, which knows where the prebuilt files came from.
+        build: None,
     }
 }
 
@@ -249,6 +251,7 @@ mod tests {
             transcript: Transcript {
                 stages: stages.iter().map(|s| s.to_string()).collect(),
                 result: None,
+                prepared: None,
                 violation: None,
             },
             output_tail: String::new(),

@@ -1,9 +1,11 @@
 //! The claim loop of one worker: register, claim, renew the lease while the child runs, store
 //! the verdict (or give the task back on a service fault), keep the device healthy.
 
+use crate::build_cache::BuildCache;
 use crate::config::WorkerConfig;
 use crate::device::{DeviceSlot, check_gpu};
-use crate::evaluation::{Evaluated, child_env, run_evaluation_with};
+use crate::evaluation::{Evaluated, StageInputs, child_env, run_evaluation_with};
+use crate::prepare::{PrepareContext, PrepareEnd, Ready, prepare};
 use crate::reference_cache::{self, REF_CACHE_NAMESPACE, SoftwareVersions};
 use crate::supervisor::Launcher;
 use crate::template::{Template, TemplateSlot};
@@ -14,12 +16,15 @@ use crucible_shared::{
 };
 use crucible_task_manager::{AckOutcome, Broker, Lease, LeaseState};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
-use tokio::sync::watch;
+use std::time::{Duration, Instant};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::task::JoinSet;
 
 /// Consecutive service faults after which the worker stops claiming for a while.
 const FAULTS_BEFORE_BACKOFF: u32 = 3;
 const UNHEALTHY_RECHECK: Duration = Duration::from_secs(30);
+/// How long a stopping worker waits for its CPU stages to give their tasks back.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
 #[derive(Debug, Clone)]
 struct Status {
@@ -39,8 +44,12 @@ pub struct Worker {
     /// every reference cache key, fetched once at start.
     driver: Option<String>,
     /// The software versions of the last result a harness reported; part of the reference
-    /// cache key of the next task.
+    /// and build cache keys of the next task.
     software: Mutex<Option<SoftwareVersions>>,
+    /// The node-wide build cache (GPU workers with the compile pool on).
+    build_cache: Option<BuildCache>,
+    /// The device's architecture for CUDA builds on the CPU (`"9.0"`).
+    cuda_arch: Option<String>,
 }
 
 impl Worker {
@@ -55,9 +64,28 @@ impl Worker {
             &uuid::Uuid::new_v4().simple().to_string()[..8]
         ));
         let driver = reference_cache::driver_version(&cfg.device);
+        let cuda_arch = match &cfg.device {
+            DeviceSlot::Gpu { index, .. } => crate::device::cuda_arch(*index),
+            DeviceSlot::Cpu { .. } => None,
+        };
+        let build_cache = (cfg.compile_pool && cuda_arch.is_some())
+            .then(|| {
+                BuildCache::open(
+                    &cfg.build_cache_dir,
+                    cfg.compile_jobs,
+                    cfg.build_cache_entries,
+                )
+                .map_err(|e| {
+                    tracing::warn!(dir = %cfg.build_cache_dir.display(), error = %e, "build cache unavailable, cuda candidates build on the device stage");
+                })
+                .ok()
+            })
+            .flatten();
         Self {
             broker,
             driver,
+            build_cache,
+            cuda_arch,
             software: Mutex::new(None),
             cfg,
             id,
@@ -102,10 +130,15 @@ impl Worker {
         }
     }
 
-    /// Runs until `shutdown` turns true. A task in flight at shutdown is killed and given back
-    /// to the queue so another worker takes it at once.
+    /// Runs until `shutdown` turns true. Tasks in flight at shutdown are stopped and given
+    /// back to the queue so other workers take them at once.
+    ///
+    /// Two loops: the claimer keeps up to `1 + prefetch` tasks claimed and runs each one's CPU
+    /// stage as soon as it is claimed; the device loop (here) takes prepared tasks one at a
+    /// time, so the device stage is exclusive while the CPU stages of the next tasks overlap
+    /// with it.
     pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
-        tracing::info!(worker_id = %self.id, device = ?self.cfg.device, "worker starting");
+        tracing::info!(worker_id = %self.id, device = ?self.cfg.device, compile_pool = self.cfg.compile_pool, prefetch = self.cfg.prefetch, "worker starting");
         let registry = {
             let me = self.clone();
             let mut stop = shutdown.clone();
@@ -127,49 +160,57 @@ impl Worker {
             let mut slot = self.template.lock().await;
             self.ready_template(&mut slot).await;
         }
+        let places = Arc::new(Semaphore::new(1 + self.cfg.prefetch as usize));
+        let (ready_tx, mut ready_rx) = mpsc::unbounded_channel::<ReadyTask>();
+        let (gate_tx, gate_rx) = watch::channel(healthy);
+        let claimer =
+            tokio::spawn(
+                self.clone()
+                    .claim_loop(places, ready_tx, gate_rx, shutdown.clone()),
+            );
         let mut faults = 0u32;
-        let mut claim_errors = 0u32;
         while !*shutdown.borrow() {
             if !healthy || faults >= FAULTS_BEFORE_BACKOFF {
+                let _ = gate_tx.send(false);
                 self.set(WorkerState::Unhealthy, None);
                 self.publish().await;
+                // Tasks prepared for this device go back to the queue for healthy workers.
+                while let Ok(task) = ready_rx.try_recv() {
+                    self.give_back(&task.task.lease, "worker device unhealthy")
+                        .await;
+                }
                 tokio::select! {
                     _ = tokio::time::sleep(UNHEALTHY_RECHECK) => {}
                     _ = shutdown.changed() => break,
                 }
                 healthy = self.ensure_healthy().await;
                 faults = 0;
+                let _ = gate_tx.send(healthy);
                 continue;
             }
             self.set(WorkerState::Idle, None);
-            let claimed = tokio::select! {
-                c = self.broker.claim(&self.id, self.cfg.claim_wait) => c,
-                _ = shutdown.changed() => break,
+            let next = tokio::select! {
+                t = ready_rx.recv() => t,
+                _ = shutdown.changed() => continue,
             };
-            let lease = match claimed {
-                Ok(Some(lease)) => {
-                    claim_errors = 0;
-                    lease
-                }
-                Ok(None) => continue,
-                Err(e) => {
-                    claim_errors += 1;
-                    let backoff = Duration::from_millis(200 * 2u64.pow(claim_errors.min(5)));
-                    tracing::warn!(worker_id = %self.id, error = %e, ?backoff, "claim failed");
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
-                        _ = shutdown.changed() => break,
-                    }
-                    continue;
-                }
-            };
-            match self.run_task(&lease, shutdown.clone()).await {
+            let Some(task) = next else { break };
+            match self.device_stage(task).await {
                 TaskEnd::Stored | TaskEnd::Cancelled => faults = 0,
                 TaskEnd::ServiceFault => faults += 1,
                 TaskEnd::DeviceUnhealthy => healthy = false,
             }
         }
         self.set(WorkerState::Stopping, None);
+        let _ = gate_tx.send(false);
+        // The claimer returns once every CPU stage in flight has ended (each gives its task
+        // back: the shutdown cancelled it).
+        if tokio::time::timeout(SHUTDOWN_GRACE, claimer).await.is_err() {
+            tracing::warn!(worker_id = %self.id, "cpu stages did not end in time, their leases will expire");
+        }
+        while let Ok(task) = ready_rx.try_recv() {
+            self.give_back(&task.task.lease, "worker shut down before the task ran")
+                .await;
+        }
         registry.abort();
         if let Err(e) = self.broker.deregister_worker(&self.id).await {
             tracing::warn!(worker_id = %self.id, error = %e, "deregister failed");
@@ -177,9 +218,169 @@ impl Worker {
         tracing::info!(worker_id = %self.id, "worker stopped");
     }
 
+    /// Claims while there is room in the pipeline and claiming is allowed, and starts each
+    /// claimed task's CPU stage at once.
+    async fn claim_loop(
+        self: Arc<Self>,
+        places: Arc<Semaphore>,
+        ready_tx: mpsc::UnboundedSender<ReadyTask>,
+        mut gate: watch::Receiver<bool>,
+        shutdown: watch::Receiver<bool>,
+    ) {
+        let mut cpu_stages = JoinSet::new();
+        let mut claim_errors = 0u32;
+        let stopped = || {
+            let mut rx = shutdown.clone();
+            async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            }
+        };
+        loop {
+            while cpu_stages.try_join_next().is_some() {}
+            if *shutdown.borrow() {
+                break;
+            }
+            if !*gate.borrow_and_update() {
+                tokio::select! {
+                    r = gate.changed() => if r.is_err() { break },
+                    _ = stopped() => {}
+                }
+                continue;
+            }
+            let place = tokio::select! {
+                p = places.clone().acquire_owned() => p.expect("the pipeline semaphore is never closed"),
+                _ = stopped() => continue,
+            };
+            let claimed = tokio::select! {
+                c = self.broker.claim(&self.id, self.cfg.claim_wait) => c,
+                _ = stopped() => continue,
+            };
+            match claimed {
+                Ok(Some(lease)) => {
+                    claim_errors = 0;
+                    let task = self.claimed(lease, place, shutdown.clone());
+                    cpu_stages.spawn(self.clone().cpu_stage(task, ready_tx.clone()));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    claim_errors += 1;
+                    let backoff = Duration::from_millis(200 * 2u64.pow(claim_errors.min(5)));
+                    tracing::warn!(worker_id = %self.id, error = %e, ?backoff, "claim failed");
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = stopped() => {}
+                    }
+                }
+            }
+        }
+        while cpu_stages.join_next().await.is_some() {}
+    }
+
+    /// Starts renewing a fresh lease; the task's cancel signal fires when the lease is lost,
+    /// the task is cancelled or the worker shuts down.
+    fn claimed(
+        &self,
+        lease: Lease,
+        place: OwnedSemaphorePermit,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> ClaimedTask {
+        tracing::info!(worker_id = %self.id, task_id = %lease.task_id, attempt = lease.attempt, "task claimed");
+        let (cancel_tx, cancel_rx) = watch::channel(false);
+        let renewer = {
+            let broker = self.broker.clone();
+            let lease = lease.clone();
+            let cancel_tx = cancel_tx.clone();
+            let every = broker.config().lease_ttl / 3;
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    match broker.renew(&lease).await {
+                        Ok(LeaseState::Held) => {}
+                        Ok(state) => {
+                            tracing::info!(task_id = %lease.task_id, ?state, "lease ended, stopping the task");
+                            let _ = cancel_tx.send(true);
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::warn!(task_id = %lease.task_id, error = %e, "lease renewal failed")
+                        }
+                    }
+                }
+            })
+        };
+        let shutdown_watch = tokio::spawn(async move {
+            if shutdown.wait_for(|stop| *stop).await.is_ok() {
+                let _ = cancel_tx.send(true);
+            }
+        });
+        ClaimedTask {
+            lease,
+            cancel: cancel_rx,
+            renewer,
+            shutdown_watch,
+            _place: place,
+        }
+    }
+
+    /// The CPU stage of a claimed task; a task it cannot finish goes on to the device loop.
+    async fn cpu_stage(
+        self: Arc<Self>,
+        task: ClaimedTask,
+        ready_tx: mpsc::UnboundedSender<ReadyTask>,
+    ) {
+        let mut ready = Ready::default();
+        if self.cfg.compile_pool {
+            let template = {
+                let mut slot = self.template.lock().await;
+                self.ready_template(&mut slot).await
+            };
+            let launcher = template
+                .as_deref()
+                .map_or(Launcher::Direct, Launcher::Template);
+            let ctx = PrepareContext {
+                cfg: &self.cfg,
+                cache: self.build_cache.as_ref(),
+                cuda_arch: self.cuda_arch.as_deref(),
+                software: self.software.lock().expect("software lock").clone(),
+            };
+            let label = format!("{}_cpu", task.lease.task_id);
+            match prepare(
+                &ctx,
+                &task.lease.spec,
+                &label,
+                launcher,
+                task.cancel.clone(),
+            )
+            .await
+            {
+                Ok(PrepareEnd::Ready(r)) => ready = r,
+                Ok(PrepareEnd::Final(classified)) => {
+                    tracing::info!(worker_id = %self.id, task_id = %task.lease.task_id, "decided in the cpu stage");
+                    self.finish(&task.lease, Ok(classified)).await;
+                    return;
+                }
+                Err(e) => {
+                    if let Some(t) = &template {
+                        self.template.lock().await.discard(t);
+                    }
+                    tracing::warn!(worker_id = %self.id, task_id = %task.lease.task_id, error = %e, "cpu stage failed, the device stage does everything");
+                }
+            }
+        }
+        let task = ReadyTask {
+            task,
+            ready,
+            ready_at: Instant::now(),
+        };
+        if let Err(mpsc::error::SendError(task)) = ready_tx.send(task) {
+            self.give_back(&task.task.lease, "worker stopped before the task ran")
+                .await;
+        }
+    }
+
     /// The template to fork the next child from, started if needed; `None` when templates are
     /// off or unavailable (the child is then spawned directly).
-    async fn ready_template<'a>(&self, slot: &'a mut TemplateSlot) -> Option<&'a mut Template> {
+    async fn ready_template(&self, slot: &mut TemplateSlot) -> Option<Arc<Template>> {
         if !self.cfg.use_template {
             return None;
         }
@@ -211,67 +412,44 @@ impl Worker {
         }
     }
 
-    async fn run_task(&self, lease: &Lease, mut shutdown: watch::Receiver<bool>) -> TaskEnd {
+    /// The device stage of a prepared task, exclusive on this worker's device, then its end.
+    async fn device_stage(&self, ready: ReadyTask) -> TaskEnd {
+        let ReadyTask {
+            task,
+            ready,
+            ready_at,
+        } = ready;
+        let lease = &task.lease;
         let task_id = lease.task_id.clone();
+        let started = Instant::now();
         tracing::info!(worker_id = %self.id, task_id = %task_id, attempt = lease.attempt, "task started");
         self.set(WorkerState::Busy, Some(task_id.clone()));
         self.publish().await;
 
-        let (cancel_tx, cancel_rx) = watch::channel(false);
-        let renewer = {
-            let broker = self.broker.clone();
-            let lease = lease.clone();
-            let cancel_tx = cancel_tx.clone();
-            let every = broker.config().lease_ttl / 3;
-            tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(every).await;
-                    match broker.renew(&lease).await {
-                        Ok(LeaseState::Held) => {}
-                        Ok(state) => {
-                            tracing::info!(task_id = %lease.task_id, ?state, "lease ended, stopping the child");
-                            let _ = cancel_tx.send(true);
-                            return;
-                        }
-                        Err(e) => {
-                            tracing::warn!(task_id = %lease.task_id, error = %e, "lease renewal failed")
-                        }
-                    }
-                }
-            })
+        let template = {
+            let mut slot = self.template.lock().await;
+            self.ready_template(&mut slot).await
         };
-        let shutdown_watch = {
-            let cancel_tx = cancel_tx.clone();
-            tokio::spawn(async move {
-                while shutdown.changed().await.is_ok() {
-                    if *shutdown.borrow() {
-                        let _ = cancel_tx.send(true);
-                        return;
-                    }
-                }
-            })
+        let launcher = template
+            .as_deref()
+            .map_or(Launcher::Direct, Launcher::Template);
+        let inputs = StageInputs {
+            reference_timing: self.cached_reference(&lease.spec).await,
+            prebuilt: ready.prebuilt,
+            cuda_arch: self.cuda_arch.clone(),
         };
-
-        let mut slot = self.template.lock().await;
-        let template = self.ready_template(&mut slot).await;
-        let from_template = template.is_some();
-        let launcher = match template {
-            Some(t) => Launcher::Template(t),
-            None => Launcher::Direct,
-        };
-        let cached_reference = self.cached_reference(&lease.spec).await;
         let outcome = run_evaluation_with(
             &self.cfg,
             &lease.spec,
             task_id.as_str(),
             launcher,
-            cancel_rx,
-            cached_reference,
+            task.cancel.clone(),
+            inputs,
         )
         .await;
         let outcome = match outcome {
             Ok(Evaluated {
-                classified,
+                mut classified,
                 software,
             }) => {
                 let versions = software.as_ref().and_then(SoftwareVersions::from_report);
@@ -283,23 +461,35 @@ impl Worker {
                 {
                     self.cache_reference(&key, &stats).await;
                 }
+                if let Classified::Verdict(result) = &mut classified {
+                    result.stage_ms.extend(ready.stage_ms);
+                    result.stage_ms.insert(
+                        "wait_for_device".into(),
+                        (started - ready_at).as_secs_f64() * 1e3,
+                    );
+                    result
+                        .stage_ms
+                        .insert("device_stage".into(), started.elapsed().as_secs_f64() * 1e3);
+                }
                 Ok(classified)
             }
             Err(e) => Err(e),
         };
-        if from_template {
+        if let Some(t) = &template {
+            let mut slot = self.template.lock().await;
             if matches!(outcome, Err(_) | Ok(Classified::ServiceFault(_))) {
                 // Any trouble around a forked child may be the template's: start afresh.
-                slot.discard();
+                slot.discard(t);
             } else {
                 slot.note_success();
             }
         }
-        drop(slot);
-        renewer.abort();
-        shutdown_watch.abort();
+        self.finish(lease, outcome).await
+    }
 
-        let end = match outcome {
+    /// Stores a task's verdict, or gives the task back: the end of every claimed task.
+    async fn finish(&self, lease: &Lease, outcome: std::io::Result<Classified>) -> TaskEnd {
+        match outcome {
             Ok(Classified::Verdict(result)) => self.store_verdict(lease, *result).await,
             Ok(Classified::ServiceFault(reason)) => {
                 self.give_back(lease, &reason).await;
@@ -319,9 +509,7 @@ impl Worker {
                     .await;
                 TaskEnd::ServiceFault
             }
-        };
-        self.set(WorkerState::Idle, None);
-        end
+        }
     }
 
     /// The cached timing of the task's reference on this worker, unless performance is not
@@ -435,6 +623,30 @@ impl Worker {
             tracing::error!(worker_id = %self.id, task_id = %lease.task_id, error = %e, "release failed, the lease will expire instead");
         }
     }
+}
+
+/// A claimed task: its lease, renewed until the task ends, and the signal that stops its
+/// children. Holding it holds one of the worker's places in the pipeline.
+struct ClaimedTask {
+    lease: Lease,
+    cancel: watch::Receiver<bool>,
+    renewer: tokio::task::JoinHandle<()>,
+    shutdown_watch: tokio::task::JoinHandle<()>,
+    _place: OwnedSemaphorePermit,
+}
+
+impl Drop for ClaimedTask {
+    fn drop(&mut self) {
+        self.renewer.abort();
+        self.shutdown_watch.abort();
+    }
+}
+
+/// A task whose CPU stage is over, waiting for the device.
+struct ReadyTask {
+    task: ClaimedTask,
+    ready: Ready,
+    ready_at: Instant,
 }
 
 enum TaskEnd {

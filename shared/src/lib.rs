@@ -19,7 +19,7 @@ pub use request::{
 };
 pub use status::{BatchStatus, HealthStatus, QueueStatus, StatusCounts};
 pub use task::{
-    DeviceInfo, DeviceKind, EvalResult, Flag, RuntimeStats, SubmitResponse, TaskStatus, TaskView,
-    VerdictCode,
+    BuildSource, DeviceInfo, DeviceKind, EvalResult, Flag, RuntimeStats, SubmitResponse,
+    TaskStatus, TaskView, VerdictCode,
 };
 pub use worker::{WorkerInfo, WorkerState};

@@ -163,6 +163,21 @@ pub struct EvalResult {
     /// Static screening findings (rejects and flags); empty when screening found nothing.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flags: Vec<Flag>,
+    /// Where the candidate's `load_inline` extensions came from, when the GPU stage loaded
+    /// them prebuilt instead of compiling; absent when it had none or compiled them itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<BuildSource>,
+}
+
+/// How a CUDA candidate's extensions were built before it took the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BuildSource {
+    /// Built for this task by the node's CPU compile pool, while the GPU ran other tasks.
+    CompilePool,
+    /// Found in the node-wide build cache (same source, torch, CUDA and architecture): the
+    /// compiler did not run for this task.
+    Cache,
 }
 
 impl EvalResult {
@@ -191,6 +206,7 @@ impl EvalResult {
             stage_ms: BTreeMap::new(),
             output_tail: None,
             flags: Vec::new(),
+            build: None,
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Every candidate of tests/candidates/manifest.json, through the real service (redis-server,
-//! crucible-api, two CPU crucible-workers), gets its expected verdict; the workers survive
-//! every kind of child failure and keep serving.
+//! crucible-api, two CPU crucible-workers, one of them with the CPU stage and claiming ahead),
+//! gets its expected verdict; the workers survive every kind of child failure and keep serving.
 
 use crucible_tests::*;
 use serde_json::Value;
@@ -19,7 +19,14 @@ async fn every_candidate_gets_its_verdict_and_workers_keep_serving() {
     let port = free_port();
     let _api = Proc::spawn("api", api_command(port, &env), &logs);
     let _w1 = Proc::spawn("worker1", worker_command(&env), &logs);
-    let _w2 = Proc::spawn("worker2", worker_command(&env), &logs);
+    // The second worker runs each task's CPU stage ahead and claims ahead: the verdicts must
+    // not depend on which worker (which path) took a task.
+    let mut pipelined = env.clone();
+    pipelined.extend([
+        ("CRUCIBLE_COMPILE_POOL".to_owned(), "1".to_owned()),
+        ("CRUCIBLE_PREFETCH".to_owned(), "2".to_owned()),
+    ]);
+    let _w2 = Proc::spawn("worker2", worker_command(&pipelined), &logs);
     let api = Api::new(port);
     api.wait_ready().await;
 
@@ -55,9 +62,13 @@ async fn every_candidate_gets_its_verdict_and_workers_keep_serving() {
     }
 
     let mut failures = Vec::new();
+    let mut cpu_staged = 0;
     for (file, expect, id) in &submitted {
         let task = api.wait_task(id, Duration::from_secs(600)).await;
         let result = &task["result"];
+        if !result["stage_ms"]["cpu_stage"].is_null() {
+            cpu_staged += 1;
+        }
         let got_code = result["error_code"].clone();
         let ok = task["status"] == "done"
             && got_code == expect["error_code"]
@@ -93,6 +104,7 @@ async fn every_candidate_gets_its_verdict_and_workers_keep_serving() {
         "wrong verdicts:\n{}",
         failures.join("\n")
     );
+    assert!(cpu_staged > 0, "the pipelined worker ran no CPU stage");
 
     // Both workers are alive and idle and still serve after all of that.
     let after = api

@@ -1,0 +1,431 @@
+//! The node-wide build cache of CUDA extensions and the compile pool's slots.
+//!
+//! A CUDA candidate's `load_inline` extensions are built once, off the GPU, by the CPU stage
+//! of its task ([`crate::prepare`]); the worker (never the child) copies the built files into
+//! an entry of this cache, keyed by [`entry_key`]: the candidate's whole source, the torch and
+//! CUDA versions and the target architecture. A later task with the same key copies the files
+//! into its own private directory and the compiler does not run. Keys are computed by the
+//! worker from what it knows, never from what a child says, so a candidate can only ever
+//! fill the entry of its own source. Children never see the cache: they get copies.
+//!
+//! Several worker processes on a node share one directory: an entry is written under a
+//! temporary name and renamed into place (readers see all of it or nothing), builds of one key
+//! are serialised by an advisory lock on `.locks/<key>`, and at most `slots` builds run at
+//! once on the node, each holding a lock on one of `.slots/<i>`.
+
+use crate::protocol::BuiltExtension;
+use crate::reference_cache::SoftwareVersions;
+use nix::fcntl::{Flock, FlockArg, OFlag, OpenHow, ResolveFlag, openat2};
+use nix::sys::stat::Mode;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Version of what decides a build; equal to the harness's `BUILD_PROTOCOL`.
+pub const BUILD_PROTOCOL: &str = "build-v1";
+/// Largest built file accepted from a child.
+const MAX_FILE_BYTES: u64 = 1 << 30;
+/// How often a build waiting for a free slot looks again.
+const SLOT_POLL: Duration = Duration::from_millis(100);
+const MANIFEST: &str = "manifest.json";
+
+/// The cache key of a candidate's builds: sha256 over the build protocol, the whole candidate
+/// source, torch and CUDA versions and the target architecture.
+pub fn entry_key(candidate_source: &str, software: &SoftwareVersions, cuda_arch: &str) -> String {
+    let mut h = Sha256::new();
+    for part in [
+        BUILD_PROTOCOL,
+        software.torch.as_deref().unwrap_or("-"),
+        software.cuda.as_deref().unwrap_or("-"),
+        cuda_arch,
+        candidate_source,
+    ] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    format!("{:x}", h.finalize())
+}
+
+/// What an entry holds: the extensions in the harness's terms, each file a flat name inside
+/// the entry (`<i>.so`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub protocol: String,
+    pub builds: Vec<BuiltExtension>,
+}
+
+/// An entry found in the cache.
+#[derive(Debug, Clone)]
+pub struct CachedBuild {
+    pub key: String,
+    dir: PathBuf,
+    pub manifest: Manifest,
+}
+
+#[derive(Debug, Clone)]
+pub struct BuildCache {
+    root: PathBuf,
+    slots: usize,
+    max_entries: usize,
+}
+
+impl BuildCache {
+    /// Opens (creates) the cache directory.
+    pub fn open(root: &Path, slots: usize, max_entries: usize) -> io::Result<Self> {
+        for dir in [root.to_owned(), root.join(".locks"), root.join(".slots")] {
+            fs::create_dir_all(&dir)?;
+        }
+        Ok(Self {
+            root: root.to_owned(),
+            slots: slots.max(1),
+            max_entries: max_entries.max(1),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    fn entry_dir(&self, key: &str) -> PathBuf {
+        self.root.join(key)
+    }
+
+    /// The entry for `key`, if one is complete.
+    pub fn lookup(&self, key: &str) -> Option<CachedBuild> {
+        if !is_key(key) {
+            return None;
+        }
+        let dir = self.entry_dir(key);
+        let text = fs::read(dir.join(MANIFEST)).ok()?;
+        let manifest: Manifest = serde_json::from_slice(&text).ok()?;
+        if manifest.protocol != BUILD_PROTOCOL
+            || manifest
+                .builds
+                .iter()
+                .any(|b| !is_flat_name(&b.file) || !dir.join(&b.file).is_file())
+        {
+            return None;
+        }
+        // Recently used entries are the last to be pruned.
+        let _ = File::open(dir.join(MANIFEST)).and_then(|f| f.set_modified(now()));
+        Some(CachedBuild {
+            key: key.to_owned(),
+            dir,
+            manifest,
+        })
+    }
+
+    /// Copies an entry's files into `task_dir/prebuilt/` (a copy, so the child cannot change
+    /// the cache) and returns the builds as `spec.prebuilt` names them.
+    pub fn install(&self, entry: &CachedBuild, task_dir: &Path) -> io::Result<Vec<BuiltExtension>> {
+        let target = task_dir.join("prebuilt");
+        fs::create_dir(&target)?;
+        let mut out = Vec::new();
+        for build in &entry.manifest.builds {
+            let dest = target.join(&build.file);
+            let mut src = File::open(entry.dir.join(&build.file))?;
+            let mut dst = new_file(&dest)?;
+            io::copy(&mut src, &mut dst)?;
+            out.push(BuiltExtension {
+                file: format!("prebuilt/{}", build.file),
+                ..build.clone()
+            });
+        }
+        Ok(out)
+    }
+
+    /// Stores the files a prepare child built in `task_dir` as the entry for `key`. The files
+    /// are opened beneath the task directory without following any link. Returns the entry
+    /// (an existing one if another process stored the same key first).
+    pub fn publish(
+        &self,
+        key: &str,
+        task_dir: &Path,
+        builds: &[BuiltExtension],
+    ) -> io::Result<CachedBuild> {
+        if !is_key(key) {
+            return Err(io::Error::other("malformed build cache key"));
+        }
+        if let Some(existing) = self.lookup(key) {
+            return Ok(existing);
+        }
+        let tmp = tempfile::Builder::new()
+            .prefix(".tmp-")
+            .tempdir_in(&self.root)?;
+        let base: OwnedFd = nix::fcntl::open(
+            task_dir,
+            OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+            Mode::empty(),
+        )?;
+        let mut stored = Vec::new();
+        for (i, build) in builds.iter().enumerate() {
+            let how = OpenHow::new()
+                .flags(OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
+                .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
+            let fd = openat2(&base, build.file.as_str(), how)?;
+            let mut src = File::from(fd);
+            let meta = src.metadata()?;
+            if !meta.is_file() || meta.len() > MAX_FILE_BYTES {
+                return Err(io::Error::other(format!(
+                    "built file {} is not a regular file of at most {MAX_FILE_BYTES} bytes",
+                    build.file
+                )));
+            }
+            let name = format!("{i}.so");
+            let mut dst = new_file(&tmp.path().join(&name))?;
+            io::copy(&mut (&mut src).take(MAX_FILE_BYTES), &mut dst)?;
+            dst.sync_all()?;
+            stored.push(BuiltExtension {
+                file: name,
+                ..build.clone()
+            });
+        }
+        let manifest = Manifest {
+            protocol: BUILD_PROTOCOL.to_owned(),
+            builds: stored,
+        };
+        let mut f = new_file(&tmp.path().join(MANIFEST))?;
+        f.write_all(&serde_json::to_vec(&manifest).map_err(io::Error::other)?)?;
+        f.sync_all()?;
+        let tmp = tmp.keep();
+        if let Err(e) = fs::rename(&tmp, self.entry_dir(key)) {
+            let _ = fs::remove_dir_all(&tmp);
+            // Another process stored it first: theirs is as good as ours.
+            return self.lookup(key).ok_or(e);
+        }
+        self.prune();
+        self.lookup(key)
+            .ok_or_else(|| io::Error::other("stored build cache entry vanished"))
+    }
+
+    /// Removes the least recently used entries beyond `max_entries`.
+    fn prune(&self) {
+        let Ok(dir) = fs::read_dir(&self.root) else {
+            return;
+        };
+        let mut entries: Vec<(std::time::SystemTime, PathBuf)> = dir
+            .flatten()
+            .filter(|e| e.file_name().to_str().is_some_and(is_key))
+            .filter_map(|e| {
+                let used = fs::metadata(e.path().join(MANIFEST))
+                    .ok()?
+                    .modified()
+                    .ok()?;
+                Some((used, e.path()))
+            })
+            .collect();
+        if entries.len() <= self.max_entries {
+            return;
+        }
+        entries.sort();
+        let excess = entries.len() - self.max_entries;
+        for (_, path) in entries.into_iter().take(excess) {
+            // Renamed away first, so no reader sees half an entry.
+            let doomed = path.with_extension("old");
+            if fs::rename(&path, &doomed).is_ok() {
+                let _ = fs::remove_dir_all(&doomed);
+            }
+        }
+    }
+
+    /// Serialises builds of one key across the node's workers: the second builder waits and
+    /// then finds the entry.
+    pub async fn lock_key(&self, key: &str) -> io::Result<Flock<File>> {
+        if !is_key(key) {
+            return Err(io::Error::other("malformed build cache key"));
+        }
+        let path = self.root.join(".locks").join(key);
+        loop {
+            let file = lock_file(&path)?;
+            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => return Ok(lock),
+                Err((_, nix::errno::Errno::EWOULDBLOCK)) => tokio::time::sleep(SLOT_POLL).await,
+                Err((_, e)) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// One of the node's compile slots, waiting while all are taken.
+    pub async fn slot(&self) -> io::Result<Flock<File>> {
+        loop {
+            for i in 0..self.slots {
+                let file = lock_file(&self.root.join(".slots").join(i.to_string()))?;
+                match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                    Ok(lock) => return Ok(lock),
+                    Err((_, nix::errno::Errno::EWOULDBLOCK)) => {}
+                    Err((_, e)) => return Err(e.into()),
+                }
+            }
+            tokio::time::sleep(SLOT_POLL).await;
+        }
+    }
+}
+
+fn now() -> std::time::SystemTime {
+    std::time::SystemTime::now()
+}
+
+fn lock_file(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+}
+
+fn new_file(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+}
+
+fn is_key(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|c| c.is_ascii_hexdigit())
+}
+
+fn is_flat_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'_')
+        && !s.starts_with('.')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sw(torch: &str) -> SoftwareVersions {
+        SoftwareVersions {
+            torch: Some(torch.into()),
+            triton: Some("3.6.0".into()),
+            cuda: Some("13.0".into()),
+        }
+    }
+
+    fn ext(name: &str, file: &str) -> BuiltExtension {
+        BuiltExtension {
+            name: name.into(),
+            key: "ab".repeat(32),
+            file: file.into(),
+            python_module: true,
+        }
+    }
+
+    #[test]
+    fn the_key_covers_source_torch_cuda_and_architecture() {
+        let base = entry_key("src", &sw("2.11.0"), "9.0");
+        assert_eq!(base, entry_key("src", &sw("2.11.0"), "9.0"));
+        assert!(is_key(&base));
+        assert_ne!(base, entry_key("src ", &sw("2.11.0"), "9.0"));
+        assert_ne!(base, entry_key("src", &sw("2.12.0"), "9.0"));
+        assert_ne!(base, entry_key("src", &sw("2.11.0"), "8.0"));
+        let mut other_cuda = sw("2.11.0");
+        other_cuda.cuda = Some("12.8".into());
+        assert_ne!(base, entry_key("src", &other_cuda, "9.0"));
+    }
+
+    #[test]
+    fn publish_copies_regular_files_and_install_hands_out_copies() {
+        let root = tempfile::tempdir().unwrap();
+        let cache = BuildCache::open(root.path(), 2, 10).unwrap();
+        let task = tempfile::tempdir().unwrap();
+        fs::create_dir_all(task.path().join("build/k1")).unwrap();
+        fs::write(task.path().join("build/k1/ext.so"), b"ELF-bytes").unwrap();
+        let key = "cd".repeat(32);
+        assert!(cache.lookup(&key).is_none());
+        let entry = cache
+            .publish(&key, task.path(), &[ext("ext", "build/k1/ext.so")])
+            .unwrap();
+        assert_eq!(entry.manifest.builds[0].file, "0.so");
+        let gpu_dir = tempfile::tempdir().unwrap();
+        let installed = cache.install(&entry, gpu_dir.path()).unwrap();
+        assert_eq!(installed[0].file, "prebuilt/0.so");
+        assert_eq!(
+            fs::read(gpu_dir.path().join("prebuilt/0.so")).unwrap(),
+            b"ELF-bytes"
+        );
+        // The child's copy is its own: changing it leaves the cache alone.
+        fs::write(gpu_dir.path().join("prebuilt/0.so"), b"tampered").unwrap();
+        let again = cache.lookup(&key).unwrap();
+        assert_eq!(fs::read(again.dir.join("0.so")).unwrap(), b"ELF-bytes");
+    }
+
+    #[test]
+    fn publish_refuses_links_planted_by_the_child() {
+        let root = tempfile::tempdir().unwrap();
+        let cache = BuildCache::open(root.path(), 1, 10).unwrap();
+        let task = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        fs::write(outside.path().join("secret"), b"secret").unwrap();
+        fs::create_dir_all(task.path().join("build")).unwrap();
+        std::os::unix::fs::symlink(
+            outside.path().join("secret"),
+            task.path().join("build/ext.so"),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(outside.path(), task.path().join("build/dir")).unwrap();
+        for file in ["build/ext.so", "build/dir/secret"] {
+            let key = "ef".repeat(32);
+            assert!(
+                cache
+                    .publish(&key, task.path(), &[ext("ext", file)])
+                    .is_err(),
+                "{file} must not be followed"
+            );
+            assert!(cache.lookup(&key).is_none());
+        }
+    }
+
+    #[test]
+    fn entries_beyond_the_cap_are_pruned_oldest_first() {
+        let root = tempfile::tempdir().unwrap();
+        let cache = BuildCache::open(root.path(), 1, 2).unwrap();
+        let task = tempfile::tempdir().unwrap();
+        fs::create_dir_all(task.path().join("build")).unwrap();
+        fs::write(task.path().join("build/e.so"), b"x").unwrap();
+        let keys: Vec<String> = ["01", "02", "03"].iter().map(|k| k.repeat(32)).collect();
+        for (i, key) in keys.iter().enumerate() {
+            cache
+                .publish(key, task.path(), &[ext("e", "build/e.so")])
+                .unwrap();
+            // Distinct, ordered use times without sleeping.
+            let t = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1000 + i as u64);
+            File::open(root.path().join(key).join(MANIFEST))
+                .unwrap()
+                .set_modified(t)
+                .unwrap();
+        }
+        cache.prune();
+        assert!(cache.lookup(&keys[0]).is_none());
+        assert!(cache.lookup(&keys[1]).is_some());
+        assert!(cache.lookup(&keys[2]).is_some());
+    }
+
+    #[tokio::test]
+    async fn slots_bound_concurrent_builds() {
+        let root = tempfile::tempdir().unwrap();
+        let cache = BuildCache::open(root.path(), 2, 10).unwrap();
+        let a = cache.slot().await.unwrap();
+        let _b = cache.slot().await.unwrap();
+        let third = tokio::time::timeout(Duration::from_millis(300), cache.slot()).await;
+        assert!(third.is_err(), "a third slot while two are held");
+        drop(a);
+        let c = tokio::time::timeout(Duration::from_secs(10), cache.slot()).await;
+        assert!(c.is_ok(), "a slot frees up when a build ends");
+    }
+}

@@ -1,0 +1,348 @@
+//! The CPU stage of a task: what can be done before it takes the device, run while the device
+//! works on other tasks. A child with no GPU visible checks the syntax, screens the source and
+//! imports the candidate; for a CUDA candidate the import builds its `load_inline` extensions
+//! (`TORCH_CUDA_ARCH_LIST` set to the device's architecture), which the worker then stores in
+//! the node-wide [`BuildCache`]. A candidate whose build is cached skips the child entirely.
+//!
+//! Final here (the task never takes the device): `SYNTAX`, `SCREENED`, a compiler failure
+//! (`COMPILATION`, with the compiler's message), and a child that blew a limit while importing
+//! (timeout, output, memory, processes). Anything else the import raised on the CPU is left to
+//! the device stage, which imports again and judges it there: module-level code may need the
+//! GPU.
+
+use crate::build_cache::{BuildCache, entry_key};
+use crate::config::WorkerConfig;
+use crate::evaluation::{Prebuilt, StageInputs, run_prepare_child};
+use crate::protocol::Prepared;
+use crate::reference_cache::SoftwareVersions;
+use crate::supervisor::{ChildOutcome, KillReason, Launcher};
+use crate::verdict::{Classified, VerdictContext, classify};
+use crucible_shared::{Backend, BuildSource, TaskSpec, VerdictCode};
+use std::collections::BTreeMap;
+use std::time::Instant;
+use tokio::sync::watch;
+
+/// How a CPU stage ended.
+#[derive(Debug, Clone)]
+pub enum PrepareEnd {
+    /// The verdict (or cancellation, or a service fault) is known without the device.
+    Final(Classified),
+    /// The task goes on to the device, with its prebuilt extensions if any.
+    Ready(Ready),
+}
+
+/// What a task takes to its device stage.
+#[derive(Debug, Clone, Default)]
+pub struct Ready {
+    pub prebuilt: Option<Prebuilt>,
+    /// Worker-side times of the CPU stage (`cpu_stage`, `build_cache`), merged into the
+    /// result's `stage_ms`.
+    pub stage_ms: BTreeMap<String, f64>,
+}
+
+/// How the outcome of a prepare child reads, before any cache work.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PrepareVerdict {
+    Final(Classified),
+    Prepared(Prepared),
+    /// Nothing decided on the CPU (a crash, a protocol violation, a setup failure): the
+    /// device stage does everything as if there had been no CPU stage.
+    Inconclusive(String),
+}
+
+/// Verdict codes the CPU stage may give. Everything else needs the device to be sure.
+const FINAL_ON_CPU: &[VerdictCode] = &[
+    VerdictCode::Syntax,
+    VerdictCode::Screened,
+    VerdictCode::Compilation,
+];
+
+/// Pure: what the end of a prepare child means.
+pub fn classify_prepare(outcome: &ChildOutcome, ctx: &VerdictContext) -> PrepareVerdict {
+    let transcript = &outcome.transcript;
+    match outcome.killed_for {
+        Some(KillReason::Cancelled) => return PrepareVerdict::Final(Classified::Cancelled),
+        Some(_) if transcript.last_stage() == Some("load_candidate") => {
+            // The candidate's import (and build) ran into a limit: the same limits apply on
+            // the device.
+            return PrepareVerdict::Final(classify(outcome, ctx));
+        }
+        Some(reason) => {
+            return PrepareVerdict::Inconclusive(format!(
+                "killed ({reason:?}) before the candidate ran"
+            ));
+        }
+        None => {}
+    }
+    if let Some(why) = &transcript.violation {
+        return PrepareVerdict::Inconclusive(format!("protocol violation: {why}"));
+    }
+    let clean_exit = outcome.exit == crate::supervisor::ExitKind::Code(0);
+    if let Some(result) = &transcript.result {
+        if clean_exit
+            && result
+                .error_code
+                .is_some_and(|code| FINAL_ON_CPU.contains(&code))
+        {
+            return PrepareVerdict::Final(classify(outcome, ctx));
+        }
+        return PrepareVerdict::Inconclusive(format!(
+            "result {:?} is not final on the cpu",
+            result.error_code
+        ));
+    }
+    match (&transcript.prepared, clean_exit) {
+        (Some(prepared), true) => PrepareVerdict::Prepared(prepared.clone()),
+        _ => PrepareVerdict::Inconclusive(format!("ended with {:?}", outcome.exit)),
+    }
+}
+
+/// Everything the CPU stage needs from its worker.
+pub struct PrepareContext<'a> {
+    pub cfg: &'a WorkerConfig,
+    pub cache: Option<&'a BuildCache>,
+    pub cuda_arch: Option<&'a str>,
+    /// The versions the worker's harnesses last reported: part of the build cache key.
+    pub software: Option<SoftwareVersions>,
+}
+
+/// Runs the CPU stage of one task. `Err` is a fault of this node.
+pub async fn prepare(
+    ctx: &PrepareContext<'_>,
+    spec: &TaskSpec,
+    label: &str,
+    launcher: Launcher<'_>,
+    cancel: watch::Receiver<bool>,
+) -> std::io::Result<PrepareEnd> {
+    let started = Instant::now();
+    let cuda = spec.request.backend == Backend::Cuda;
+    let on_gpu = ctx.cfg.device.index().is_some();
+    let mut ready = Ready::default();
+    if cuda && !on_gpu {
+        // A CPU worker answers CUDA candidates UNSUPPORTED without building anything.
+        return Ok(PrepareEnd::Ready(ready));
+    }
+    let cache = ctx.cache.filter(|_| cuda);
+    let key = match (cache, ctx.cuda_arch, &ctx.software) {
+        (Some(_), Some(arch), Some(sw)) => Some(entry_key(&spec.request.kernel_code, sw, arch)),
+        _ => None,
+    };
+    // Held until this task's build is stored: a twin on another worker waits, then hits.
+    let mut _key_lock = None;
+    if let (Some(cache), Some(key)) = (cache, &key) {
+        if let Some(entry) = cache.lookup(key) {
+            ready.stage_ms.insert("build_cache".into(), ms(started));
+            ready.prebuilt = Some(Prebuilt {
+                cache: cache.clone(),
+                entry,
+                source: BuildSource::Cache,
+            });
+            return Ok(PrepareEnd::Ready(ready));
+        }
+        _key_lock = Some(cache.lock_key(key).await?);
+        if let Some(entry) = cache.lookup(key) {
+            ready.stage_ms.insert("build_cache".into(), ms(started));
+            ready.prebuilt = Some(Prebuilt {
+                cache: cache.clone(),
+                entry,
+                source: BuildSource::Cache,
+            });
+            return Ok(PrepareEnd::Ready(ready));
+        }
+    }
+    // Only builds take one of the node's compile slots; the rest of the stage is light.
+    let _slot = match cache {
+        Some(cache) => Some(cache.slot().await?),
+        None => None,
+    };
+    let inputs = StageInputs {
+        cuda_arch: ctx.cuda_arch.map(str::to_owned),
+        ..StageInputs::default()
+    };
+    let child_started = Instant::now();
+    let (outcome, dir) = run_prepare_child(ctx.cfg, spec, label, launcher, cancel, &inputs).await?;
+    ready.stage_ms.insert("cpu_stage".into(), ms(child_started));
+    let vctx = VerdictContext {
+        trials_total: spec.request.num_correct_trials,
+        device: ctx.cfg.device.info(),
+        timeout_s: spec.request.timeout_s,
+        max_output_bytes: ctx.cfg.limits.max_output_bytes,
+        max_memory_bytes: ctx.cfg.limits.max_memory_bytes,
+        max_processes: ctx.cfg.limits.max_processes,
+    };
+    let prepared = match classify_prepare(&outcome, &vctx) {
+        PrepareVerdict::Final(mut classified) => {
+            if let Classified::Verdict(result) = &mut classified {
+                result.stage_ms.extend(ready.stage_ms);
+            }
+            return Ok(PrepareEnd::Final(classified));
+        }
+        PrepareVerdict::Inconclusive(why) => {
+            tracing::info!(
+                task = label,
+                why,
+                "cpu stage inconclusive, the device stage decides"
+            );
+            return Ok(PrepareEnd::Ready(ready));
+        }
+        PrepareVerdict::Prepared(p) => p,
+    };
+    if let (Some(cache), Some(arch), false) = (cache, ctx.cuda_arch, prepared.builds.is_empty()) {
+        // Keyed by the versions this very child reported (the worker may not know them yet).
+        let software = prepared
+            .software
+            .as_ref()
+            .and_then(SoftwareVersions::from_report);
+        if let Some(sw) = software {
+            let key = entry_key(&spec.request.kernel_code, &sw, arch);
+            match cache.publish(&key, dir.path(), &prepared.builds) {
+                Ok(entry) => {
+                    ready.prebuilt = Some(Prebuilt {
+                        cache: cache.clone(),
+                        entry,
+                        source: BuildSource::CompilePool,
+                    })
+                }
+                Err(e) => {
+                    tracing::warn!(task = label, error = %e, "could not store the build, the device stage builds again")
+                }
+            }
+        }
+    }
+    Ok(PrepareEnd::Ready(ready))
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::Transcript;
+    use crate::supervisor::ExitKind;
+    use crucible_shared::{DeviceInfo, DeviceKind};
+
+    fn ctx() -> VerdictContext {
+        VerdictContext {
+            trials_total: 5,
+            device: DeviceInfo {
+                kind: DeviceKind::Cuda,
+                name: "H100".into(),
+            },
+            timeout_s: 60,
+            max_output_bytes: 1 << 20,
+            max_memory_bytes: 1 << 30,
+            max_processes: 64,
+        }
+    }
+
+    fn outcome(lines: &[&str], exit: ExitKind, killed_for: Option<KillReason>) -> ChildOutcome {
+        let mut transcript = Transcript::default();
+        for l in lines {
+            transcript.push_line(l.as_bytes());
+        }
+        ChildOutcome {
+            exit,
+            killed_for,
+            transcript,
+            output_tail: String::new(),
+            output_bytes: 0,
+            wall: std::time::Duration::from_millis(10),
+            peak_rss_bytes: 0,
+            peak_processes: 1,
+        }
+    }
+
+    const SETUP: &str = r#"{"event":"stage","stage":"setup"}"#;
+    const LOAD: &str = r#"{"event":"stage","stage":"load_candidate"}"#;
+
+    fn result_line(code: &str) -> String {
+        format!(
+            r#"{{"event":"result","compiled":false,"correct":false,"trials_passed":0,"trials_total":5,"error_code":"{code}","error_message":"m","device":{{"kind":"cpu","name":"x"}}}}"#
+        )
+    }
+
+    fn code_of(v: PrepareVerdict) -> Option<VerdictCode> {
+        match v {
+            PrepareVerdict::Final(Classified::Verdict(r)) => r.error_code,
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn syntax_and_compiler_failures_are_final_on_the_cpu() {
+        for code in ["SYNTAX", "COMPILATION"] {
+            let r = result_line(code);
+            let o = outcome(&[SETUP, LOAD, &r], ExitKind::Code(0), None);
+            assert!(code_of(classify_prepare(&o, &ctx())).is_some(), "{code}");
+        }
+    }
+
+    #[test]
+    fn other_results_leave_the_verdict_to_the_device() {
+        // A forged "correct" or an import error on the CPU decides nothing.
+        for code in ["IMPORT", "RUNTIME", "CORRECTNESS"] {
+            let r = result_line(code);
+            let o = outcome(&[SETUP, LOAD, &r], ExitKind::Code(0), None);
+            assert!(matches!(
+                classify_prepare(&o, &ctx()),
+                PrepareVerdict::Inconclusive(_)
+            ));
+        }
+        let o = outcome(&[SETUP, LOAD], ExitKind::Signal(11), None);
+        assert!(matches!(
+            classify_prepare(&o, &ctx()),
+            PrepareVerdict::Inconclusive(_)
+        ));
+    }
+
+    #[test]
+    fn a_prepared_line_carries_the_builds() {
+        let key = "a".repeat(64);
+        let line = format!(
+            r#"{{"event":"prepared","builds":[{{"name":"ext","key":"{key}","file":"build/{}/ext.so","python_module":true}}],"import_error":null}}"#,
+            &key[..32]
+        );
+        let o = outcome(&[SETUP, LOAD, &line], ExitKind::Code(0), None);
+        match classify_prepare(&o, &ctx()) {
+            PrepareVerdict::Prepared(p) => assert_eq!(p.builds[0].name, "ext"),
+            other => panic!("{other:?}"),
+        }
+        let escape = format!(
+            r#"{{"event":"prepared","builds":[{{"name":"ext","key":"{key}","file":"build/../../etc/passwd","python_module":true}}],"import_error":null}}"#
+        );
+        let o = outcome(&[SETUP, LOAD, &escape], ExitKind::Code(0), None);
+        assert!(matches!(
+            classify_prepare(&o, &ctx()),
+            PrepareVerdict::Inconclusive(_)
+        ));
+    }
+
+    #[test]
+    fn limits_hit_while_importing_are_final_and_before_it_are_not() {
+        let o = outcome(
+            &[SETUP, LOAD],
+            ExitKind::Signal(9),
+            Some(KillReason::Timeout),
+        );
+        assert_eq!(
+            code_of(classify_prepare(&o, &ctx())),
+            Some(VerdictCode::Timeout)
+        );
+        let o = outcome(&[SETUP], ExitKind::Signal(9), Some(KillReason::Timeout));
+        assert!(matches!(
+            classify_prepare(&o, &ctx()),
+            PrepareVerdict::Inconclusive(_)
+        ));
+        let o = outcome(
+            &[SETUP, LOAD],
+            ExitKind::Signal(9),
+            Some(KillReason::Cancelled),
+        );
+        assert_eq!(
+            classify_prepare(&o, &ctx()),
+            PrepareVerdict::Final(Classified::Cancelled)
+        );
+    }
+}

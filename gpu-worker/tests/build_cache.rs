@@ -1,0 +1,249 @@
+//! The CPU stage and the node-wide build cache against a real Python with torch
+//! (`CRUCIBLE_PYTHON`, as scripts/test.sh exports it) and a real compiler. A C++-only
+//! `load_inline` extension stands in for a CUDA one: the machinery (a child with no GPU
+//! visible, per-source build directories, the cache, the compile slots, loading the prebuilt
+//! file in the device stage without the compiler) is the same; only nvcc is missing here.
+
+use crucible_gpu_worker::build_cache::BuildCache;
+use crucible_gpu_worker::prepare::{PrepareContext, PrepareEnd, prepare};
+use crucible_gpu_worker::reference_cache::SoftwareVersions;
+use crucible_gpu_worker::supervisor::Launcher;
+use crucible_gpu_worker::verdict::Classified;
+use crucible_gpu_worker::{DeviceSlot, WorkerConfig};
+use crucible_shared::{Backend, BuildSource, EvaluateRequest, TaskSpec, VerdictCode};
+use std::path::{Path, PathBuf};
+use tokio::sync::watch;
+
+const ARCH: &str = "9.0";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+fn candidate(scale: &str) -> String {
+    format!(
+        r#"import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+SOURCE = """
+#include <torch/extension.h>
+torch::Tensor scale_add(torch::Tensor x) {{ return x * {scale} + 1.0; }}
+"""
+ext = load_inline(name="crucible_scale_add", cpp_sources=SOURCE, functions=["scale_add"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self, *args):
+        super().__init__()
+
+    def forward(self, x):
+        return ext.scale_add(x)
+"#
+    )
+}
+
+const BROKEN: &str = r#"import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+ext = load_inline(name="crucible_broken", cpp_sources="int f( { return 1; }", functions=["f"])
+
+
+class ModelNew(nn.Module):
+    pass
+"#;
+
+fn spec(kernel: String) -> TaskSpec {
+    let mut request = EvaluateRequest::new(
+        std::fs::read_to_string(repo().join("tests/problems/softmax.py")).unwrap(),
+        kernel,
+    );
+    request.backend = Backend::Cuda;
+    request.timeout_s = 600;
+    TaskSpec { request, seed: 7 }
+}
+
+/// A worker config for a GPU slot: the CPU stage never touches the device (its child sees no
+/// GPU), so it runs on a machine without one.
+fn config(work: &Path, cache: &Path) -> WorkerConfig {
+    let mut cfg = WorkerConfig::from_env(DeviceSlot::Gpu {
+        index: 0,
+        name: "test".into(),
+    })
+    .unwrap();
+    cfg.work_root = work.to_owned();
+    cfg.build_cache_dir = cache.to_owned();
+    cfg
+}
+
+fn software(python: &Path) -> SoftwareVersions {
+    let out = std::process::Command::new(python)
+        .args([
+            "-c",
+            "import torch; print(torch.__version__); print(torch.version.cuda)",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text.lines();
+    SoftwareVersions {
+        torch: lines.next().map(str::to_owned),
+        triton: None,
+        cuda: lines.next().filter(|v| *v != "None").map(str::to_owned),
+    }
+}
+
+async fn run_prepare(
+    cfg: &WorkerConfig,
+    cache: &BuildCache,
+    software: Option<SoftwareVersions>,
+    spec: &TaskSpec,
+    label: &str,
+) -> PrepareEnd {
+    let ctx = PrepareContext {
+        cfg,
+        cache: Some(cache),
+        cuda_arch: Some(ARCH),
+        software,
+    };
+    let (_keep, cancel) = watch::channel(false);
+    prepare(&ctx, spec, label, Launcher::Direct, cancel)
+        .await
+        .unwrap()
+}
+
+fn ready(end: PrepareEnd) -> crucible_gpu_worker::prepare::Ready {
+    match end {
+        PrepareEnd::Ready(r) => r,
+        PrepareEnd::Final(c) => panic!("expected the task to go on to the device, got {c:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_sources_build_once_and_distinct_sources_build_apart() {
+    let work = tempfile::tempdir().unwrap();
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cfg = config(work.path(), cache_dir.path());
+    let cache = BuildCache::open(cache_dir.path(), 2, 100).unwrap();
+    let sw = software(&cfg.python);
+    let twice = spec(candidate("2.0"));
+
+    // Two identical candidates at once: one builds, the other waits for it and hits.
+    let (a, b) = tokio::join!(
+        run_prepare(&cfg, &cache, Some(sw.clone()), &twice, "a"),
+        run_prepare(&cfg, &cache, Some(sw.clone()), &twice, "b"),
+    );
+    let (a, b) = (ready(a), ready(b));
+    let mut sources: Vec<BuildSource> = [&a, &b]
+        .iter()
+        .map(|r| r.prebuilt.as_ref().expect("a prebuilt extension").source)
+        .collect();
+    sources.sort_by_key(|s| *s == BuildSource::Cache);
+    assert_eq!(sources, [BuildSource::CompilePool, BuildSource::Cache]);
+    let built = [&a, &b]
+        .into_iter()
+        .find(|r| r.prebuilt.as_ref().unwrap().source == BuildSource::CompilePool)
+        .unwrap();
+    assert!(
+        built.stage_ms.contains_key("cpu_stage"),
+        "{:?}",
+        built.stage_ms
+    );
+    let key = built.prebuilt.as_ref().unwrap().entry.key.clone();
+
+    // Later, the same source is a cache hit without any child (no cpu_stage at all).
+    let again = ready(run_prepare(&cfg, &cache, Some(sw.clone()), &twice, "c").await);
+    let hit = again.prebuilt.expect("cached build");
+    assert_eq!(hit.source, BuildSource::Cache);
+    assert_eq!(hit.entry.key, key);
+    assert!(!again.stage_ms.contains_key("cpu_stage"));
+
+    // A different source gets its own entry (and its own build directory in its child).
+    let other =
+        ready(run_prepare(&cfg, &cache, Some(sw.clone()), &spec(candidate("3.0")), "d").await);
+    let other = other.prebuilt.expect("a prebuilt extension");
+    assert_eq!(other.source, BuildSource::CompilePool);
+    assert_ne!(other.entry.key, key);
+    let entries: Vec<_> = std::fs::read_dir(cache_dir.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .collect();
+    assert_eq!(entries.len(), 2, "one entry per distinct source");
+
+    // The device stage loads the prebuilt file and never calls the compiler: torch's build
+    // step is replaced by one that fails, and the model still computes x * 2 + 1.
+    let gpu_dir = tempfile::tempdir().unwrap();
+    let installed = cache.install(&hit.entry, gpu_dir.path()).unwrap();
+    std::fs::write(gpu_dir.path().join("candidate.py"), candidate("2.0")).unwrap();
+    let script = r#"
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import harness, torch
+import torch.utils.cpp_extension as cpp
+def no_compiler(*a, **k):
+    raise RuntimeError("the compiler ran")
+cpp._jit_compile = no_compiler
+harness.Trusted.torch = torch
+taskdir, prebuilt = sys.argv[2], json.loads(sys.argv[3])
+builds = harness.ExtensionBuilds(taskdir, str(torch.__version__), sys.argv[4], prebuilt, building=False)
+builds.install()
+scope = {}
+exec(compile(open(os.path.join(taskdir, "candidate.py")).read(), "candidate.py", "exec"), scope)
+out = scope["ModelNew"]()(torch.ones(3))
+print(json.dumps({"reused": builds.reused, "out": out.tolist()}))
+"#;
+    let out = std::process::Command::new(&cfg.python)
+        .args([
+            "-c",
+            script,
+            repo().join("gpu-worker/harness").to_str().unwrap(),
+            gpu_dir.path().to_str().unwrap(),
+            &serde_json::to_string(&installed).unwrap(),
+            ARCH,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(report["reused"], 1);
+    assert_eq!(report["out"], serde_json::json!([3.0, 3.0, 3.0]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compiler_failure_is_a_verdict_of_the_cpu_stage() {
+    let work = tempfile::tempdir().unwrap();
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cfg = config(work.path(), cache_dir.path());
+    let cache = BuildCache::open(cache_dir.path(), 1, 100).unwrap();
+    let end = run_prepare(&cfg, &cache, None, &spec(BROKEN.to_owned()), "broken").await;
+    let PrepareEnd::Final(Classified::Verdict(result)) = end else {
+        panic!("expected a verdict, got {end:?}");
+    };
+    assert_eq!(
+        result.error_code,
+        Some(VerdictCode::Compilation),
+        "{result:?}"
+    );
+    assert!(!result.compiled);
+    let message = result.error_message.unwrap_or_default();
+    assert!(
+        message.contains("error"),
+        "the compiler's message: {message}"
+    );
+
+    // Syntax errors and screening rejections end here too, without a device.
+    let end = run_prepare(&cfg, &cache, None, &spec("def (".to_owned()), "syntax").await;
+    let PrepareEnd::Final(Classified::Verdict(result)) = end else {
+        panic!("expected a verdict, got {end:?}");
+    };
+    assert_eq!(result.error_code, Some(VerdictCode::Syntax));
+}
