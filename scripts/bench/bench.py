@@ -47,7 +47,13 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-HARNESS = os.path.join(REPO, "gpu-worker", "harness", "harness.py")
+# The harness the naive loop runs: the bundle's snapshot (scripts/gpu-bundle.sh copies it next to
+# the binaries that embed the same files) when there is one, else the working tree's.
+HARNESS_DIR = os.environ.get("BENCH_HARNESS_DIR") or next(
+    (d for d in (os.path.join(REPO, ".gpu-run", "harness"),
+                 os.path.join(REPO, "gpu-worker", "harness"))
+     if os.path.isfile(os.path.join(d, "harness.py"))),
+    os.path.join(REPO, "gpu-worker", "harness"))
 TERMINAL = ("done", "failed", "cancelled")
 
 # ---------------------------------------------------------------------------------------------
@@ -359,7 +365,8 @@ def run_harness_once(it, python, device, gpu, work_root):
     tests/harness/run_harness.py and the worker's direct-spawn path do."""
     taskdir = tempfile.mkdtemp(prefix="bench-task-", dir=work_root)
     os.chmod(taskdir, 0o700)
-    shutil.copyfile(HARNESS, os.path.join(taskdir, "harness.py"))
+    for name in ("harness.py", "screen.py"):
+        shutil.copyfile(os.path.join(HARNESS_DIR, name), os.path.join(taskdir, name))
     for name, text in (("reference.py", it["reference_code"]), ("candidate.py", it["kernel_code"])):
         with open(os.path.join(taskdir, name), "w", encoding="utf-8") as f:
             f.write(text)
