@@ -65,6 +65,35 @@ def _bind_channel():
     _channel_write = channel.write
     _channel_flush = channel.flush
 
+
+GATE_FD = 4
+_gate_read = None   # bound in main() when the worker passed a gate
+
+
+def _bind_gate():
+    """fd 4, when open, is the worker's gate: one byte lets the child go on at each of two
+    points (see wait_at_gate). Marked close-on-exec like fd 3."""
+    global _gate_read
+    try:
+        os.fstat(GATE_FD)
+    except OSError:
+        return
+    os.set_inheritable(GATE_FD, False)
+    _gate_read = os.read
+
+
+def wait_at_gate(point):
+    """Blocks until the worker opens the gate (one byte), if there is a gate. Points:
+    `standby` after setup and the reference's import (trusted code only: CUDA is initialised
+    while another task has the device, and nothing of the candidate has run yet), and
+    `performance` before timing (the worker lets a task time only when no other child on the
+    device is doing anything). End of file: the worker no longer wants this task."""
+    if _gate_read is None:
+        return
+    emit({"event": "stage", "stage": point})
+    if not _gate_read(GATE_FD, 1):
+        _os_exit(0)
+
 def _load_screen():
     """screen.py, the static screening, from this file's directory (the worker writes it next
     to harness.py); loaded at import so the template has it before any candidate exists."""
@@ -697,6 +726,8 @@ class Evaluation:
             return
         self.begin("load_reference")
         self.load_reference()
+        self._end_stage()
+        wait_at_gate("standby")
         self.begin("load_candidate")
         self.load_candidate()
         torch = Trusted.torch
@@ -706,6 +737,8 @@ class Evaluation:
             self.begin("correctness")
             self.correctness()
             if self.result["correct"] and self.spec["measure_performance"]:
+                self._end_stage()
+                wait_at_gate("timing_gate")
                 self.begin("performance")
                 self.performance()
         self.finish()
@@ -1100,6 +1133,7 @@ def main(taskdir=None):
             _os_exit(3)
         taskdir = sys.argv[1]
     _bind_channel()
+    _bind_gate()
     ev = Evaluation(taskdir)
     try:
         try:

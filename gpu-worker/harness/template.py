@@ -3,7 +3,7 @@ never initialised CUDA, and forks one fresh child per task.
 
 Run by the worker as ``python -I -B template.py <harness.py>`` with file descriptor 4 a
 SOCK_SEQPACKET Unix socket to the worker. Requests (one JSON object per message) carry three
-file descriptors (the task's stdout, stderr and result pipe):
+file descriptors (the task's stdout, stderr and result pipe, and optionally its gate, fd 4):
 
     {"op": "spawn", "id": N, "taskdir": "...", "env": {...}, "rlimits": {"NOFILE": n, ...}}
 
@@ -15,7 +15,7 @@ Replies and events (one JSON object per message):
 
 The child then lives exactly as a freshly started harness would: its own session, the worker's
 death (through ours) kills it, the task's environment only, its rlimits, cwd = taskdir, fds
-1/2/3 = the pipes it was given; then harness.main(taskdir). A child is never reused. The
+1/2/3(/4) = the pipes it was given; then harness.main(taskdir). A child is never reused. The
 template exits when the worker closes the socket.
 """
 import os
@@ -25,6 +25,7 @@ import time
 _started = time.perf_counter()
 
 import ctypes  # noqa: E402
+import fcntl  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
 import resource  # noqa: E402
@@ -98,10 +99,15 @@ def _child(harness, request, fds, template_pid, closing):
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0 or os.getppid() != template_pid:
             os._exit(70)
-        out, err, res = fds
-        for src, dst in ((out, 1), (err, 2), (res, 3)):
+        targets = (1, 2, 3, 4)[:len(fds)]
+        # Moved above the targets first, so that no dup2 overwrites a descriptor still to be
+        # placed (the received ones may have any numbers, 4 included, once fd 4 is closed).
+        moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in fds]
+        for fd in fds:
+            os.close(fd)
+        for src, dst in zip(moved, targets):
             os.dup2(src, dst)
-        for fd in set(fds) - {1, 2, 3}:
+        for fd in set(moved) - set(targets):
             os.close(fd)
         for name, value in request.get("rlimits", {}).items():
             resource.setrlimit(RLIMITS[name], (int(value), int(value)))
@@ -163,7 +169,7 @@ def main():
             if not data:
                 os._exit(0)   # the worker is gone or wants us gone
             request = json.loads(data)
-            if request.get("op") != "spawn" or len(fds) != 3:
+            if request.get("op") != "spawn" or len(fds) not in (3, 4):
                 for fd in fds:
                     os.close(fd)
                 send({"event": "spawn_failed", "id": request.get("id"),

@@ -8,7 +8,7 @@ use crate::harness::{HARNESS_FILE, HARNESS_SOURCE, SCREEN_FILE, SCREEN_SOURCE};
 use crate::protocol::BuiltExtension;
 use crate::protocol::SoftwareReport;
 use crate::reference_cache::NUM_WARMUP;
-use crate::supervisor::{ChildOutcome, ChildSpec, Launcher, run_child};
+use crate::supervisor::{ChildOutcome, ChildSpec, GateChild, Launcher, run_child};
 use crate::task_dir::TaskDir;
 use crate::verdict::{Classified, VerdictContext, classify};
 use crucible_shared::{Backend, BuildSource, RuntimeStats, TaskSpec};
@@ -195,6 +195,7 @@ fn harness_child(
     spec: &TaskSpec,
     dir: &TaskDir,
     env: Vec<(String, String)>,
+    gate: Option<GateChild>,
 ) -> ChildSpec {
     ChildSpec {
         program: cfg.python.clone(),
@@ -208,6 +209,7 @@ fn harness_child(
         env,
         limits: cfg.limits.clone(),
         deadline: std::time::Duration::from_secs(u64::from(spec.request.timeout_s)),
+        gate,
     }
 }
 
@@ -246,7 +248,7 @@ pub async fn run_prepare_child(
     let env = prepare_env(cfg, dir.path(), inputs.cuda_arch.as_deref(), |k| {
         std::env::var(k).ok()
     });
-    let outcome = run_child(harness_child(cfg, spec, &dir, env), launcher, cancel).await?;
+    let outcome = run_child(harness_child(cfg, spec, &dir, env, None), launcher, cancel).await?;
     Ok((outcome, dir))
 }
 
@@ -261,11 +263,25 @@ pub async fn run_evaluation_with(
     cancel: watch::Receiver<bool>,
     inputs: StageInputs,
 ) -> std::io::Result<Evaluated> {
+    run_evaluation_gated(cfg, spec, label, launcher, cancel, inputs, None).await
+}
+
+/// [`run_evaluation_with`] for a child that waits at its gate (fd 4) before the candidate is
+/// loaded and before timing; the worker opens the gate (see `worker.rs`).
+pub async fn run_evaluation_gated(
+    cfg: &WorkerConfig,
+    spec: &TaskSpec,
+    label: &str,
+    launcher: Launcher<'_>,
+    cancel: watch::Receiver<bool>,
+    inputs: StageInputs,
+    gate: Option<GateChild>,
+) -> std::io::Result<Evaluated> {
     let started = Instant::now();
     let dir = task_dir_for(cfg, spec, label, "evaluate", &inputs)?;
     let prepare_ms = started.elapsed().as_secs_f64() * 1e3;
     let env = child_env(cfg, dir.path(), |k| std::env::var(k).ok());
-    let outcome = run_child(harness_child(cfg, spec, &dir, env), launcher, cancel).await?;
+    let outcome = run_child(harness_child(cfg, spec, &dir, env, gate), launcher, cancel).await?;
     tracing::debug!(
         label,
         exit = ?outcome.exit,

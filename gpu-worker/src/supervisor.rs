@@ -33,7 +33,67 @@ pub struct ChildSpec {
     /// The complete environment of the child (nothing else is inherited).
     pub env: Vec<(String, String)>,
     pub limits: ChildLimits,
+    /// Counted from the gate's first opening when there is a gate, else from the spawn.
     pub deadline: Duration,
+    /// A gate on fd 4 (see [`gate`]); without one the child runs straight through.
+    pub gate: Option<GateChild>,
+}
+
+/// What the child's supervision reports as it happens (for a gated child).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChildEvent {
+    /// A stage began (`stage` line on fd 3).
+    Stage(String),
+    /// The result (or `prepared`) line arrived: the child has nothing left to do but exit.
+    Result,
+}
+
+/// The worker's end of a child's gate: each [`Gate::open`] lets the child past one of its
+/// waiting points (`standby`, `timing_gate`).
+pub struct Gate {
+    tx: OwnedFd,
+    opened: watch::Sender<bool>,
+}
+
+impl Gate {
+    pub fn open(&self) -> std::io::Result<()> {
+        nix::unistd::write(&self.tx, b"g")?;
+        self.opened.send_replace(true);
+        Ok(())
+    }
+}
+
+/// The child's end of a gate, with the feed of its events.
+pub struct GateChild {
+    rx: OwnedFd,
+    events: Box<dyn Fn(ChildEvent) + Send + Sync>,
+    opened: watch::Receiver<bool>,
+}
+
+impl GateChild {
+    /// The end the child reads (fd 4 once placed).
+    pub(crate) fn read_end(&self) -> &OwnedFd {
+        &self.rx
+    }
+}
+
+/// A gate for one child; `events` is called with each [`ChildEvent`] as it is read.
+pub fn gate(
+    events: impl Fn(ChildEvent) + Send + Sync + 'static,
+) -> std::io::Result<(Gate, GateChild)> {
+    let (rx, tx) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let (opened_tx, opened_rx) = watch::channel(false);
+    Ok((
+        Gate {
+            tx,
+            opened: opened_tx,
+        },
+        GateChild {
+            rx,
+            events: Box::new(events),
+            opened: opened_rx,
+        },
+    ))
 }
 
 /// Why the supervisor killed the child.
@@ -96,7 +156,7 @@ type ExitFuture = Pin<Box<dyn Future<Output = std::io::Result<ExitKind>> + Send>
 /// Spawns the child and supervises it to the end. An `Err` means the child could not be
 /// started or its template died under it: a fault of this node, not of the candidate.
 pub async fn run_child(
-    spec: ChildSpec,
+    mut spec: ChildSpec,
     launcher: Launcher<'_>,
     mut cancel: watch::Receiver<bool>,
 ) -> std::io::Result<ChildOutcome> {
@@ -105,11 +165,16 @@ pub async fn run_child(
     let (out_read, out_write) = nix::unistd::pipe2(cloexec)?;
     let (err_read, err_write) = nix::unistd::pipe2(cloexec)?;
     let (pipe_read, pipe_write) = nix::unistd::pipe2(cloexec)?;
+    let (gate_fd, events, opened) = match spec.gate.take() {
+        Some(GateChild { rx, events, opened }) => (Some(rx), Some(events), Some(opened)),
+        None => (None, None, None),
+    };
     let (pid, wait): (i32, ExitFuture) = match launcher {
         Launcher::Direct => {
-            let mut child = spawn(&spec, out_write, err_write, &pipe_write)?;
+            let mut child = spawn(&spec, out_write, err_write, &pipe_write, gate_fd.as_ref())?;
             // Our copy of the write end must go, or the pipe never reaches EOF.
             drop(pipe_write);
+            drop(gate_fd);
             let pid = child.id().map(|p| p as i32).unwrap_or(-1);
             (
                 pid,
@@ -117,13 +182,10 @@ pub async fn run_child(
             )
         }
         Launcher::Template(template) => {
+            let mut fds = vec![out_write, err_write, pipe_write];
+            fds.extend(gate_fd);
             let forked = template
-                .fork(
-                    &spec.cwd,
-                    &spec.env,
-                    &spec.limits,
-                    [out_write, err_write, pipe_write],
-                )
+                .fork(&spec.cwd, &spec.env, &spec.limits, fds)
                 .await?;
             let exit = forked.exit;
             (
@@ -152,9 +214,16 @@ pub async fn run_child(
             max_output,
         )));
     }
-    let transcript_task = tokio::spawn(read_transcript(pipe_read));
+    let transcript_task = tokio::spawn(read_transcript(pipe_read, events));
 
-    let deadline = tokio::time::sleep(spec.deadline);
+    let budget = spec.deadline;
+    let deadline = async move {
+        // A gated child's clock starts when it is let go, not while it waits on standby.
+        if let Some(mut opened) = opened {
+            let _ = opened.wait_for(|o| *o).await;
+        }
+        tokio::time::sleep(budget).await;
+    };
     tokio::pin!(deadline);
     let mut tick = tokio::time::interval(spec.limits.watchdog_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -230,6 +299,7 @@ fn spawn(
     stdout: OwnedFd,
     stderr: OwnedFd,
     result_pipe: &OwnedFd,
+    gate: Option<&OwnedFd>,
 ) -> std::io::Result<tokio::process::Child> {
     let mut cmd = tokio::process::Command::new(&spec.program);
     cmd.args(&spec.args)
@@ -241,6 +311,7 @@ fn spawn(
         .stderr(Stdio::from(stderr))
         .kill_on_drop(true);
     let pipe_fd = result_pipe.as_raw_fd();
+    let gate_fd = gate.map(|g| g.as_raw_fd());
     let limits = spec.limits.clone();
     let parent = std::process::id() as i32;
     // SAFETY: the closure runs in the forked child before exec and only makes
@@ -249,6 +320,9 @@ fn spawn(
         cmd.pre_exec(move || {
             detach_from_worker(parent)?;
             place_fd(pipe_fd, 3)?;
+            if let Some(fd) = gate_fd {
+                place_fd(fd, 4)?;
+            }
             let set = |r, v: u64| setrlimit(r, v, v).map_err(std::io::Error::from);
             set(Resource::RLIMIT_NOFILE, limits.max_open_files)?;
             set(Resource::RLIMIT_NPROC, limits.max_processes)?;
@@ -362,7 +436,9 @@ async fn read_output(
     }
 }
 
-async fn read_transcript(fd: OwnedFd) -> Transcript {
+type EventFeed = Box<dyn Fn(ChildEvent) + Send + Sync>;
+
+async fn read_transcript(fd: OwnedFd, events: Option<EventFeed>) -> Transcript {
     let mut transcript = Transcript::default();
     let Ok(mut rx) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
         transcript.violation = Some("cannot read the result pipe".to_owned());
@@ -381,7 +457,20 @@ async fn read_transcript(fd: OwnedFd) -> Transcript {
                 if overlong {
                     transcript.violate(format!("protocol line over {MAX_LINE_BYTES} bytes"));
                 } else {
+                    let stages = transcript.stages.len();
+                    let ended = transcript.result.is_some() || transcript.prepared.is_some();
                     transcript.push_line(&line);
+                    if let Some(feed) = &events {
+                        if transcript.stages.len() > stages
+                            && let Some(stage) = transcript.last_stage()
+                        {
+                            feed(ChildEvent::Stage(stage.to_owned()));
+                        }
+                        if !ended && (transcript.result.is_some() || transcript.prepared.is_some())
+                        {
+                            feed(ChildEvent::Result);
+                        }
+                    }
                 }
                 line.clear();
                 overlong = false;

@@ -200,14 +200,20 @@ impl Template {
     }
 
     /// Forks a child for `taskdir` with the given environment and limits; `pipes` become its
-    /// stdout, stderr and fd 3 (and are closed here once handed over).
+    /// stdout, stderr, fd 3 and, when a fourth is given, fd 4 (the gate); they are closed
+    /// here once handed over.
     pub async fn fork(
         &self,
         taskdir: &Path,
         env: &[(String, String)],
         limits: &ChildLimits,
-        pipes: [OwnedFd; 3],
+        pipes: Vec<OwnedFd>,
     ) -> std::io::Result<ForkedChild> {
+        if !(3..=4).contains(&pipes.len()) {
+            return Err(std::io::Error::other(
+                "a child takes three or four descriptors",
+            ));
+        }
         let id = self.next_id.fetch_add(1, Ordering::SeqCst) + 1;
         let request = serde_json::json!({
             "op": "spawn",

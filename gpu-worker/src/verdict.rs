@@ -49,6 +49,7 @@ const STAGES: &[&str] = &[
     "load_candidate",
     "instantiate",
     "correctness",
+    "timing_gate",
     "performance",
 ];
 
@@ -76,7 +77,9 @@ pub fn classify(outcome: &ChildOutcome, ctx: &VerdictContext) -> Classified {
         (None, ExitKind::Signal(sig)) => format!("killed by {}", signal_name(sig)),
         (None, ExitKind::Code(c)) => format!("exited with code {c}"),
     };
-    if rank < stage_rank(Some("load_reference")) {
+    // `standby`: set up and waiting for the worker's go, no candidate code has run; whatever
+    // ended it (the worker gave up on it, the node ran out of memory) was not the task's doing.
+    if rank < stage_rank(Some("load_reference")) || stage == Some("standby") {
         return Classified::ServiceFault(format!(
             "harness ended before loading the problem ({}); output: {}",
             describe_end(),

@@ -4,10 +4,11 @@
 use crate::build_cache::BuildCache;
 use crate::config::WorkerConfig;
 use crate::device::{DeviceSlot, check_gpu};
-use crate::evaluation::{Evaluated, StageInputs, child_env, run_evaluation_with};
+use crate::evaluation::{Evaluated, StageInputs, child_env, run_evaluation_gated};
 use crate::prepare::{PrepareContext, PrepareEnd, Ready, prepare};
 use crate::reference_cache::{self, REF_CACHE_NAMESPACE, SoftwareVersions};
 use crate::supervisor::Launcher;
+use crate::supervisor::{self, ChildEvent, Gate};
 use crate::template::{Template, TemplateSlot};
 use crate::verdict::Classified;
 use chrono::Utc;
@@ -15,6 +16,7 @@ use crucible_shared::{
     EvalResult, RuntimeStats, TaskId, TaskSpec, VerdictCode, WorkerId, WorkerInfo, WorkerState,
 };
 use crucible_task_manager::{AckOutcome, Broker, Lease, LeaseState};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
@@ -169,35 +171,72 @@ impl Worker {
                     .claim_loop(places, ready_tx, gate_rx, shutdown.clone()),
             );
         let mut faults = 0u32;
+        let mut device = DevicePipeline::new();
         while !*shutdown.borrow() {
-            if !healthy || faults >= FAULTS_BEFORE_BACKOFF {
+            let backing_off = !healthy || faults >= FAULTS_BEFORE_BACKOFF;
+            if backing_off {
                 let _ = gate_tx.send(false);
-                self.set(WorkerState::Unhealthy, None);
-                self.publish().await;
-                // Tasks prepared for this device go back to the queue for healthy workers.
-                while let Ok(task) = ready_rx.try_recv() {
-                    self.give_back(&task.task.lease, "worker device unhealthy")
-                        .await;
+                // A child on standby has not started its task: give the task back.
+                device.abandon_standby();
+                if device.is_empty() {
+                    self.set(WorkerState::Unhealthy, None);
+                    self.publish().await;
+                    // Tasks prepared for this device go back to the queue for healthy workers.
+                    while let Ok(task) = ready_rx.try_recv() {
+                        self.give_back(&task.task.lease, "worker device unhealthy")
+                            .await;
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(UNHEALTHY_RECHECK) => {}
+                        _ = shutdown.changed() => break,
+                    }
+                    healthy = self.ensure_healthy().await;
+                    faults = 0;
+                    let _ = gate_tx.send(healthy);
+                    continue;
                 }
-                tokio::select! {
-                    _ = tokio::time::sleep(UNHEALTHY_RECHECK) => {}
-                    _ = shutdown.changed() => break,
-                }
-                healthy = self.ensure_healthy().await;
-                faults = 0;
-                let _ = gate_tx.send(healthy);
-                continue;
             }
-            self.set(WorkerState::Idle, None);
-            let next = tokio::select! {
-                t = ready_rx.recv() => t,
-                _ = shutdown.changed() => continue,
-            };
-            let Some(task) = next else { break };
-            match self.device_stage(task).await {
-                TaskEnd::Stored | TaskEnd::Cancelled => faults = 0,
-                TaskEnd::ServiceFault => faults += 1,
-                TaskEnd::DeviceUnhealthy => healthy = false,
+            device.advance();
+            self.set(
+                if device.active().is_some() {
+                    WorkerState::Busy
+                } else {
+                    WorkerState::Idle
+                },
+                device.active().cloned(),
+            );
+            let take_task = !backing_off && device.has_room(self.cfg.prefetch > 0);
+            tokio::select! {
+                Some((task_id, event)) = device.events.recv() => device.on_event(&task_id, event),
+                Some(joined) = device.children.join_next(), if !device.children.is_empty() => {
+                    let Ok(done) = joined else {
+                        tracing::error!(worker_id = %self.id, "device stage task panicked, its lease will expire");
+                        continue;
+                    };
+                    let timing = device.ended(&done.ready.task.lease.task_id);
+                    match self.end_device_stage(done, timing).await {
+                        TaskEnd::Stored | TaskEnd::Cancelled => faults = 0,
+                        TaskEnd::ServiceFault => faults += 1,
+                        TaskEnd::DeviceUnhealthy => healthy = false,
+                    }
+                }
+                next = ready_rx.recv(), if take_task => {
+                    let Some(task) = next else { break };
+                    if let Err(e) = self.start_device_stage(&mut device, task).await {
+                        tracing::error!(worker_id = %self.id, error = %e, "could not start a device stage");
+                    }
+                }
+                _ = shutdown.changed() => {}
+            }
+        }
+        // Children still on the device were cancelled by the shutdown: end each (their tasks
+        // go back to the queue).
+        while let Ok(Some(joined)) =
+            tokio::time::timeout(SHUTDOWN_GRACE, device.children.join_next()).await
+        {
+            if let Ok(done) = joined {
+                let timing = device.ended(&done.ready.task.lease.task_id);
+                self.end_device_stage(done, timing).await;
             }
         }
         self.set(WorkerState::Stopping, None);
@@ -308,14 +347,18 @@ impl Worker {
                 }
             })
         };
-        let shutdown_watch = tokio::spawn(async move {
-            if shutdown.wait_for(|stop| *stop).await.is_ok() {
-                let _ = cancel_tx.send(true);
-            }
-        });
+        let shutdown_watch = {
+            let cancel_tx = cancel_tx.clone();
+            tokio::spawn(async move {
+                if shutdown.wait_for(|stop| *stop).await.is_ok() {
+                    let _ = cancel_tx.send(true);
+                }
+            })
+        };
         ClaimedTask {
             lease,
             cancel: cancel_rx,
+            cancel_tx,
             renewer,
             shutdown_watch,
             _place: place,
@@ -412,41 +455,61 @@ impl Worker {
         }
     }
 
-    /// The device stage of a prepared task, exclusive on this worker's device, then its end.
-    async fn device_stage(&self, ready: ReadyTask) -> TaskEnd {
-        let ReadyTask {
-            task,
-            ready,
-            ready_at,
-        } = ready;
-        let lease = &task.lease;
-        let task_id = lease.task_id.clone();
-        let started = Instant::now();
-        tracing::info!(worker_id = %self.id, task_id = %task_id, attempt = lease.attempt, "task started");
-        self.set(WorkerState::Busy, Some(task_id.clone()));
-        self.publish().await;
-
+    /// Forks (or spawns) the device-stage child of a prepared task. It sets itself up and
+    /// imports the reference, then waits at its gate for its turn: see [`DevicePipeline`].
+    async fn start_device_stage(
+        self: &Arc<Self>,
+        device: &mut DevicePipeline,
+        ready: ReadyTask,
+    ) -> std::io::Result<()> {
+        let task_id = ready.task.lease.task_id.clone();
         let template = {
             let mut slot = self.template.lock().await;
             self.ready_template(&mut slot).await
         };
-        let launcher = template
-            .as_deref()
-            .map_or(Launcher::Direct, Launcher::Template);
         let inputs = StageInputs {
-            reference_timing: self.cached_reference(&lease.spec).await,
-            prebuilt: ready.prebuilt,
+            reference_timing: self.cached_reference(&ready.task.lease.spec).await,
+            prebuilt: ready.ready.prebuilt.clone(),
             cuda_arch: self.cuda_arch.clone(),
         };
-        let outcome = run_evaluation_with(
-            &self.cfg,
-            &lease.spec,
-            task_id.as_str(),
-            launcher,
-            task.cancel.clone(),
-            inputs,
-        )
-        .await;
+        let events = device.events_tx.clone();
+        let id = task_id.clone();
+        let (gate, gate_child) = supervisor::gate(move |event| {
+            let _ = events.send((id.clone(), event));
+        })?;
+        device.add(task_id.clone(), gate, ready.task.cancel_tx.clone());
+        let me = self.clone();
+        device.children.spawn(async move {
+            let launcher = template
+                .as_deref()
+                .map_or(Launcher::Direct, Launcher::Template);
+            let outcome = run_evaluation_gated(
+                &me.cfg,
+                &ready.task.lease.spec,
+                task_id.as_str(),
+                launcher,
+                ready.task.cancel.clone(),
+                inputs,
+                Some(gate_child),
+            )
+            .await;
+            DeviceDone {
+                ready,
+                template,
+                outcome,
+            }
+        });
+        Ok(())
+    }
+
+    /// The end of a device stage: caches, timings, the template's health, the verdict.
+    async fn end_device_stage(&self, done: DeviceDone, timing: DeviceTiming) -> TaskEnd {
+        let DeviceDone {
+            ready,
+            template,
+            outcome,
+        } = done;
+        let lease = &ready.task.lease;
         let outcome = match outcome {
             Ok(Evaluated {
                 mut classified,
@@ -462,14 +525,17 @@ impl Worker {
                     self.cache_reference(&key, &stats).await;
                 }
                 if let Classified::Verdict(result) = &mut classified {
-                    result.stage_ms.extend(ready.stage_ms);
-                    result.stage_ms.insert(
-                        "wait_for_device".into(),
-                        (started - ready_at).as_secs_f64() * 1e3,
-                    );
-                    result
-                        .stage_ms
-                        .insert("device_stage".into(), started.elapsed().as_secs_f64() * 1e3);
+                    result.stage_ms.extend(ready.ready.stage_ms);
+                    if let Some(go) = timing.go {
+                        let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
+                        result
+                            .stage_ms
+                            .insert("wait_for_device".into(), ms(ready.ready_at, go));
+                        result.stage_ms.insert(
+                            "device_stage".into(),
+                            ms(go, timing.result.unwrap_or_else(Instant::now)),
+                        );
+                    }
                 }
                 Ok(classified)
             }
@@ -630,6 +696,8 @@ impl Worker {
 struct ClaimedTask {
     lease: Lease,
     cancel: watch::Receiver<bool>,
+    /// Stops the task's children from the worker's side.
+    cancel_tx: watch::Sender<bool>,
     renewer: tokio::task::JoinHandle<()>,
     shutdown_watch: tokio::task::JoinHandle<()>,
     _place: OwnedSemaphorePermit,
@@ -649,9 +717,259 @@ struct ReadyTask {
     ready_at: Instant,
 }
 
+/// What a device-stage child left behind.
+struct DeviceDone {
+    ready: ReadyTask,
+    template: Option<Arc<Template>>,
+    outcome: std::io::Result<Evaluated>,
+}
+
+/// When a device child was let go and when its result arrived.
+#[derive(Debug, Clone, Copy, Default)]
+struct DeviceTiming {
+    go: Option<Instant>,
+    result: Option<Instant>,
+}
+
+/// Where a device child is, as its events tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Forked; setting up (CUDA context) and importing the reference.
+    Starting,
+    /// Set up, blocked at its gate until it is let go.
+    Standby,
+    /// Let go: loading, instantiating and checking the candidate.
+    Running,
+    /// Blocked at its gate before timing.
+    WantsTiming,
+    /// Timing, alone on the device.
+    Timing,
+    /// Result written; the process is ending.
+    Ended,
+}
+
+struct DeviceChild {
+    gate: Gate,
+    phase: Phase,
+    cancel: watch::Sender<bool>,
+    timing: DeviceTiming,
+    /// Let go at its standby point (a child may reach it after the gate opened).
+    released: bool,
+}
+
+/// The children on one device and the rules of who runs when. One child is *active* (let go,
+/// checking the candidate); the next task's child is forked while it runs and sets itself up
+/// (CUDA context, the reference) to wait on *standby*, so that it starts the moment the device
+/// is free. A child times its kernel only when every other child on the device is dead or
+/// blocked on standby: timings are taken alone. Children that wrote their result but have
+/// not exited yet count as not blocked.
+struct DevicePipeline {
+    children: JoinSet<DeviceDone>,
+    controls: HashMap<TaskId, DeviceChild>,
+    active: Option<TaskId>,
+    standby: Option<TaskId>,
+    events_tx: mpsc::UnboundedSender<(TaskId, ChildEvent)>,
+    events: mpsc::UnboundedReceiver<(TaskId, ChildEvent)>,
+}
+
+impl DevicePipeline {
+    fn new() -> Self {
+        let (events_tx, events) = mpsc::unbounded_channel();
+        Self {
+            children: JoinSet::new(),
+            controls: HashMap::new(),
+            active: None,
+            standby: None,
+            events_tx,
+            events,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.controls.is_empty() && self.children.is_empty()
+    }
+
+    fn active(&self) -> Option<&TaskId> {
+        self.active.as_ref()
+    }
+
+    /// Room for another child: none on standby, and (without claiming ahead) none at all.
+    fn has_room(&self, pipelined: bool) -> bool {
+        self.standby.is_none() && (pipelined || self.controls.is_empty())
+    }
+
+    fn add(&mut self, task_id: TaskId, gate: Gate, cancel: watch::Sender<bool>) {
+        self.controls.insert(
+            task_id.clone(),
+            DeviceChild {
+                gate,
+                phase: Phase::Starting,
+                cancel,
+                timing: DeviceTiming::default(),
+                released: false,
+            },
+        );
+        self.standby = Some(task_id);
+    }
+
+    /// Lets the standby child go when no child is active, and lets the active child time when
+    /// it asks and it would be alone.
+    fn advance(&mut self) {
+        if self.active.is_none()
+            && let Some(id) = self.standby.take()
+        {
+            if let Some(child) = self.controls.get_mut(&id) {
+                if child.gate.open().is_err() {
+                    tracing::warn!(task_id = %id, "could not open a child's gate");
+                }
+                child.released = true;
+                child.timing.go = Some(Instant::now());
+                if child.phase == Phase::Standby {
+                    child.phase = Phase::Running;
+                }
+            }
+            self.active = Some(id);
+        }
+        let Some(active) = self.active.clone() else {
+            return;
+        };
+        let alone = self
+            .controls
+            .iter()
+            .all(|(id, c)| *id == active || c.phase == Phase::Standby);
+        if let Some(child) = self.controls.get_mut(&active)
+            && child.phase == Phase::WantsTiming
+            && alone
+        {
+            if child.gate.open().is_err() {
+                tracing::warn!(task_id = %active, "could not open a child's gate");
+            }
+            child.phase = Phase::Timing;
+        }
+    }
+
+    fn on_event(&mut self, task_id: &TaskId, event: ChildEvent) {
+        let Some(child) = self.controls.get_mut(task_id) else {
+            return;
+        };
+        match event {
+            ChildEvent::Stage(stage) => match stage.as_str() {
+                // A child let go before it reached standby passes it on the byte waiting.
+                "standby" if child.released => child.phase = Phase::Running,
+                "standby" => child.phase = Phase::Standby,
+                "timing_gate" => child.phase = Phase::WantsTiming,
+                _ if child.phase == Phase::Starting && child.released => {
+                    child.phase = Phase::Running
+                }
+                _ => {}
+            },
+            ChildEvent::Result => {
+                child.phase = Phase::Ended;
+                child.timing.result = Some(Instant::now());
+                if self.active.as_ref() == Some(task_id) {
+                    self.active = None;
+                }
+            }
+        }
+    }
+
+    /// Forgets a child whose stage ended; returns its timing.
+    fn ended(&mut self, task_id: &TaskId) -> DeviceTiming {
+        if self.active.as_ref() == Some(task_id) {
+            self.active = None;
+        }
+        if self.standby.as_ref() == Some(task_id) {
+            self.standby = None;
+        }
+        self.controls
+            .remove(task_id)
+            .map(|c| c.timing)
+            .unwrap_or_default()
+    }
+
+    /// Stops the child on standby (its task goes back to the queue when it ends).
+    fn abandon_standby(&mut self) {
+        if let Some(id) = &self.standby
+            && let Some(child) = self.controls.get(id)
+        {
+            let _ = child.cancel.send(true);
+        }
+    }
+}
+
 enum TaskEnd {
     Stored,
     Cancelled,
     ServiceFault,
     DeviceUnhealthy,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::supervisor::GateChild;
+
+    /// Bytes the worker let through a child's gate so far (the child's end, non-blocking).
+    fn opened(child: &GateChild) -> usize {
+        let fd = child.read_end();
+        let flags = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFL).unwrap();
+        let flags = nix::fcntl::OFlag::from_bits_truncate(flags) | nix::fcntl::OFlag::O_NONBLOCK;
+        nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFL(flags)).unwrap();
+        let mut buf = [0u8; 16];
+        nix::unistd::read(fd, &mut buf).unwrap_or(0)
+    }
+
+    fn child(device: &mut DevicePipeline, id: &TaskId) -> GateChild {
+        let (gate, child) = supervisor::gate(|_| {}).unwrap();
+        let (cancel, _) = watch::channel(false);
+        device.add(id.clone(), gate, cancel);
+        child
+    }
+
+    fn stage(device: &mut DevicePipeline, id: &TaskId, s: &str) {
+        device.on_event(id, ChildEvent::Stage(s.to_owned()));
+        device.advance();
+    }
+
+    #[test]
+    fn a_child_times_only_when_every_other_child_is_on_standby_or_gone() {
+        let mut device = DevicePipeline::new();
+        let (a, b) = (TaskId("t_a".into()), TaskId("t_b".into()));
+
+        let a_gate = child(&mut device, &a);
+        device.advance();
+        assert_eq!(
+            device.active(),
+            Some(&a),
+            "a free device lets the first child go"
+        );
+        assert_eq!(opened(&a_gate), 1);
+        stage(&mut device, &a, "standby");
+        stage(&mut device, &a, "correctness");
+
+        // The next task's child sets up while `a` checks its candidate.
+        assert!(device.has_room(true) && !device.has_room(false));
+        let b_gate = child(&mut device, &b);
+        device.advance();
+        assert_eq!(opened(&b_gate), 0, "b waits on standby while a is active");
+
+        // `a` asks to time while `b` is still setting up: not yet.
+        stage(&mut device, &a, "timing_gate");
+        assert_eq!(opened(&a_gate), 0);
+        // `b` reached standby (blocked): now `a` is alone.
+        stage(&mut device, &b, "standby");
+        assert_eq!(opened(&a_gate), 1, "a times once b is blocked");
+
+        // `a` wrote its result: `b` goes at once, but cannot time until `a` has exited.
+        device.on_event(&a, ChildEvent::Result);
+        device.advance();
+        assert_eq!(device.active(), Some(&b));
+        assert_eq!(opened(&b_gate), 1);
+        stage(&mut device, &b, "timing_gate");
+        assert_eq!(opened(&b_gate), 0, "a is still exiting");
+        let timing = device.ended(&a);
+        assert!(timing.go.is_some() && timing.result.is_some());
+        device.advance();
+        assert_eq!(opened(&b_gate), 1);
+    }
 }
