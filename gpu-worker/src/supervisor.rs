@@ -70,6 +70,7 @@ pub struct GateChild {
     opened: watch::Receiver<bool>,
 }
 
+#[cfg(test)]
 impl GateChild {
     /// The end the child reads (fd 4 once placed).
     pub(crate) fn read_end(&self) -> &OwnedFd {
