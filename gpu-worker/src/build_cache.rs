@@ -144,18 +144,20 @@ impl BuildCache {
     }
 
     /// Stores the files a prepare child built in `task_dir` as the entry for `key`. The files
-    /// are opened beneath the task directory without following any link. Returns the entry
-    /// (an existing one if another process stored the same key first).
+    /// are opened beneath the task directory without following any link. Returns the entry:
+    /// an existing one if another process stored the same key first, unless `replace` (a
+    /// `force_refresh` rebuild), which swaps the new files in.
     pub fn publish(
         &self,
         key: &str,
         task_dir: &Path,
         builds: &[BuiltExtension],
+        replace: bool,
     ) -> io::Result<CachedBuild> {
         if !is_key(key) {
             return Err(io::Error::other("malformed build cache key"));
         }
-        if let Some(existing) = self.lookup(key) {
+        if !replace && let Some(existing) = self.lookup(key) {
             return Ok(existing);
         }
         let tmp = tempfile::Builder::new()
@@ -197,6 +199,9 @@ impl BuildCache {
         f.write_all(&serde_json::to_vec(&manifest).map_err(io::Error::other)?)?;
         f.sync_all()?;
         let tmp = tmp.keep();
+        if replace {
+            self.remove(key);
+        }
         if let Err(e) = fs::rename(&tmp, self.entry_dir(key)) {
             let _ = fs::remove_dir_all(&tmp);
             // Another process stored it first: theirs is as good as ours.
@@ -205,6 +210,15 @@ impl BuildCache {
         self.prune();
         self.lookup(key)
             .ok_or_else(|| io::Error::other("stored build cache entry vanished"))
+    }
+
+    /// Removes an entry; renamed away first, so no reader sees half of it.
+    fn remove(&self, key: &str) {
+        let path = self.entry_dir(key);
+        let doomed = path.with_extension(format!("old-{}", uuid_like()));
+        if fs::rename(&path, &doomed).is_ok() {
+            let _ = fs::remove_dir_all(&doomed);
+        }
     }
 
     /// Removes the least recently used entries beyond `max_entries`.
@@ -229,10 +243,8 @@ impl BuildCache {
         entries.sort();
         let excess = entries.len() - self.max_entries;
         for (_, path) in entries.into_iter().take(excess) {
-            // Renamed away first, so no reader sees half an entry.
-            let doomed = path.with_extension("old");
-            if fs::rename(&path, &doomed).is_ok() {
-                let _ = fs::remove_dir_all(&doomed);
+            if let Some(key) = path.file_name().and_then(|n| n.to_str()) {
+                self.remove(key);
             }
         }
     }
@@ -268,6 +280,14 @@ impl BuildCache {
             tokio::time::sleep(SLOT_POLL).await;
         }
     }
+}
+
+/// A name no other process picks at the same time (pid and a clock reading).
+fn uuid_like() -> String {
+    let nanos = now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{}-{nanos}", std::process::id())
 }
 
 fn now() -> std::time::SystemTime {
@@ -349,7 +369,7 @@ mod tests {
         let key = "cd".repeat(32);
         assert!(cache.lookup(&key).is_none());
         let entry = cache
-            .publish(&key, task.path(), &[ext("ext", "build/k1/ext.so")])
+            .publish(&key, task.path(), &[ext("ext", "build/k1/ext.so")], false)
             .unwrap();
         assert_eq!(entry.manifest.builds[0].file, "0.so");
         let gpu_dir = tempfile::tempdir().unwrap();
@@ -363,6 +383,17 @@ mod tests {
         fs::write(gpu_dir.path().join("prebuilt/0.so"), b"tampered").unwrap();
         let again = cache.lookup(&key).unwrap();
         assert_eq!(fs::read(again.dir.join("0.so")).unwrap(), b"ELF-bytes");
+
+        // A second store keeps the first entry; a forced rebuild replaces it.
+        fs::write(task.path().join("build/k1/ext.so"), b"rebuilt").unwrap();
+        let kept = cache
+            .publish(&key, task.path(), &[ext("ext", "build/k1/ext.so")], false)
+            .unwrap();
+        assert_eq!(fs::read(kept.dir.join("0.so")).unwrap(), b"ELF-bytes");
+        let replaced = cache
+            .publish(&key, task.path(), &[ext("ext", "build/k1/ext.so")], true)
+            .unwrap();
+        assert_eq!(fs::read(replaced.dir.join("0.so")).unwrap(), b"rebuilt");
     }
 
     #[test]
@@ -383,7 +414,7 @@ mod tests {
             let key = "ef".repeat(32);
             assert!(
                 cache
-                    .publish(&key, task.path(), &[ext("ext", file)])
+                    .publish(&key, task.path(), &[ext("ext", file)], false)
                     .is_err(),
                 "{file} must not be followed"
             );
@@ -401,7 +432,7 @@ mod tests {
         let keys: Vec<String> = ["01", "02", "03"].iter().map(|k| k.repeat(32)).collect();
         for (i, key) in keys.iter().enumerate() {
             cache
-                .publish(key, task.path(), &[ext("e", "build/e.so")])
+                .publish(key, task.path(), &[ext("e", "build/e.so")], false)
                 .unwrap();
             // Distinct, ordered use times without sleeping.
             let t = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1000 + i as u64);

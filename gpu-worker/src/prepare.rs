@@ -2,7 +2,8 @@
 //! works on other tasks. A child with no GPU visible checks the syntax, screens the source and
 //! imports the candidate; for a CUDA candidate the import builds its `load_inline` extensions
 //! (`TORCH_CUDA_ARCH_LIST` set to the device's architecture), which the worker then stores in
-//! the node-wide [`BuildCache`]. A candidate whose build is cached skips the child entirely.
+//! the node-wide [`BuildCache`]. A candidate whose build is cached skips the child entirely
+//! (unless `force_refresh`, which rebuilds and replaces the entry).
 //!
 //! Final here (the task never takes the device): `SYNTAX`, `SCREENED`, a compiler failure
 //! (`COMPILATION`, with the compiler's message), and a child that blew a limit while importing
@@ -129,8 +130,9 @@ pub async fn prepare(
     };
     // Held until this task's build is stored: a twin on another worker waits, then hits.
     let mut _key_lock = None;
+    let refresh = spec.request.force_refresh;
     if let (Some(cache), Some(key)) = (cache, &key) {
-        if let Some(entry) = cache.lookup(key) {
+        if !refresh && let Some(entry) = cache.lookup(key) {
             ready.stage_ms.insert("build_cache".into(), ms(started));
             ready.prebuilt = Some(Prebuilt {
                 cache: cache.clone(),
@@ -140,7 +142,7 @@ pub async fn prepare(
             return Ok(PrepareEnd::Ready(ready));
         }
         _key_lock = Some(cache.lock_key(key).await?);
-        if let Some(entry) = cache.lookup(key) {
+        if !refresh && let Some(entry) = cache.lookup(key) {
             ready.stage_ms.insert("build_cache".into(), ms(started));
             ready.prebuilt = Some(Prebuilt {
                 cache: cache.clone(),
@@ -195,7 +197,7 @@ pub async fn prepare(
             .and_then(SoftwareVersions::from_report);
         if let Some(sw) = software {
             let key = entry_key(&spec.request.kernel_code, &sw, arch);
-            match cache.publish(&key, dir.path(), &prepared.builds) {
+            match cache.publish(&key, dir.path(), &prepared.builds, refresh) {
                 Ok(entry) => {
                     ready.prebuilt = Some(Prebuilt {
                         cache: cache.clone(),

@@ -2,7 +2,8 @@
 //! (`CRUCIBLE_PYTHON`, as scripts/test.sh exports it) and a real compiler. A C++-only
 //! `load_inline` extension stands in for a CUDA one: the machinery (a child with no GPU
 //! visible, per-source build directories, the cache, the compile slots, loading the prebuilt
-//! file in the device stage without the compiler) is the same; only nvcc is missing here.
+//! file in the device stage without the compiler, `force_refresh`) is the same; only nvcc is
+//! missing here.
 
 use crucible_gpu_worker::build_cache::BuildCache;
 use crucible_gpu_worker::prepare::{PrepareContext, PrepareEnd, prepare};
@@ -160,6 +161,14 @@ async fn identical_sources_build_once_and_distinct_sources_build_apart() {
     assert_eq!(hit.source, BuildSource::Cache);
     assert_eq!(hit.entry.key, key);
     assert!(!again.stage_ms.contains_key("cpu_stage"));
+
+    // force_refresh builds again and replaces the entry.
+    let mut forced = twice.clone();
+    forced.request.force_refresh = true;
+    let rebuilt = ready(run_prepare(&cfg, &cache, Some(sw.clone()), &forced, "e").await);
+    let rebuilt = rebuilt.prebuilt.expect("a prebuilt extension");
+    assert_eq!(rebuilt.source, BuildSource::CompilePool);
+    assert_eq!(rebuilt.entry.key, key);
 
     // A different source gets its own entry (and its own build directory in its child).
     let other =

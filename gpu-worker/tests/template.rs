@@ -125,7 +125,18 @@ async fn a_template_killed_under_a_task_is_a_service_fault_and_is_replaced() {
     let template = ready(&mut slot, &cfg, 100).await;
     let template_pid = template.pid();
     let killer = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        // Once the template has forked the task's child (it has no other children by then).
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !crucible_gpu_worker::watchdog::read_table()
+            .iter()
+            .any(|p| p.ppid == template_pid)
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the template never forked the task"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(template_pid),
             nix::sys::signal::Signal::SIGKILL,
