@@ -332,6 +332,8 @@ const COOLDOWN: Duration = Duration::from_secs(600);
 #[derive(Default)]
 pub struct TemplateSlot {
     current: Option<Arc<Template>>,
+    /// The successor, importing in the background while `current` serves its last forks.
+    next: Option<tokio::task::JoinHandle<std::io::Result<Template>>>,
     failures: u32,
     cooldown_until: Option<Instant>,
 }
@@ -343,7 +345,7 @@ impl TemplateSlot {
         &mut self,
         python: &Path,
         work_root: &Path,
-        env_for: impl FnOnce(&Path) -> Vec<(String, String)>,
+        env_for: impl Fn(&Path) -> Vec<(String, String)> + Clone + Send + 'static,
         limits: &ChildLimits,
         max_forks: u32,
     ) -> Option<Arc<Template>> {
@@ -358,7 +360,15 @@ impl TemplateSlot {
             if let Some(old) = self.current.take() {
                 tracing::info!(forks = old.forks(), "replacing template");
             }
-            match Template::start(python, work_root, env_for, limits).await {
+            let started = match self.next.take() {
+                Some(warming) => match warming.await {
+                    Ok(Ok(t)) if t.is_alive() => Ok(t),
+                    // A successor that failed or died: one fresh try.
+                    _ => Template::start(python, work_root, env_for.clone(), limits).await,
+                },
+                None => Template::start(python, work_root, env_for.clone(), limits).await,
+            };
+            match started {
                 Ok(t) => self.current = Some(Arc::new(t)),
                 Err(e) => {
                     tracing::warn!(error = %e, "template unavailable, spawning directly");
@@ -367,7 +377,25 @@ impl TemplateSlot {
                 }
             }
         }
+        // The successor imports while this one serves its last quarter of forks, so a
+        // replacement costs no task its 3-5 s of imports.
+        if let Some(t) = &self.current
+            && self.next.is_none()
+            && max_forks >= 4
+            && t.forks() >= max_forks - max_forks / 4
+        {
+            let (python, work_root, limits) =
+                (python.to_owned(), work_root.to_owned(), limits.clone());
+            self.next = Some(tokio::spawn(async move {
+                Template::start(&python, &work_root, env_for, &limits).await
+            }));
+        }
         self.current.clone()
+    }
+
+    /// Whether a successor template is being warmed.
+    pub fn warming(&self) -> bool {
+        self.next.is_some()
     }
 
     /// Drops `template` after a sign of trouble around one of its children (unless it was

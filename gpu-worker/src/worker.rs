@@ -428,10 +428,11 @@ impl Worker {
             return None;
         }
         let cfg = &self.cfg;
+        let env_cfg = cfg.clone();
         slot.ready(
             &cfg.python,
             &cfg.work_root,
-            |dir| child_env(cfg, dir, |k| std::env::var(k).ok()),
+            move |dir: &std::path::Path| child_env(&env_cfg, dir, |k| std::env::var(k).ok()),
             &cfg.limits,
             cfg.template_max_forks,
         )

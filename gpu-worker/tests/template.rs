@@ -47,10 +47,11 @@ async fn ready(
     cfg: &WorkerConfig,
     max_forks: u32,
 ) -> std::sync::Arc<crucible_gpu_worker::template::Template> {
+    let env_cfg = cfg.clone();
     slot.ready(
         &cfg.python,
         &cfg.work_root,
-        |dir| child_env(cfg, dir, |k| std::env::var(k).ok()),
+        move |dir: &Path| child_env(&env_cfg, dir, |k| std::env::var(k).ok()),
         &cfg.limits,
         max_forks,
     )
@@ -224,4 +225,34 @@ async fn a_child_that_attacks_the_template_channel_only_hurts_itself() {
         .unwrap(),
     );
     assert!(result.correct, "{result:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_successor_template_imports_while_the_current_serves_its_last_forks() {
+    let work = tempfile::tempdir().unwrap();
+    let cfg = config(work.path());
+    let mut slot = TemplateSlot::default();
+    let (_keep, cancel) = watch::channel(false);
+    let good = spec(read("tests/candidates/softmax__correct.py"));
+    let mut pids = Vec::new();
+    for i in 0..5 {
+        let template = ready(&mut slot, &cfg, 4).await;
+        pids.push(template.pid());
+        // The last quarter of the first template's forks: its successor is on its way.
+        assert_eq!(slot.warming(), i == 3, "task {i}");
+        let result = verdict(
+            run_evaluation(
+                &cfg,
+                &good,
+                &format!("s{i}"),
+                Launcher::Template(&template),
+                cancel.clone(),
+            )
+            .await
+            .unwrap(),
+        );
+        assert!(result.correct, "{result:?}");
+    }
+    assert!(pids[..4].iter().all(|p| *p == pids[0]));
+    assert_ne!(pids[4], pids[0], "the fifth task ran in the successor");
 }
