@@ -82,17 +82,35 @@ def _bind_gate():
     _gate_read = os.read
 
 
+MAX_GATE_LINE = 64 * 1024
+
+
 def wait_at_gate(point):
-    """Blocks until the worker opens the gate (one byte), if there is a gate. Points:
-    `standby` after setup and the reference's import (trusted code only: CUDA is initialised
-    while another task has the device, and nothing of the candidate has run yet), and
-    `performance` before timing (the worker lets a task time only when no other child on the
-    device is doing anything). End of file: the worker no longer wants this task."""
+    """Blocks until the worker opens the gate with one line (a JSON object, or empty), if
+    there is a gate, and returns what the line says. Points: `standby` after setup and the
+    reference's import (trusted code only: CUDA is initialised while another task has the
+    device, and nothing of the candidate has run yet; the line may carry the worker's cached
+    `reference_timing`, decided only now), and `timing_gate` before timing (the worker lets a
+    task time only when no other child on the device is doing anything). End of file: the
+    worker no longer wants this task."""
     if _gate_read is None:
-        return
+        return {}
     emit({"event": "stage", "stage": point})
-    if not _gate_read(GATE_FD, 1):
-        _os_exit(0)
+    line = b""
+    while not line.endswith(b"\n"):
+        byte = _gate_read(GATE_FD, 1)
+        if not byte:
+            _os_exit(0)
+        line += byte
+        if len(line) > MAX_GATE_LINE:
+            raise SetupError("gate line too long")
+    try:
+        message = json.loads(line) if line.strip() else {}
+    except ValueError:
+        raise SetupError("unreadable gate line")
+    if not isinstance(message, dict):
+        raise SetupError("gate line is not an object")
+    return message
 
 def _load_screen():
     """screen.py, the static screening, from this file's directory (the worker writes it next
@@ -727,7 +745,9 @@ class Evaluation:
         self.begin("load_reference")
         self.load_reference()
         self._end_stage()
-        wait_at_gate("standby")
+        message = wait_at_gate("standby")
+        if "reference_timing" in message:
+            self.spec["reference_timing"] = reference_timing_from_spec(message["reference_timing"])
         self.begin("load_candidate")
         self.load_candidate()
         torch = Trusted.torch

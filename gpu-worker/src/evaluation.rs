@@ -11,7 +11,7 @@ use crate::reference_cache::NUM_WARMUP;
 use crate::supervisor::{ChildOutcome, ChildSpec, GateChild, Launcher, run_child};
 use crate::task_dir::TaskDir;
 use crate::verdict::{Classified, VerdictContext, classify};
-use crucible_shared::{Backend, BuildSource, RuntimeStats, TaskSpec};
+use crucible_shared::{Backend, BuildSource, EvalResult, RuntimeStats, TaskSpec};
 use std::path::Path;
 use std::time::Instant;
 use tokio::sync::watch;
@@ -278,6 +278,7 @@ pub async fn run_evaluation_gated(
     gate: Option<GateChild>,
 ) -> std::io::Result<Evaluated> {
     let started = Instant::now();
+    let gated = gate.is_some();
     let dir = task_dir_for(cfg, spec, label, "evaluate", &inputs)?;
     let prepare_ms = started.elapsed().as_secs_f64() * 1e3;
     let env = child_env(cfg, dir.path(), |k| std::env::var(k).ok());
@@ -314,10 +315,9 @@ pub async fn run_evaluation_gated(
         {
             result.build = Some(p.source);
         }
-        // The cached figures are the worker's own: a claim of the child is not trusted.
-        match inputs.reference_timing {
-            Some(stats) if result.ref_runtime_cached => result.ref_runtime_ms = Some(stats),
-            _ => result.ref_runtime_cached = false,
+        // A gated child learns its reference timing at its gate: the worker applies it then.
+        if !gated {
+            apply_reference_timing(result, inputs.reference_timing);
         }
     }
     let software = match (&outcome.transcript.result, &outcome.transcript.violation) {
@@ -329,6 +329,16 @@ pub async fn run_evaluation_gated(
         classified,
         software,
     })
+}
+
+/// The reference statistics the worker handed to the child (`spec.json` or its gate) become
+/// the result's `ref_runtime_ms` when the child says it used them: the figures are the
+/// worker's own, a claim of the child is not trusted.
+pub fn apply_reference_timing(result: &mut EvalResult, given: Option<RuntimeStats>) {
+    match given {
+        Some(stats) if result.ref_runtime_cached => result.ref_runtime_ms = Some(stats),
+        _ => result.ref_runtime_cached = false,
+    }
 }
 
 /// Evaluates one pair on this machine without a server (`crucible eval`); no reference cache.

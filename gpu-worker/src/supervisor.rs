@@ -48,8 +48,8 @@ pub enum ChildEvent {
     Result,
 }
 
-/// The worker's end of a child's gate: each [`Gate::open`] lets the child past one of its
-/// waiting points (`standby`, `timing_gate`).
+/// The worker's end of a child's gate: each line lets the child past one of its waiting
+/// points (`standby`, `timing_gate`); the first may carry data for the child.
 pub struct Gate {
     tx: OwnedFd,
     opened: watch::Sender<bool>,
@@ -57,7 +57,19 @@ pub struct Gate {
 
 impl Gate {
     pub fn open(&self) -> std::io::Result<()> {
-        nix::unistd::write(&self.tx, b"g")?;
+        self.open_with(&serde_json::json!({}))
+    }
+
+    /// Opens the gate with a JSON object for the harness (a pipe takes a line this short
+    /// without blocking).
+    pub fn open_with(&self, message: &serde_json::Value) -> std::io::Result<()> {
+        let mut line = message.to_string().into_bytes();
+        line.push(b'\n');
+        let mut rest = &line[..];
+        while !rest.is_empty() {
+            let n = nix::unistd::write(&self.tx, rest)?;
+            rest = &rest[n..];
+        }
         self.opened.send_replace(true);
         Ok(())
     }

@@ -4,7 +4,9 @@
 use crate::build_cache::BuildCache;
 use crate::config::WorkerConfig;
 use crate::device::{DeviceSlot, check_gpu};
-use crate::evaluation::{Evaluated, StageInputs, child_env, run_evaluation_gated};
+use crate::evaluation::{
+    Evaluated, StageInputs, apply_reference_timing, child_env, run_evaluation_gated,
+};
 use crate::prepare::{PrepareContext, PrepareEnd, Ready, prepare};
 use crate::reference_cache::{self, REF_CACHE_NAMESPACE, SoftwareVersions};
 use crate::supervisor::Launcher;
@@ -195,6 +197,12 @@ impl Worker {
                     let _ = gate_tx.send(healthy);
                     continue;
                 }
+            }
+            if let Some((task_id, spec)) = device.next_to_go() {
+                // Looked up now, not at the fork: the task before it may have just stored
+                // this problem's timing.
+                let timing = self.cached_reference(&spec).await;
+                device.go(&task_id, timing);
             }
             device.advance();
             self.set(
@@ -469,7 +477,8 @@ impl Worker {
             self.ready_template(&mut slot).await
         };
         let inputs = StageInputs {
-            reference_timing: self.cached_reference(&ready.task.lease.spec).await,
+            // Sent through the gate when the child is let go.
+            reference_timing: None,
             prebuilt: ready.ready.prebuilt.clone(),
             cuda_arch: self.cuda_arch.clone(),
         };
@@ -478,7 +487,12 @@ impl Worker {
         let (gate, gate_child) = supervisor::gate(move |event| {
             let _ = events.send((id.clone(), event));
         })?;
-        device.add(task_id.clone(), gate, ready.task.cancel_tx.clone());
+        device.add(
+            task_id.clone(),
+            gate,
+            ready.task.cancel_tx.clone(),
+            ready.task.lease.spec.clone(),
+        );
         let me = self.clone();
         device.children.spawn(async move {
             let launcher = template
@@ -516,6 +530,9 @@ impl Worker {
                 mut classified,
                 software,
             }) => {
+                if let Classified::Verdict(result) = &mut classified {
+                    apply_reference_timing(result, timing.reference);
+                }
                 let versions = software.as_ref().and_then(SoftwareVersions::from_report);
                 if let Some(v) = &versions {
                     *self.software.lock().expect("software lock") = Some(v.clone());
@@ -725,11 +742,13 @@ struct DeviceDone {
     outcome: std::io::Result<Evaluated>,
 }
 
-/// When a device child was let go and when its result arrived.
+/// When a device child was let go and when its result arrived, and the reference timing it
+/// was given then.
 #[derive(Debug, Clone, Copy, Default)]
 struct DeviceTiming {
     go: Option<Instant>,
     result: Option<Instant>,
+    reference: Option<RuntimeStats>,
 }
 
 /// Where a device child is, as its events tell.
@@ -753,6 +772,7 @@ struct DeviceChild {
     gate: Gate,
     phase: Phase,
     cancel: watch::Sender<bool>,
+    spec: TaskSpec,
     timing: DeviceTiming,
     /// Let go at its standby point (a child may reach it after the gate opened).
     released: bool,
@@ -761,9 +781,8 @@ struct DeviceChild {
 /// The children on one device and the rules of who runs when. One child is *active* (let go,
 /// checking the candidate); the next task's child is forked while it runs and sets itself up
 /// (CUDA context, the reference) to wait on *standby*, so that it starts the moment the device
-/// is free. A child times its kernel only when every other child on the device is dead or
-/// blocked on standby: timings are taken alone. Children that wrote their result but have
-/// not exited yet count as not blocked.
+/// is free (the active child has reported and exited). A child times its kernel only when
+/// every other child on the device is dead or blocked on standby: timings are taken alone.
 struct DevicePipeline {
     children: JoinSet<DeviceDone>,
     controls: HashMap<TaskId, DeviceChild>,
@@ -799,13 +818,14 @@ impl DevicePipeline {
         self.standby.is_none() && (pipelined || self.controls.is_empty())
     }
 
-    fn add(&mut self, task_id: TaskId, gate: Gate, cancel: watch::Sender<bool>) {
+    fn add(&mut self, task_id: TaskId, gate: Gate, cancel: watch::Sender<bool>, spec: TaskSpec) {
         self.controls.insert(
             task_id.clone(),
             DeviceChild {
                 gate,
                 phase: Phase::Starting,
                 cancel,
+                spec,
                 timing: DeviceTiming::default(),
                 released: false,
             },
@@ -813,24 +833,39 @@ impl DevicePipeline {
         self.standby = Some(task_id);
     }
 
-    /// Lets the standby child go when no child is active, and lets the active child time when
-    /// it asks and it would be alone.
-    fn advance(&mut self) {
-        if self.active.is_none()
-            && let Some(id) = self.standby.take()
-        {
-            if let Some(child) = self.controls.get_mut(&id) {
-                if child.gate.open().is_err() {
-                    tracing::warn!(task_id = %id, "could not open a child's gate");
-                }
-                child.released = true;
-                child.timing.go = Some(Instant::now());
-                if child.phase == Phase::Standby {
-                    child.phase = Phase::Running;
-                }
-            }
-            self.active = Some(id);
+    /// The standby child, when it may go: no child is active and the previous one has exited
+    /// (a child tearing down a large CUDA context slows the allocations of the next).
+    fn next_to_go(&self) -> Option<(TaskId, TaskSpec)> {
+        if self.active.is_some() || self.controls.values().any(|c| c.phase == Phase::Ended) {
+            return None;
         }
+        let id = self.standby.as_ref()?;
+        Some((id.clone(), self.controls.get(id)?.spec.clone()))
+    }
+
+    /// Lets the standby child go, with the reference timing it is to use.
+    fn go(&mut self, task_id: &TaskId, reference: Option<RuntimeStats>) {
+        if self.standby.as_ref() != Some(task_id) {
+            return;
+        }
+        self.standby = None;
+        if let Some(child) = self.controls.get_mut(task_id) {
+            let message = serde_json::json!({ "reference_timing": reference });
+            if child.gate.open_with(&message).is_err() {
+                tracing::warn!(task_id = %task_id, "could not open a child's gate");
+            }
+            child.released = true;
+            child.timing.go = Some(Instant::now());
+            child.timing.reference = reference;
+            if child.phase == Phase::Standby {
+                child.phase = Phase::Running;
+            }
+        }
+        self.active = Some(task_id.clone());
+    }
+
+    /// Lets the active child time when it asks and it would be alone.
+    fn advance(&mut self) {
         let Some(active) = self.active.clone() else {
             return;
         };
@@ -910,25 +945,39 @@ mod tests {
     use super::*;
     use crate::supervisor::GateChild;
 
-    /// Bytes the worker let through a child's gate so far (the child's end, non-blocking).
+    /// Lines the worker sent through a child's gate so far (the child's end, non-blocking):
+    /// each opening is one line.
     fn opened(child: &GateChild) -> usize {
         let fd = child.read_end();
         let flags = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFL).unwrap();
         let flags = nix::fcntl::OFlag::from_bits_truncate(flags) | nix::fcntl::OFlag::O_NONBLOCK;
         nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFL(flags)).unwrap();
-        let mut buf = [0u8; 16];
-        nix::unistd::read(fd, &mut buf).unwrap_or(0)
+        let mut buf = [0u8; 4096];
+        let n = nix::unistd::read(fd, &mut buf).unwrap_or(0);
+        buf[..n].iter().filter(|b| **b == b'\n').count()
     }
 
     fn child(device: &mut DevicePipeline, id: &TaskId) -> GateChild {
         let (gate, child) = supervisor::gate(|_| {}).unwrap();
         let (cancel, _) = watch::channel(false);
-        device.add(id.clone(), gate, cancel);
+        let spec = TaskSpec {
+            request: crucible_shared::EvaluateRequest::new("ref", "cand"),
+            seed: 1,
+        };
+        device.add(id.clone(), gate, cancel, spec);
         child
     }
 
     fn stage(device: &mut DevicePipeline, id: &TaskId, s: &str) {
         device.on_event(id, ChildEvent::Stage(s.to_owned()));
+        device.advance();
+    }
+
+    /// What the device loop does: the standby child goes when it may, then grants.
+    fn let_go(device: &mut DevicePipeline) {
+        if let Some((id, _)) = device.next_to_go() {
+            device.go(&id, None);
+        }
         device.advance();
     }
 
@@ -938,7 +987,7 @@ mod tests {
         let (a, b) = (TaskId("t_a".into()), TaskId("t_b".into()));
 
         let a_gate = child(&mut device, &a);
-        device.advance();
+        let_go(&mut device);
         assert_eq!(
             device.active(),
             Some(&a),
@@ -951,7 +1000,7 @@ mod tests {
         // The next task's child sets up while `a` checks its candidate.
         assert!(device.has_room(true) && !device.has_room(false));
         let b_gate = child(&mut device, &b);
-        device.advance();
+        let_go(&mut device);
         assert_eq!(opened(&b_gate), 0, "b waits on standby while a is active");
 
         // `a` asks to time while `b` is still setting up: not yet.
@@ -961,16 +1010,16 @@ mod tests {
         stage(&mut device, &b, "standby");
         assert_eq!(opened(&a_gate), 1, "a times once b is blocked");
 
-        // `a` wrote its result: `b` goes at once, but cannot time until `a` has exited.
+        // `a` wrote its result: `b` goes once `a` has exited.
         device.on_event(&a, ChildEvent::Result);
-        device.advance();
-        assert_eq!(device.active(), Some(&b));
-        assert_eq!(opened(&b_gate), 1);
-        stage(&mut device, &b, "timing_gate");
+        let_go(&mut device);
         assert_eq!(opened(&b_gate), 0, "a is still exiting");
         let timing = device.ended(&a);
         assert!(timing.go.is_some() && timing.result.is_some());
-        device.advance();
+        let_go(&mut device);
+        assert_eq!(device.active(), Some(&b));
         assert_eq!(opened(&b_gate), 1);
+        stage(&mut device, &b, "timing_gate");
+        assert_eq!(opened(&b_gate), 1, "b is alone");
     }
 }
