@@ -776,6 +776,8 @@ struct DeviceChild {
     timing: DeviceTiming,
     /// Let go at its standby point (a child may reach it after the gate opened).
     released: bool,
+    /// Has begun checking its candidate.
+    checking: bool,
 }
 
 /// The children on one device and the rules of who runs when. One child is *active* (let go,
@@ -813,9 +815,23 @@ impl DevicePipeline {
         self.active.as_ref()
     }
 
-    /// Room for another child: none on standby, and (without claiming ahead) none at all.
+    /// Room for another child. With no child on the device, always. Otherwise (claiming
+    /// ahead) one on standby at most, never while a child times (a new child's CUDA set-up
+    /// would run beside the timing), and only once the active child checks its candidate:
+    /// its first check compiles the kernel on the CPU, the window where a new context
+    /// disturbs it least.
     fn has_room(&self, pipelined: bool) -> bool {
-        self.standby.is_none() && (pipelined || self.controls.is_empty())
+        if self.controls.is_empty() {
+            return true;
+        }
+        let active_checking = match &self.active {
+            Some(id) => self.controls.get(id).is_some_and(|c| c.checking),
+            None => true,
+        };
+        pipelined
+            && self.standby.is_none()
+            && active_checking
+            && !self.controls.values().any(|c| c.phase == Phase::Timing)
     }
 
     fn add(&mut self, task_id: TaskId, gate: Gate, cancel: watch::Sender<bool>, spec: TaskSpec) {
@@ -828,6 +844,7 @@ impl DevicePipeline {
                 spec,
                 timing: DeviceTiming::default(),
                 released: false,
+                checking: false,
             },
         );
         self.standby = Some(task_id);
@@ -894,6 +911,12 @@ impl DevicePipeline {
                 "standby" if child.released => child.phase = Phase::Running,
                 "standby" => child.phase = Phase::Standby,
                 "timing_gate" => child.phase = Phase::WantsTiming,
+                "correctness" => {
+                    child.checking = true;
+                    if child.phase == Phase::Starting && child.released {
+                        child.phase = Phase::Running;
+                    }
+                }
                 _ if child.phase == Phase::Starting && child.released => {
                     child.phase = Phase::Running
                 }
@@ -999,6 +1022,8 @@ mod tests {
 
         // The next task's child sets up while `a` checks its candidate.
         assert!(device.has_room(true) && !device.has_room(false));
+        let early = DevicePipeline::new();
+        assert!(early.has_room(false), "an empty device always has room");
         let b_gate = child(&mut device, &b);
         let_go(&mut device);
         assert_eq!(opened(&b_gate), 0, "b waits on standby while a is active");
@@ -1009,6 +1034,7 @@ mod tests {
         // `b` reached standby (blocked): now `a` is alone.
         stage(&mut device, &b, "standby");
         assert_eq!(opened(&a_gate), 1, "a times once b is blocked");
+        assert!(!device.has_room(true), "no new child while a times");
 
         // `a` wrote its result: `b` goes once `a` has exited.
         device.on_event(&a, ChildEvent::Result);
@@ -1019,7 +1045,10 @@ mod tests {
         let_go(&mut device);
         assert_eq!(device.active(), Some(&b));
         assert_eq!(opened(&b_gate), 1);
+        stage(&mut device, &b, "correctness");
+        assert!(device.has_room(true), "b checks: the next child may set up");
         stage(&mut device, &b, "timing_gate");
         assert_eq!(opened(&b_gate), 1, "b is alone");
+        assert!(!device.has_room(true), "no new child while b times");
     }
 }
