@@ -8,6 +8,11 @@
 //! worker from what it knows, never from what a child says, so a candidate can only ever
 //! fill the entry of its own source. Children never see the cache: they get copies.
 //!
+//! Children share the worker's uid, so a child could reach the cache directory if it guessed
+//! its path. The digests of an entry's files are therefore also kept in the broker, which no
+//! child can reach ([`BUILD_CACHE_NAMESPACE`]), and every copy handed to a child is checked
+//! against them: an entry changed since it was stored is thrown away and rebuilt.
+//!
 //! Several worker processes on a node share one directory: an entry is written under a
 //! temporary name and renamed into place (readers see all of it or nothing), builds of one key
 //! are serialised by an advisory lock on `.locks/<key>`, and at most `slots` builds run at
@@ -28,6 +33,10 @@ use std::time::Duration;
 
 /// Version of what decides a build; equal to the harness's `BUILD_PROTOCOL`.
 pub const BUILD_PROTOCOL: &str = "build-v1";
+/// The broker's key-value namespace of entry digests.
+pub const BUILD_CACHE_NAMESPACE: &str = "build";
+/// How long the broker keeps an entry's digests (an entry without them is rebuilt).
+pub const BUILD_RECORD_TTL: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 /// Largest built file accepted from a child.
 const MAX_FILE_BYTES: u64 = 1 << 30;
 /// How often a build waiting for a free slot looks again.
@@ -65,6 +74,19 @@ pub struct CachedBuild {
     pub key: String,
     dir: PathBuf,
     pub manifest: Manifest,
+    /// sha256 of each file as stored, when this process stored it (else from the broker).
+    pub digests: Option<Vec<String>>,
+}
+
+/// The digests of an entry as the broker keeps them.
+pub fn encode_digests(digests: &[String]) -> String {
+    serde_json::to_string(digests).unwrap_or_default()
+}
+
+pub fn decode_digests(value: &str) -> Option<Vec<String>> {
+    serde_json::from_str::<Vec<String>>(value)
+        .ok()
+        .filter(|d| d.iter().all(|x| is_key(x)))
 }
 
 #[derive(Debug, Clone)]
@@ -121,26 +143,51 @@ impl BuildCache {
             key: key.to_owned(),
             dir,
             manifest,
+            digests: None,
         })
     }
 
     /// Copies an entry's files into `task_dir/prebuilt/` (a copy, so the child cannot change
-    /// the cache) and returns the builds as `spec.prebuilt` names them.
-    pub fn install(&self, entry: &CachedBuild, task_dir: &Path) -> io::Result<Vec<BuiltExtension>> {
+    /// the cache) and returns the builds as `spec.prebuilt` names them. Each copy must have
+    /// the digest the entry was stored with (`InvalidData` otherwise: the entry was changed).
+    pub fn install(
+        &self,
+        entry: &CachedBuild,
+        digests: &[String],
+        task_dir: &Path,
+    ) -> io::Result<Vec<BuiltExtension>> {
+        if digests.len() != entry.manifest.builds.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "build cache entry does not match its record",
+            ));
+        }
         let target = task_dir.join("prebuilt");
         fs::create_dir(&target)?;
         let mut out = Vec::new();
-        for build in &entry.manifest.builds {
+        for (build, expected) in entry.manifest.builds.iter().zip(digests) {
             let dest = target.join(&build.file);
             let mut src = File::open(entry.dir.join(&build.file))?;
             let mut dst = new_file(&dest)?;
-            io::copy(&mut src, &mut dst)?;
+            if copy_hashing(&mut src, &mut dst)? != *expected {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{} changed since it was stored", build.file),
+                ));
+            }
             out.push(BuiltExtension {
                 file: format!("prebuilt/{}", build.file),
                 ..build.clone()
             });
         }
         Ok(out)
+    }
+
+    /// Throws an entry away (changed since it was stored, or without a record).
+    pub fn discard(&self, key: &str) {
+        if is_key(key) {
+            self.remove(key);
+        }
     }
 
     /// Stores the files a prepare child built in `task_dir` as the entry for `key`. The files
@@ -169,6 +216,7 @@ impl BuildCache {
             Mode::empty(),
         )?;
         let mut stored = Vec::new();
+        let mut digests = Vec::new();
         for (i, build) in builds.iter().enumerate() {
             let how = OpenHow::new()
                 .flags(OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
@@ -184,7 +232,10 @@ impl BuildCache {
             }
             let name = format!("{i}.so");
             let mut dst = new_file(&tmp.path().join(&name))?;
-            io::copy(&mut (&mut src).take(MAX_FILE_BYTES), &mut dst)?;
+            digests.push(copy_hashing(
+                &mut (&mut src).take(MAX_FILE_BYTES),
+                &mut dst,
+            )?);
             dst.sync_all()?;
             stored.push(BuiltExtension {
                 file: name,
@@ -204,12 +255,16 @@ impl BuildCache {
         }
         if let Err(e) = fs::rename(&tmp, self.entry_dir(key)) {
             let _ = fs::remove_dir_all(&tmp);
-            // Another process stored it first: theirs is as good as ours.
+            // Another process stored it first: theirs is as good as ours (its digests come
+            // from the broker).
             return self.lookup(key).ok_or(e);
         }
         self.prune();
-        self.lookup(key)
-            .ok_or_else(|| io::Error::other("stored build cache entry vanished"))
+        let mut entry = self
+            .lookup(key)
+            .ok_or_else(|| io::Error::other("stored build cache entry vanished"))?;
+        entry.digests = Some(digests);
+        Ok(entry)
     }
 
     /// Removes an entry; renamed away first, so no reader sees half of it.
@@ -294,6 +349,21 @@ fn now() -> std::time::SystemTime {
     std::time::SystemTime::now()
 }
 
+/// Copies `src` to `dst` and returns the sha256 (hex) of the bytes copied.
+fn copy_hashing(src: &mut impl Read, dst: &mut File) -> io::Result<String> {
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = src.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        dst.write_all(&buf[..n])?;
+    }
+    Ok(format!("{:x}", hasher.finalize()))
+}
+
 fn lock_file(path: &Path) -> io::Result<File> {
     OpenOptions::new()
         .create(true)
@@ -372,8 +442,9 @@ mod tests {
             .publish(&key, task.path(), &[ext("ext", "build/k1/ext.so")], false)
             .unwrap();
         assert_eq!(entry.manifest.builds[0].file, "0.so");
+        let digests = entry.digests.clone().expect("digests of what was stored");
         let gpu_dir = tempfile::tempdir().unwrap();
-        let installed = cache.install(&entry, gpu_dir.path()).unwrap();
+        let installed = cache.install(&entry, &digests, gpu_dir.path()).unwrap();
         assert_eq!(installed[0].file, "prebuilt/0.so");
         assert_eq!(
             fs::read(gpu_dir.path().join("prebuilt/0.so")).unwrap(),
@@ -383,6 +454,15 @@ mod tests {
         fs::write(gpu_dir.path().join("prebuilt/0.so"), b"tampered").unwrap();
         let again = cache.lookup(&key).unwrap();
         assert_eq!(fs::read(again.dir.join("0.so")).unwrap(), b"ELF-bytes");
+
+        // Someone with the worker's uid changes the entry itself: the next copy is refused.
+        fs::write(again.dir.join("0.so"), b"planted").unwrap();
+        let other_dir = tempfile::tempdir().unwrap();
+        let refused = cache
+            .install(&again, &digests, other_dir.path())
+            .unwrap_err();
+        assert_eq!(refused.kind(), io::ErrorKind::InvalidData);
+        fs::write(again.dir.join("0.so"), b"ELF-bytes").unwrap();
 
         // A second store keeps the first entry; a forced rebuild replaces it.
         fs::write(task.path().join("build/k1/ext.so"), b"rebuilt").unwrap();

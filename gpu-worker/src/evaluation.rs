@@ -109,6 +109,8 @@ pub struct StageInputs {
 pub struct Prebuilt {
     pub cache: BuildCache,
     pub entry: CachedBuild,
+    /// The digests the entry was stored with (kept in the broker, out of children's reach).
+    pub digests: Vec<String>,
     pub source: BuildSource,
 }
 
@@ -176,7 +178,16 @@ fn task_dir_for(
     dir.write_new("reference.py", spec.request.reference_code.as_bytes())?;
     dir.write_new("candidate.py", spec.request.kernel_code.as_bytes())?;
     let prebuilt = match &inputs.prebuilt {
-        Some(p) => p.cache.install(&p.entry, dir.path())?,
+        Some(p) => match p.cache.install(&p.entry, &p.digests, dir.path()) {
+            Ok(files) => files,
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                // Changed since it was stored: never hand it out; the child builds itself.
+                tracing::warn!(key = %p.entry.key, error = %e, "build cache entry refused and removed");
+                p.cache.discard(&p.entry.key);
+                Vec::new()
+            }
+            Err(e) => return Err(e),
+        },
         None => Vec::new(),
     };
     dir.write_new(

@@ -11,7 +11,10 @@
 //! the device stage, which imports again and judges it there: module-level code may need the
 //! GPU.
 
-use crate::build_cache::{BuildCache, entry_key};
+use crate::build_cache::{
+    BUILD_CACHE_NAMESPACE, BUILD_RECORD_TTL, BuildCache, CachedBuild, decode_digests,
+    encode_digests, entry_key,
+};
 use crate::config::WorkerConfig;
 use crate::evaluation::{Prebuilt, StageInputs, run_prepare_child};
 use crate::protocol::Prepared;
@@ -19,6 +22,7 @@ use crate::reference_cache::SoftwareVersions;
 use crate::supervisor::{ChildOutcome, KillReason, Launcher};
 use crate::verdict::{Classified, VerdictContext, classify};
 use crucible_shared::{Backend, BuildSource, TaskSpec, VerdictCode};
+use crucible_task_manager::Broker;
 use std::collections::BTreeMap;
 use std::time::Instant;
 use tokio::sync::watch;
@@ -105,6 +109,24 @@ pub struct PrepareContext<'a> {
     pub cuda_arch: Option<&'a str>,
     /// The versions the worker's harnesses last reported: part of the build cache key.
     pub software: Option<SoftwareVersions>,
+    /// Where entry digests are kept; without a broker no entry is reused.
+    pub broker: Option<&'a dyn Broker>,
+}
+
+/// An entry whose digests the broker has: the only kind a task may reuse.
+async fn verified(
+    cache: &BuildCache,
+    broker: Option<&dyn Broker>,
+    key: &str,
+) -> Option<(CachedBuild, Vec<String>)> {
+    let entry = cache.lookup(key)?;
+    let record = broker?
+        .kv_get(BUILD_CACHE_NAMESPACE, key)
+        .await
+        .ok()
+        .flatten()?;
+    let digests = decode_digests(&record)?;
+    Some((entry, digests))
 }
 
 /// Runs the CPU stage of one task. `Err` is a fault of this node.
@@ -131,25 +153,27 @@ pub async fn prepare(
     // Held until this task's build is stored: a twin on another worker waits, then hits.
     let mut _key_lock = None;
     let refresh = spec.request.force_refresh;
+    let mut stale = refresh;
     if let (Some(cache), Some(key)) = (cache, &key) {
-        if !refresh && let Some(entry) = cache.lookup(key) {
-            ready.stage_ms.insert("build_cache".into(), ms(started));
-            ready.prebuilt = Some(Prebuilt {
-                cache: cache.clone(),
-                entry,
-                source: BuildSource::Cache,
-            });
-            return Ok(PrepareEnd::Ready(ready));
-        }
-        _key_lock = Some(cache.lock_key(key).await?);
-        if !refresh && let Some(entry) = cache.lookup(key) {
-            ready.stage_ms.insert("build_cache".into(), ms(started));
-            ready.prebuilt = Some(Prebuilt {
-                cache: cache.clone(),
-                entry,
-                source: BuildSource::Cache,
-            });
-            return Ok(PrepareEnd::Ready(ready));
+        for locked in [false, true] {
+            if locked {
+                _key_lock = Some(cache.lock_key(key).await?);
+            }
+            if refresh {
+                break;
+            }
+            if let Some((entry, digests)) = verified(cache, ctx.broker, key).await {
+                ready.stage_ms.insert("build_cache".into(), ms(started));
+                ready.prebuilt = Some(Prebuilt {
+                    cache: cache.clone(),
+                    entry,
+                    digests,
+                    source: BuildSource::Cache,
+                });
+                return Ok(PrepareEnd::Ready(ready));
+            }
+            // An entry without a record in the broker is not trusted: rebuilt and replaced.
+            stale = cache.lookup(key).is_some();
         }
     }
     // Only builds take one of the node's compile slots; the rest of the stage is light.
@@ -197,15 +221,45 @@ pub async fn prepare(
             .and_then(SoftwareVersions::from_report);
         if let Some(sw) = software {
             let key = entry_key(&spec.request.kernel_code, &sw, arch);
-            match cache.publish(&key, dir.path(), &prepared.builds, refresh) {
-                Ok(entry) => {
+            let stored = cache.publish(&key, dir.path(), &prepared.builds, stale);
+            let digests = match &stored {
+                Ok(CachedBuild {
+                    digests: Some(d), ..
+                }) => {
+                    if let Some(broker) = ctx.broker
+                        && let Err(e) = broker
+                            .kv_put(
+                                BUILD_CACHE_NAMESPACE,
+                                &key,
+                                &encode_digests(d),
+                                BUILD_RECORD_TTL,
+                            )
+                            .await
+                    {
+                        tracing::warn!(task = label, error = %e, "could not record the build's digests");
+                    }
+                    Some(d.clone())
+                }
+                // Stored by another process first: its record is in the broker.
+                Ok(_) => verified(cache, ctx.broker, &key).await.map(|(_, d)| d),
+                Err(_) => None,
+            };
+            match (stored, digests) {
+                (Ok(entry), Some(digests)) => {
                     ready.prebuilt = Some(Prebuilt {
                         cache: cache.clone(),
                         entry,
+                        digests,
                         source: BuildSource::CompilePool,
                     })
                 }
-                Err(e) => {
+                (Ok(_), None) => {
+                    tracing::warn!(
+                        task = label,
+                        "build stored without a record, the device stage builds again"
+                    )
+                }
+                (Err(e), _) => {
                     tracing::warn!(task = label, error = %e, "could not store the build, the device stage builds again")
                 }
             }

@@ -393,6 +393,7 @@ impl Worker {
                 cache: self.build_cache.as_ref(),
                 cuda_arch: self.cuda_arch.as_deref(),
                 software: self.software.lock().expect("software lock").clone(),
+                broker: Some(&*self.broker),
             };
             let label = format!("{}_cpu", task.lease.task_id);
             match prepare(

@@ -11,7 +11,8 @@ use crucible_gpu_worker::reference_cache::SoftwareVersions;
 use crucible_gpu_worker::supervisor::Launcher;
 use crucible_gpu_worker::verdict::Classified;
 use crucible_gpu_worker::{DeviceSlot, WorkerConfig};
-use crucible_shared::{Backend, BuildSource, EvaluateRequest, TaskSpec, VerdictCode};
+use crucible_shared::{Backend, BrokerConfig, BuildSource, EvaluateRequest, TaskSpec, VerdictCode};
+use crucible_task_manager::MemoryBroker;
 use std::path::{Path, PathBuf};
 use tokio::sync::watch;
 
@@ -100,6 +101,7 @@ fn software(python: &Path) -> SoftwareVersions {
 async fn run_prepare(
     cfg: &WorkerConfig,
     cache: &BuildCache,
+    broker: &MemoryBroker,
     software: Option<SoftwareVersions>,
     spec: &TaskSpec,
     label: &str,
@@ -109,6 +111,7 @@ async fn run_prepare(
         cache: Some(cache),
         cuda_arch: Some(ARCH),
         software,
+        broker: Some(broker),
     };
     let (_keep, cancel) = watch::channel(false);
     prepare(&ctx, spec, label, Launcher::Direct, cancel)
@@ -129,13 +132,14 @@ async fn identical_sources_build_once_and_distinct_sources_build_apart() {
     let cache_dir = tempfile::tempdir().unwrap();
     let cfg = config(work.path(), cache_dir.path());
     let cache = BuildCache::open(cache_dir.path(), 2, 100).unwrap();
+    let broker = MemoryBroker::new(BrokerConfig::default());
     let sw = software(&cfg.python);
     let twice = spec(candidate("2.0"));
 
     // Two identical candidates at once: one builds, the other waits for it and hits.
     let (a, b) = tokio::join!(
-        run_prepare(&cfg, &cache, Some(sw.clone()), &twice, "a"),
-        run_prepare(&cfg, &cache, Some(sw.clone()), &twice, "b"),
+        run_prepare(&cfg, &cache, &broker, Some(sw.clone()), &twice, "a"),
+        run_prepare(&cfg, &cache, &broker, Some(sw.clone()), &twice, "b"),
     );
     let (a, b) = (ready(a), ready(b));
     let mut sources: Vec<BuildSource> = [&a, &b]
@@ -156,23 +160,24 @@ async fn identical_sources_build_once_and_distinct_sources_build_apart() {
     let key = built.prebuilt.as_ref().unwrap().entry.key.clone();
 
     // Later, the same source is a cache hit without any child (no cpu_stage at all).
-    let again = ready(run_prepare(&cfg, &cache, Some(sw.clone()), &twice, "c").await);
+    let again = ready(run_prepare(&cfg, &cache, &broker, Some(sw.clone()), &twice, "c").await);
     let hit = again.prebuilt.expect("cached build");
     assert_eq!(hit.source, BuildSource::Cache);
     assert_eq!(hit.entry.key, key);
     assert!(!again.stage_ms.contains_key("cpu_stage"));
 
-    // force_refresh builds again and replaces the entry.
-    let mut forced = twice.clone();
-    forced.request.force_refresh = true;
-    let rebuilt = ready(run_prepare(&cfg, &cache, Some(sw.clone()), &forced, "e").await);
-    let rebuilt = rebuilt.prebuilt.expect("a prebuilt extension");
-    assert_eq!(rebuilt.source, BuildSource::CompilePool);
-    assert_eq!(rebuilt.entry.key, key);
-
     // A different source gets its own entry (and its own build directory in its child).
-    let other =
-        ready(run_prepare(&cfg, &cache, Some(sw.clone()), &spec(candidate("3.0")), "d").await);
+    let other = ready(
+        run_prepare(
+            &cfg,
+            &cache,
+            &broker,
+            Some(sw.clone()),
+            &spec(candidate("3.0")),
+            "d",
+        )
+        .await,
+    );
     let other = other.prebuilt.expect("a prebuilt extension");
     assert_eq!(other.source, BuildSource::CompilePool);
     assert_ne!(other.entry.key, key);
@@ -186,7 +191,9 @@ async fn identical_sources_build_once_and_distinct_sources_build_apart() {
     // The device stage loads the prebuilt file and never calls the compiler: torch's build
     // step is replaced by one that fails, and the model still computes x * 2 + 1.
     let gpu_dir = tempfile::tempdir().unwrap();
-    let installed = cache.install(&hit.entry, gpu_dir.path()).unwrap();
+    let installed = cache
+        .install(&hit.entry, &hit.digests, gpu_dir.path())
+        .unwrap();
     std::fs::write(gpu_dir.path().join("candidate.py"), candidate("2.0")).unwrap();
     let script = r#"
 import json, os, sys
@@ -225,6 +232,35 @@ print(json.dumps({"reused": builds.reused, "out": out.tolist()}))
         serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
     assert_eq!(report["reused"], 1);
     assert_eq!(report["out"], serde_json::json!([3.0, 3.0, 3.0]));
+
+    // An entry the broker has no record of (another broker: digests lost) is not trusted:
+    // it is rebuilt and replaced, not reused.
+    let forgetful = MemoryBroker::new(BrokerConfig::default());
+    let ctx = PrepareContext {
+        cfg: &cfg,
+        cache: Some(&cache),
+        cuda_arch: Some(ARCH),
+        software: Some(sw.clone()),
+        broker: Some(&forgetful),
+    };
+    let (_keep, cancel) = watch::channel(false);
+    let unrecorded = ready(
+        prepare(&ctx, &twice, "f", Launcher::Direct, cancel)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        unrecorded.prebuilt.expect("rebuilt").source,
+        BuildSource::CompilePool
+    );
+
+    // force_refresh builds again and replaces the entry.
+    let mut forced = twice.clone();
+    forced.request.force_refresh = true;
+    let rebuilt = ready(run_prepare(&cfg, &cache, &broker, Some(sw.clone()), &forced, "e").await);
+    let rebuilt = rebuilt.prebuilt.expect("a prebuilt extension");
+    assert_eq!(rebuilt.source, BuildSource::CompilePool);
+    assert_eq!(rebuilt.entry.key, key);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -233,7 +269,16 @@ async fn a_compiler_failure_is_a_verdict_of_the_cpu_stage() {
     let cache_dir = tempfile::tempdir().unwrap();
     let cfg = config(work.path(), cache_dir.path());
     let cache = BuildCache::open(cache_dir.path(), 1, 100).unwrap();
-    let end = run_prepare(&cfg, &cache, None, &spec(BROKEN.to_owned()), "broken").await;
+    let broker = MemoryBroker::new(BrokerConfig::default());
+    let end = run_prepare(
+        &cfg,
+        &cache,
+        &broker,
+        None,
+        &spec(BROKEN.to_owned()),
+        "broken",
+    )
+    .await;
     let PrepareEnd::Final(Classified::Verdict(result)) = end else {
         panic!("expected a verdict, got {end:?}");
     };
@@ -250,7 +295,15 @@ async fn a_compiler_failure_is_a_verdict_of_the_cpu_stage() {
     );
 
     // Syntax errors and screening rejections end here too, without a device.
-    let end = run_prepare(&cfg, &cache, None, &spec("def (".to_owned()), "syntax").await;
+    let end = run_prepare(
+        &cfg,
+        &cache,
+        &broker,
+        None,
+        &spec("def (".to_owned()),
+        "syntax",
+    )
+    .await;
     let PrepareEnd::Final(Classified::Verdict(result)) = end else {
         panic!("expected a verdict, got {end:?}");
     };
