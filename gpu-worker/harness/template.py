@@ -9,7 +9,8 @@ file descriptors (the task's stdout, stderr and result pipe, and optionally its 
 
 Replies and events (one JSON object per message):
 
-    {"event": "ready", "pid": P, "import_ms": T, "cuda_initialized": false}
+    {"event": "ready", "pid": P, "import_ms": T, "cuda_initialized": false,
+     "software": {"torch": ..., "triton": ..., "cuda": ...}}
     {"event": "spawned", "id": N, "pid": C}      {"event": "spawn_failed", "id": N, "error": "..."}
     {"event": "exited", "pid": C, "status": S}   (S: the raw wait status)
 
@@ -141,7 +142,10 @@ def main():
 
     send({"event": "ready", "pid": me,
           "import_ms": (time.perf_counter() - _started) * 1e3,
-          "cuda_initialized": bool(torch.cuda.is_initialized()) or not _fork_is_clean(torch)})
+          "cuda_initialized": bool(torch.cuda.is_initialized()) or not _fork_is_clean(torch),
+          # What every child will report: the worker keys its caches on it from the start.
+          "software": {"torch": str(torch.__version__), "triton": harness.triton_version(),
+                       "cuda": torch.version.cuda}})
     sel = selectors.DefaultSelector()
     sel.register(sock, selectors.EVENT_READ, "control")
     sel.register(wake_r, selectors.EVENT_READ, "sigchld")

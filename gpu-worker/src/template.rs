@@ -8,6 +8,7 @@ use crate::config::ChildLimits;
 use crate::harness::{
     HARNESS_FILE, HARNESS_SOURCE, SCREEN_FILE, SCREEN_SOURCE, TEMPLATE_FILE, TEMPLATE_SOURCE,
 };
+use crate::protocol::SoftwareReport;
 use crate::supervisor::{detach_from_worker, place_fd};
 use crate::task_dir::TaskDir;
 use nix::sys::socket::{
@@ -36,6 +37,8 @@ enum Event {
         pid: i32,
         import_ms: f64,
         cuda_initialized: bool,
+        #[serde(default)]
+        software: Option<SoftwareReport>,
     },
     Spawned {
         id: u64,
@@ -59,10 +62,11 @@ pub struct ForkedChild {
 }
 
 type SpawnReply = Result<ForkedChild, String>;
+type ReadyReport = (i32, f64, Option<SoftwareReport>);
 
 #[derive(Default)]
 struct Routing {
-    ready: Option<oneshot::Sender<Result<(i32, f64), String>>>,
+    ready: Option<oneshot::Sender<Result<ReadyReport, String>>>,
     spawns: HashMap<u64, oneshot::Sender<SpawnReply>>,
     exits: HashMap<i32, oneshot::Sender<i32>>,
 }
@@ -77,6 +81,8 @@ pub struct Template {
     next_id: AtomicU64,
     forks: AtomicU32,
     pub import_ms: f64,
+    /// The versions the template imported (those of every child it forks).
+    pub software: Option<SoftwareReport>,
     _dir: TaskDir,
 }
 
@@ -150,7 +156,7 @@ impl Template {
                 .spawn(move || read_events(&control, &routing, &alive))?;
         }
         let started = Instant::now();
-        let (pid, import_ms) = match tokio::time::timeout(READY_TIMEOUT, ready_rx).await {
+        let (pid, import_ms, software) = match tokio::time::timeout(READY_TIMEOUT, ready_rx).await {
             Ok(Ok(Ok(ready))) => ready,
             Ok(Ok(Err(why))) => return Err(std::io::Error::other(why)),
             Ok(Err(_)) => return Err(std::io::Error::other("template exited before it was ready")),
@@ -170,6 +176,7 @@ impl Template {
             next_id: AtomicU64::new(0),
             forks: AtomicU32::new(0),
             import_ms,
+            software,
             _dir: dir,
         })
     }
@@ -287,13 +294,14 @@ fn read_events(control: &OwnedFd, routing: &Mutex<Routing>, alive: &AtomicBool) 
                 pid,
                 import_ms,
                 cuda_initialized,
+                software,
             } => {
                 if let Some(tx) = r.ready.take() {
                     let _ = tx.send(if cuda_initialized {
                         // A process that initialised CUDA must never be forked from.
                         Err("template initialised CUDA while importing".to_owned())
                     } else {
-                        Ok((pid, import_ms))
+                        Ok((pid, import_ms, software))
                     });
                 }
             }

@@ -438,14 +438,26 @@ impl Worker {
         }
         let cfg = &self.cfg;
         let env_cfg = cfg.clone();
-        slot.ready(
-            &cfg.python,
-            &cfg.work_root,
-            move |dir: &std::path::Path| child_env(&env_cfg, dir, |k| std::env::var(k).ok()),
-            &cfg.limits,
-            cfg.template_max_forks,
-        )
-        .await
+        let template = slot
+            .ready(
+                &cfg.python,
+                &cfg.work_root,
+                move |dir: &std::path::Path| child_env(&env_cfg, dir, |k| std::env::var(k).ok()),
+                &cfg.limits,
+                cfg.template_max_forks,
+            )
+            .await?;
+        // Known before the first result: the first tasks already find cached builds and
+        // reference timings.
+        let mut software = self.software.lock().expect("software lock");
+        if software.is_none() {
+            *software = template
+                .software
+                .as_ref()
+                .and_then(SoftwareVersions::from_report);
+        }
+        drop(software);
+        Some(template)
     }
 
     /// GPU workers check their device before taking work; CPU workers are always ready.

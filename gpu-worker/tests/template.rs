@@ -78,6 +78,12 @@ async fn forked_children_evaluate_like_fresh_ones_and_templates_are_recycled() {
     let mut pids = Vec::new();
     for (i, task) in [&good, &bad, &good].into_iter().enumerate() {
         let template = ready(&mut slot, &cfg, 2).await;
+        // It says what its children will run with: the worker keys its caches on that.
+        let software = template.software.clone().unwrap_or_default();
+        assert!(
+            software.get("torch").is_some_and(|v| v.is_some()),
+            "{software:?}"
+        );
         pids.push(template.pid());
         let result = verdict(
             run_evaluation(
