@@ -1,6 +1,7 @@
 //! Losing processes loses no work: a worker killed with SIGKILL mid-task has its task finished
-//! by another worker (attempts = 2, one result), and an API replica killed mid-batch is
-//! replaced without losing a task.
+//! by another worker (attempts = 2, one result), a worker stopped with SIGTERM gives back at
+//! once every task it had claimed ahead, and an API replica killed mid-batch is replaced
+//! without losing a task.
 
 use crucible_tests::*;
 use serde_json::json;
@@ -110,5 +111,68 @@ async fn an_api_restart_mid_batch_loses_nothing() {
     for task in done["tasks"].as_array().unwrap() {
         assert_eq!(task["result"]["correct"], true, "{task}");
         assert_eq!(task["attempts"], 1, "{task}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stopping_worker_gives_back_every_task_it_claimed_ahead() {
+    let logs = log_dir("failover-prefetch");
+    let redis = Redis::start(&logs).await;
+    let mut env = service_env(&redis.url, "prefetch");
+    // Long leases: tasks that come back quickly were given back, not reaped.
+    env.push(("CRUCIBLE_LEASE_TTL_MS".into(), "120000".into()));
+    let port = free_port();
+    let _api = Proc::spawn("api", api_command(port, &env), &logs);
+    let mut pipelined = env.clone();
+    pipelined.extend([
+        ("CRUCIBLE_COMPILE_POOL".to_owned(), "1".to_owned()),
+        ("CRUCIBLE_PREFETCH".to_owned(), "3".to_owned()),
+    ]);
+    let mut worker = Proc::spawn("worker", worker_command(&pipelined), &logs);
+    let api = Api::new(port);
+    api.wait_ready().await;
+
+    // Slow at import: each claimed task sits in its CPU stage (or on the device) for a while.
+    let mut ids = Vec::new();
+    for n in 0..4 {
+        ids.push(
+            api.submit(json!({
+                "reference_code": problem("elementwise_relu"),
+                // Distinct sources: identical requests would share one task.
+                "kernel_code": format!("{}\n# sample {n}\n", slow_correct_candidate(60)),
+                "num_correct_trials": 1,
+                "num_perf_trials": 1,
+                "timeout_s": 300,
+            }))
+            .await,
+        );
+    }
+    eventually(
+        "the worker to claim all four (one plus three ahead)",
+        Duration::from_secs(60),
+        || async {
+            let (_, q) = api.get("/queue/status").await;
+            (q["running"] == 4).then_some(())
+        },
+    )
+    .await;
+
+    assert!(
+        worker.terminate(Duration::from_secs(60)),
+        "the worker stops on SIGTERM"
+    );
+    // Given back at shutdown, long before their leases could expire.
+    let (_, queue) = api.get("/queue/status").await;
+    assert_eq!(queue["running"], 0, "{queue}");
+    assert_eq!(queue["queued_normal"], 4, "{queue}");
+    assert_eq!(queue["done_total"], 0, "{queue}");
+    assert_eq!(queue["failed_total"], 0, "{queue}");
+    for id in &ids {
+        let (_, task) = api.get(&format!("/tasks/{id}")).await;
+        assert_eq!(task["status"], "queued", "{task}");
+        let (status, _) = api
+            .call(reqwest::Method::DELETE, &format!("/tasks/{id}"), None)
+            .await;
+        assert_eq!(status, 200);
     }
 }
