@@ -109,14 +109,6 @@ impl BuildCache {
         })
     }
 
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
-    pub fn slots(&self) -> usize {
-        self.slots
-    }
-
     fn entry_dir(&self, key: &str) -> PathBuf {
         self.root.join(key)
     }
@@ -312,12 +304,10 @@ impl BuildCache {
         }
         let path = self.root.join(".locks").join(key);
         loop {
-            let file = lock_file(&path)?;
-            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-                Ok(lock) => return Ok(lock),
-                Err((_, nix::errno::Errno::EWOULDBLOCK)) => tokio::time::sleep(SLOT_POLL).await,
-                Err((_, e)) => return Err(e.into()),
+            if let Some(lock) = try_lock(&path)? {
+                return Ok(lock);
             }
+            tokio::time::sleep(SLOT_POLL).await;
         }
     }
 
@@ -325,15 +315,21 @@ impl BuildCache {
     pub async fn slot(&self) -> io::Result<Flock<File>> {
         loop {
             for i in 0..self.slots {
-                let file = lock_file(&self.root.join(".slots").join(i.to_string()))?;
-                match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-                    Ok(lock) => return Ok(lock),
-                    Err((_, nix::errno::Errno::EWOULDBLOCK)) => {}
-                    Err((_, e)) => return Err(e.into()),
+                if let Some(lock) = try_lock(&self.root.join(".slots").join(i.to_string()))? {
+                    return Ok(lock);
                 }
             }
             tokio::time::sleep(SLOT_POLL).await;
         }
+    }
+}
+
+/// An exclusive advisory lock on `path` if no other holder has it now.
+fn try_lock(path: &Path) -> io::Result<Option<Flock<File>>> {
+    match Flock::lock(lock_file(path)?, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(Some(lock)),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, e)) => Err(e.into()),
     }
 }
 

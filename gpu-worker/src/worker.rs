@@ -39,7 +39,8 @@ struct Status {
 
 pub struct Worker {
     broker: Arc<dyn Broker>,
-    cfg: WorkerConfig,
+    /// Shared with the closures that start templates (no copy per task).
+    cfg: Arc<WorkerConfig>,
     id: WorkerId,
     started_at: chrono::DateTime<Utc>,
     status: Arc<Mutex<Status>>,
@@ -91,7 +92,7 @@ impl Worker {
             build_cache,
             cuda_arch,
             software: Mutex::new(None),
-            cfg,
+            cfg: Arc::new(cfg),
             id,
             started_at: Utc::now(),
             status: Arc::new(Mutex::new(Status {
@@ -161,8 +162,7 @@ impl Worker {
         if healthy {
             // Warm the template before the first claim, so the first task does not wait for
             // `import torch` either.
-            let mut slot = self.template.lock().await;
-            self.ready_template(&mut slot).await;
+            self.ready_template().await;
         }
         let places = Arc::new(Semaphore::new(1 + self.cfg.prefetch as usize));
         let (ready_tx, mut ready_rx) = mpsc::unbounded_channel::<ReadyTask>();
@@ -381,10 +381,7 @@ impl Worker {
     ) {
         let mut ready = Ready::default();
         if self.cfg.compile_pool {
-            let template = {
-                let mut slot = self.template.lock().await;
-                self.ready_template(&mut slot).await
-            };
+            let template = self.ready_template().await;
             let launcher = template
                 .as_deref()
                 .map_or(Launcher::Direct, Launcher::Template);
@@ -432,12 +429,13 @@ impl Worker {
 
     /// The template to fork the next child from, started if needed; `None` when templates are
     /// off or unavailable (the child is then spawned directly).
-    async fn ready_template(&self, slot: &mut TemplateSlot) -> Option<Arc<Template>> {
+    async fn ready_template(&self) -> Option<Arc<Template>> {
         if !self.cfg.use_template {
             return None;
         }
+        let mut slot = self.template.lock().await;
         let cfg = &self.cfg;
-        let env_cfg = cfg.clone();
+        let env_cfg = Arc::clone(cfg);
         let template = slot
             .ready(
                 &cfg.python,
@@ -485,10 +483,7 @@ impl Worker {
         ready: ReadyTask,
     ) -> std::io::Result<()> {
         let task_id = ready.task.lease.task_id.clone();
-        let template = {
-            let mut slot = self.template.lock().await;
-            self.ready_template(&mut slot).await
-        };
+        let template = self.ready_template().await;
         let inputs = StageInputs {
             // Sent through the gate when the child is let go.
             reference_timing: None,
@@ -787,8 +782,6 @@ struct DeviceChild {
     cancel: watch::Sender<bool>,
     spec: TaskSpec,
     timing: DeviceTiming,
-    /// Let go at its standby point (a child may reach it after the gate opened).
-    released: bool,
 }
 
 /// The children on one device and the rules of who runs when. One child is *active* (let go:
@@ -852,7 +845,6 @@ impl DevicePipeline {
                 cancel,
                 spec,
                 timing: DeviceTiming::default(),
-                released: false,
             },
         );
         self.standby = Some(task_id);
@@ -879,7 +871,6 @@ impl DevicePipeline {
             if child.gate.open_with(&message).is_err() {
                 tracing::warn!(task_id = %task_id, "could not open a child's gate");
             }
-            child.released = true;
             child.timing.go = Some(Instant::now());
             child.timing.reference = reference;
             if child.phase == Phase::Standby {
@@ -916,10 +907,10 @@ impl DevicePipeline {
         match event {
             ChildEvent::Stage(stage) => match stage.as_str() {
                 // A child let go before it reached standby passes it on the byte waiting.
-                "standby" if child.released => child.phase = Phase::Running,
+                "standby" if child.timing.go.is_some() => child.phase = Phase::Running,
                 "standby" => child.phase = Phase::Standby,
                 "timing_gate" => child.phase = Phase::WantsTiming,
-                _ if child.phase == Phase::Starting && child.released => {
+                _ if child.phase == Phase::Starting && child.timing.go.is_some() => {
                     child.phase = Phase::Running
                 }
                 _ => {}
