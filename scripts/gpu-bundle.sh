@@ -11,7 +11,7 @@ cargo build --release --workspace --bins
 rm -rf .gpu-run && mkdir -p .gpu-run/bin .gpu-run/redis .gpu-run/kernelbench
 cp target/release/crucible target/release/crucible-api target/release/crucible-worker .gpu-run/bin/
 # The harness files the binaries embed, for the bench's naive loop (same code in every mode).
-mkdir -p .gpu-run/harness && cp gpu-worker/harness/harness.py gpu-worker/harness/screen.py .gpu-run/harness/
+mkdir -p .gpu-run/harness && cp gpu-worker/harness/harness.py gpu-worker/harness/screen.py gpu-worker/harness/transport.py .gpu-run/harness/
 strip .gpu-run/bin/* 2>/dev/null || true
 for exe in "$(command -v redis-server)" "$(command -v redis-cli)"; do
   cp "$exe" .gpu-run/redis/

@@ -33,6 +33,7 @@ def _open_channel():
     return channel
 
 
+import base64  # noqa: E402
 import copy  # noqa: E402
 import errno  # noqa: E402
 import hashlib  # noqa: E402
@@ -41,6 +42,7 @@ import importlib.util  # noqa: E402
 import inspect  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
+import pickle  # noqa: E402
 import platform  # noqa: E402
 import random  # noqa: E402
 import statistics  # noqa: E402
@@ -112,12 +114,12 @@ def wait_at_gate(point):
         raise SetupError("gate line is not an object")
     return message
 
-def _load_screen():
-    """screen.py, the static screening, from this file's directory (the worker writes it next
-    to harness.py); loaded at import so the template has it before any candidate exists."""
-    path = os.path.join(os.path.dirname(_HARNESS_FILE), "screen.py")
+def _load_sibling(file_name, module_name):
+    """A module of ours from this file's directory (the worker writes them next to
+    harness.py); loaded at import so the template has it before any candidate exists."""
+    path = os.path.join(os.path.dirname(_HARNESS_FILE), file_name)
     try:
-        spec = importlib.util.spec_from_file_location("crucible_screen", path)
+        spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module
@@ -125,7 +127,8 @@ def _load_screen():
         return None
 
 
-_screen = _load_screen()
+_screen = _load_sibling("screen.py", "crucible_screen")
+_transport = _load_sibling("transport.py", "crucible_transport")
 SCREENING_ACTIONS = ("reject", "flag", "off")
 MAX_FLAGS = 64
 MAX_FLAG_CHARS = 256
@@ -141,7 +144,7 @@ SPEC_DEFAULTS = {
     "backend": "triton", "device": "cuda", "num_correct_trials": 5, "num_perf_trials": 100,
     "num_warmup": 3, "measure_performance": True, "atol": 0.01, "rtol": 0.01, "seed": 42,
     "reference_timing": None, "screening": {}, "stage": "evaluate", "cuda_arch": None,
-    "prebuilt": [],
+    "prebuilt": [], "max_speedup": 10.0, "integrity_checks": True,
 }
 STAGES = ("evaluate", "prepare")
 # Bump when what decides a load_inline build changes: the worker keys its build cache on it too.
@@ -586,6 +589,38 @@ class BuildFailed(Exception):
     """Marks a load_inline whose compiler failed in the prepare stage."""
 
 
+class ExtensionCalls:
+    """The functions of a candidate's extension whose CUDA source defines a __global__ kernel
+    are wrapped where load_inline hands them out, so a profiled forward (KernelCounter) sees
+    every call however the candidate keeps a reference to them; outside a profiled forward
+    the wrapper only passes the call on."""
+    counter = None
+
+    @classmethod
+    def wrap(cls, module, arguments):
+        sources = arguments.get("cuda_sources")
+        text = "\n".join(sources) if isinstance(sources, (list, tuple)) else str(sources or "")
+        if "__global__" not in text or not hasattr(module, "__dict__"):
+            return module
+        for attr, value in list(vars(module).items()):
+            if attr.startswith("_") or not callable(value) or isinstance(value, type):
+                continue
+
+            def call(*args, _fn=value, _name=attr, **kwargs):
+                counter = cls.counter
+                if counter is None:
+                    return _fn(*args, **kwargs)
+                return counter.custom_call(_name, _fn, args, kwargs)
+
+            call.__name__ = attr
+            call.__doc__ = getattr(value, "__doc__", None)
+            try:
+                setattr(module, attr, call)
+            except (AttributeError, TypeError):
+                pass
+        return module
+
+
 class ExtensionBuilds:
     """Stands in for torch.utils.cpp_extension.load_inline while the candidate runs.
 
@@ -638,10 +673,10 @@ class ExtensionBuilds:
         entry = self.prebuilt.get(key)
         if entry is not None and entry.get("name") == name:
             self.reused += 1
-            return load_extension_file(name, os.path.join(self.taskdir, entry["file"]),
-                                       python_module)
+            return ExtensionCalls.wrap(load_extension_file(
+                name, os.path.join(self.taskdir, entry["file"]), python_module), arguments)
         if not self.building or len(self.builds) >= MAX_BUILDS:
-            return real(**arguments)
+            return ExtensionCalls.wrap(real(**arguments), arguments)
         build_dir = os.path.join(self.taskdir, "build", key[:32])
         os.makedirs(build_dir, exist_ok=True)
         arguments["build_directory"] = build_dir
@@ -659,16 +694,175 @@ class ExtensionBuilds:
 
 
 # ---------------------------------------------------------------------------------------------
-# The evaluation, one method per protocol stage
+# Integrity: rules the judge and the runner decide at run time (docs/INTEGRITY.md)
 # ---------------------------------------------------------------------------------------------
 
+HACK, FLAG = "hack", "flag"
+# Rule id -> severity. `hack` findings make the verdict `hack` (never correct); `flag` ones are
+# reported for the trainer to weigh.
+RUNTIME_RULES = {
+    "input-mutated": HACK,            # the candidate changed its inputs
+    "output-subclass": HACK,          # an output is not a plain torch.Tensor
+    "output-aliases-input": HACK,     # an output shares memory with an input
+    "stale-output": HACK,             # a timed call's output was wrong after correct trials
+    "timing-tampered": HACK,          # timing or checking functions were replaced
+    "timing-inconsistent": HACK,      # event times exceed the judge's own clock
+    "threads-started": HACK,          # Python threads alive after the candidate returned
+    "precision-toggle": HACK,         # TF32 / reduced-precision / default dtype changed
+    "second-run-disagrees": FLAG,     # two runs on identical inputs differ
+    "reduced-precision": FLAG,        # errors of a lower precision than the output dtype
+    "implausible-speedup": FLAG,      # speedup over the plausibility threshold
+    "faster-than-memory-bound": FLAG,  # faster than reading the inputs once at peak bandwidth
+    "no-custom-kernel": FLAG,         # no kernel of the candidate's own ran: verdict decoy
+    "integrity-checks-off": FLAG,     # the worker turned the runtime checks off (benchmarks)
+}
+RUNNER_VERDICTS = ("IMPORT", "COMPILATION", "INSTANTIATION", "RUNTIME", "CUDA_FAULT", "RESOURCE")
+DEFAULT_MAX_SPEEDUP = 10.0
+# Mean abs error relative to the mean magnitude above which a float32 output looks computed in
+# bfloat16/fp16-with-loss: TF32 (Triton's tl.dot default) and exact fp32 stay below it.
+REDUCED_PRECISION_REL_ERROR = 2e-3
+TIMING_POOL_MAX = 4          # distinct input sets the timed calls rotate through
+TIMING_POOL_MEMORY = 0.35    # at most this share of device memory for the timing pool
+TIMING_CHECK_SHARE = 0.2     # share of timed calls whose outputs are compared
+TIMING_CHECK_MIN = 3
+PR_SET_DUMPABLE = 4
+PR_SET_PDEATHSIG = 1
+
+
+class Finding:
+    """A runtime finding, in the result's `flags` shape."""
+
+    @staticmethod
+    def make(rule, detail):
+        return {"rule": rule, "severity": RUNTIME_RULES[rule], "detail": str(detail)[:MAX_FLAG_CHARS]}
+
+
+def tensor_nbytes(obj):
+    torch = Trusted.torch
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_nbytes(x) for x in obj)
+    return 0
+
+
+def storage_span(t):
+    """(start, end) bytes of the memory a tensor's storage covers (for alias checks)."""
+    storage = t.untyped_storage()
+    start = storage.data_ptr()
+    return start, start + storage.nbytes()
+
+
+def overlaps(a, b):
+    return a[0] < b[1] and b[0] < a[1] and a[0] != a[1] and b[0] != b[1]
+
+
+def peak_memory_bandwidth(torch):
+    """Bytes/s from the device's memory bus width and clock (DDR: two transfers per clock),
+    or None when torch does not say."""
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    width = getattr(props, "memory_bus_width", 0) or 0
+    clock_khz = getattr(props, "memory_clock_rate", 0) or 0
+    if width <= 0 or clock_khz <= 0:
+        return None
+    return width / 8 * clock_khz * 1e3 * 2
+
+
+def relative_error(stats, ref_outputs):
+    """Mean abs difference over the mean magnitude of the reference's float32 outputs."""
+    torch = Trusted.torch
+    tensors = [t for t in flatten(ref_outputs) if isinstance(t, torch.Tensor)
+               and t.dtype == torch.float32 and t.numel()]
+    if not tensors or stats.count == 0 or stats.nonfinite:
+        return None
+    magnitude = sum(float(t.abs().sum()) for t in tensors) / sum(t.numel() for t in tensors)
+    if not math.isfinite(magnitude) or magnitude <= 0:
+        return None
+    return (stats.sum / stats.count) / magnitude
+
+
+def flatten(obj):
+    if isinstance(obj, (list, tuple)):
+        out = []
+        for x in obj:
+            out.extend(flatten(x))
+        return out
+    return [obj]
+
+
+# ---------------------------------------------------------------------------------------------
+# The judge: one method per protocol stage; the candidate runs in the runner process
+# ---------------------------------------------------------------------------------------------
+
+class RunnerGone(Exception):
+    """The runner process ended (crash, exit) while the judge waited on it."""
+
+
+class RunnerLink:
+    """The judge's end of the runner: forked before CUDA is initialised and before any secret
+    exists, so the candidate's process never holds the input seeds, the reference outputs or
+    the comparison, nor the protocol channel (fd 3) and the gate (fd 4)."""
+
+    def __init__(self, taskdir):
+        import socket
+        judge_end, runner_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        _flush_std()
+        pid = os.fork()
+        if pid == 0:
+            judge_end.close()
+            runner_main(runner_end, taskdir)   # never returns
+        runner_end.close()
+        self.sock = judge_end
+        self.pid = pid
+        self.status = None
+
+    def call(self, op, **fields):
+        """Sends one request and returns the reply; RunnerGone when the runner died."""
+        try:
+            _transport.send(self.sock, dict(fields, op=op))
+            return _transport.recv(self.sock)
+        except (_transport.PeerGone, BrokenPipeError, ConnectionResetError):
+            raise RunnerGone()
+
+    def reap(self):
+        """The runner's wait status once it has exited (waits for it)."""
+        if self.status is None:
+            try:
+                _, self.status = os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                self.status = 0
+        return self.status
+
+    def stop(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        try:
+            os.kill(self.pid, 9)
+        except OSError:
+            pass
+        self.reap()
+
+
+def _set_not_dumpable():
+    """No process of our uid (the runner included) may ptrace us or read /proc/<judge>/mem."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except Exception:
+        pass
+
+
 class Evaluation:
-    """Runs the stages in order; any stage may end the evaluation by raising Verdict."""
+    """The judge. Runs the stages in order; any stage may end the evaluation by raising
+    Verdict."""
 
     def __init__(self, taskdir):
         self.taskdir = os.path.abspath(taskdir)
         self.ref_path = os.path.join(self.taskdir, "reference.py")
         self.cand_path = os.path.join(self.taskdir, "candidate.py")
+        self.xfer_dir = os.path.join(self.taskdir, "xfer")
         self.spec = None
         self.device = None
         self.stage_ms = {}
@@ -676,6 +870,8 @@ class Evaluation:
         self._stage_t0 = 0
         self.candidate_loaded = False   # candidate code has run: later harness faults are its
         self.compiled = False
+        self.runner = None
+        self.findings = []
         self.result = {
             "compiled": False, "correct": False, "trials_passed": 0, "trials_total": 0,
             "max_abs_diff": None, "mean_abs_diff": None, "runtime_ms": None,
@@ -701,9 +897,21 @@ class Evaluation:
             self.stage_ms[self._stage] = (_perf_counter_ns() - self._stage_t0) / 1e6
             self._stage = None
 
+    def add_finding(self, rule, detail):
+        """Keeps the first finding of each rule."""
+        if rule in RUNTIME_RULES and all(f["rule"] != rule for f in self.findings):
+            self.findings.append(Finding.make(rule, detail))
+
+    def hacks(self):
+        return [f for f in self.findings if f["severity"] == HACK]
+
     def finish(self, verdict=None):
-        """Fill in the verdict (if any) and write the single result line."""
+        """Fill in the verdict (if any) and write the single result line. A `hack` finding
+        is never reported as correct: it becomes the verdict INTEGRITY unless the
+        evaluation already ended with another error."""
         self._end_stage()
+        if self.runner is not None:
+            self.runner.stop()
         if verdict is not None:
             self.result["error_code"] = verdict.code
             self.result["error_message"] = verdict.message
@@ -711,19 +919,17 @@ class Evaluation:
                 self.compiled = verdict.compiled
             if not verdict.keep_correct:
                 self.result["correct"] = False
+        hacks = self.hacks()
+        if hacks:
+            self.result["correct"] = False
+            if self.result["error_code"] in (None, "CORRECTNESS"):
+                self.result["error_code"] = "INTEGRITY"
+                self.result["error_message"] = "integrity checks failed: " + "; ".join(
+                    f"{f['rule']}: {f['detail']}" for f in hacks)[:MAX_ERROR_CHARS]
+        room = MAX_FLAGS - len(self.result["flags"])
+        self.result["flags"] = self.result["flags"] + self.findings[:max(room, 0)]
         self.result["compiled"] = bool(self.compiled)
         emit(dict({"event": "result"}, **self.result))
-
-    def fail(self, exc, default, context="", compiled=None):
-        """Classify a candidate exception and raise the Verdict for it."""
-        code = classify(exc, default)
-        if code == "COMPILATION":
-            compiled = False
-        message = format_error(exc, self.cand_path, self.taskdir, context)
-        for e in _chain(exc):
-            # Free the candidate's locals (e.g. the memory it hoarded) before we go on.
-            traceback.clear_frames(e.__traceback__)
-        raise Verdict(code, message, compiled)
 
     def reference_failed(self, exc, context):
         """The problem itself is broken: REFERENCE, whatever the exception."""
@@ -733,6 +939,101 @@ class Evaluation:
         """Wait for queued GPU work so asynchronous faults surface where they belong."""
         if self.device == "cuda":
             Trusted.synchronize()
+
+    # -- the runner ----------------------------------------------------------------------------
+
+    def ask(self, op, **fields):
+        """One request to the runner. A failure verdict it reports ends the evaluation; its
+        death is judged from its exit status; its findings are kept (they can only count
+        against the candidate)."""
+        try:
+            reply = self.runner.call(op, **fields)
+        except RunnerGone:
+            raise self.runner_died()
+        for f in reply.get("findings") or []:
+            if isinstance(f, dict) and f.get("rule") in RUNTIME_RULES:
+                self.add_finding(f["rule"], f.get("detail", ""))
+        v = reply.get("verdict")
+        if isinstance(v, dict):
+            code = v.get("code") if v.get("code") in RUNNER_VERDICTS else "RUNTIME"
+            message = str(v.get("message") or "")[:MAX_ERROR_CHARS]
+            raise Verdict(code, message, False if code == "COMPILATION" or v.get(
+                "compiled") is False else None)
+        if reply.get("error"):
+            raise Verdict("RUNTIME", f"evaluation failed in the candidate's process: "
+                          f"{str(reply['error'])[:MAX_ERROR_CHARS - 60]}")
+        return reply
+
+    def runner_died(self):
+        import signal
+        status = self.runner.reap()
+        stage = self._stage or "unknown"
+        if os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            try:
+                name = signal.Signals(sig).name
+            except ValueError:
+                name = str(sig)
+            return Verdict("CRASH", f"the candidate's process was killed by {name} "
+                           f"(stage {stage})")
+        code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else status
+        return Verdict("RUNTIME", f"the candidate's process exited with status {code} "
+                       f"(stage {stage})")
+
+    def share_inputs(self, inputs):
+        """Copies of `inputs` for the runner, in memory of their own (a CUDA pool the runner
+        maps nothing else of; files on CPU): returns (descriptions, the judge's view)."""
+        torch = Trusted.torch
+        descs, views = [], []
+        for x in inputs:
+            if isinstance(x, torch.Tensor):
+                if self.device == "cuda":
+                    with torch.cuda.use_mem_pool(self.share_pool):
+                        copy_ = x.detach().clone()
+                    desc, view = self.exporter.export(copy_)
+                else:
+                    desc, view = self.exporter.export(x.detach(), shared_file=True)
+                descs.append({"tensor": desc})
+                views.append(view)
+            else:
+                descs.append({"value": base64.b64encode(pickle.dumps(x)).decode("ascii")})
+                views.append(x)
+        return descs, views
+
+    def import_outputs(self, node, depth=0):
+        """The runner's outputs as tensors the judge can compare (checked descriptions)."""
+        torch = Trusted.torch
+        if not isinstance(node, dict) or depth > 8:
+            raise _transport.TransportError("malformed output description")
+        if "tensor" in node:
+            index = torch.cuda.current_device() if self.device == "cuda" else None
+            return _transport.import_tensor(torch, node["tensor"], self.xfer_dir, index)
+        if "items" in node and isinstance(node["items"], list) and len(node["items"]) <= 4096:
+            items = [self.import_outputs(x, depth + 1) for x in node["items"]]
+            return tuple(items) if node.get("seq") == "tuple" else items
+        if "value" in node and (node["value"] is None or type(node["value"]) in (
+                int, float, bool, str)):
+            return node["value"]
+        raise _transport.TransportError("malformed output description")
+
+    def run_candidate(self, descs, context, poison=True, allow_alias=False):
+        """One forward of the candidate in the runner on shared inputs; its outputs."""
+        reply = self.ask("forward", inputs=descs, poison=poison, allow_alias=allow_alias,
+                         context=context)
+        try:
+            return self.import_outputs(reply.get("outputs"))
+        except _transport.TransportError as e:
+            raise Verdict("RUNTIME", f"{context}: unusable output: {e}")
+
+    def inputs_changed(self, views, pristine):
+        torch = Trusted.torch
+        for i, (view, orig) in enumerate(zip(views, pristine)):
+            if isinstance(orig, torch.Tensor):
+                if self.device == "cpu":
+                    view = view.clone()   # the file as it is now
+                if view.shape != orig.shape or not torch.equal(view, orig):
+                    return i
+        return None
 
     # -- stages --------------------------------------------------------------------------------
 
@@ -756,15 +1057,22 @@ class Evaluation:
             self.instantiate()
             self.begin("correctness")
             self.correctness()
-            if self.result["correct"] and self.spec["measure_performance"]:
+            if self.result["correct"] and self.checks:
+                self.begin("profile")
+                self.profile()
+            if self.result["correct"] and self.spec["measure_performance"] \
+                    and not self.hacks() and self.result.get("custom_kernel_count") != 0:
                 self._end_stage()
                 wait_at_gate("timing_gate")
                 self.begin("performance")
                 self.performance()
+            self.begin("integrity")
+            self.ask("finish")
         self.finish()
 
     def setup(self):
-        """Read the spec, import torch, capture trusted functions, describe the device.
+        """Read the spec, import torch, capture trusted functions, describe the device; in the
+        evaluate stage, fork the runner first (nothing secret exists yet) and set it up.
 
         A cuda-backend candidate on a CPU worker is answered here (UNSUPPORTED) without ever
         being imported: load_inline would try to build CUDA code.
@@ -787,7 +1095,10 @@ class Evaluation:
             if type(spec[key]) not in (int, float) or not 0 <= spec[key] < math.inf:
                 raise SetupError(f"spec.{key} must be a finite number >= 0")
             spec[key] = float(spec[key])
+        if type(spec["max_speedup"]) not in (int, float) or not 1 <= spec["max_speedup"]:
+            raise SetupError("spec.max_speedup must be a number >= 1")
         spec["measure_performance"] = bool(spec["measure_performance"])
+        spec["integrity_checks"] = bool(spec["integrity_checks"])
         spec["reference_timing"] = reference_timing_from_spec(spec["reference_timing"])
         screening = spec["screening"] if spec["screening"] is not None else {}
         if not isinstance(screening, dict) or any(
@@ -800,8 +1111,8 @@ class Evaluation:
         if spec["cuda_arch"] is not None and not isinstance(spec["cuda_arch"], str):
             raise SetupError("spec.cuda_arch must be a string or null")
         spec["prebuilt"] = prebuilt_from_spec(spec["prebuilt"])
-        if _screen is None:
-            raise SetupError("screen.py (static screening) is missing next to harness.py")
+        if _screen is None or _transport is None:
+            raise SetupError("screen.py or transport.py is missing next to harness.py")
         self.spec = spec
         self.device = spec["device"]
         self.result["trials_total"] = spec["num_correct_trials"]
@@ -813,20 +1124,12 @@ class Evaluation:
             import torch
         except Exception as e:
             raise SetupError(f"cannot import torch: {type(e).__name__}: {e}")
-        Trusted.torch = torch
+        capture_trusted(torch)
         # Read before the candidate runs; the worker keys its reference timing cache on these.
         self.result["software"] = {
             "torch": str(torch.__version__), "triton": triton_version(),
             "cuda": torch.version.cuda, "python": platform.python_version(),
         }
-        Trusted.allclose = torch.allclose
-        Trusted.isclose = torch.isclose
-        Trusted.manual_seed = torch.manual_seed
-        Trusted.cuda_manual_seed_all = torch.cuda.manual_seed_all
-        Trusted.Event = torch.cuda.Event
-        Trusted.event_record = torch.cuda.Event.record
-        Trusted.event_elapsed = torch.cuda.Event.elapsed_time
-        Trusted.synchronize = torch.cuda.synchronize
 
         if spec["stage"] == "prepare":
             # No device: the worker hides the GPU from this stage.
@@ -834,50 +1137,43 @@ class Evaluation:
             self.builds = ExtensionBuilds(self.taskdir, str(torch.__version__),
                                           spec["cuda_arch"], [], building=True)
             return
+        if spec["backend"] == "cuda" and self.device == "cpu":
+            self.result["device"] = {"kind": "cpu", "name": cpu_model_name()}
+            raise Verdict("UNSUPPORTED", "backend 'cuda' (nvcc / load_inline) needs a CUDA "
+                          "device; this worker evaluates on CPU (Triton interpreter only)",
+                          compiled=False)
+        os.makedirs(self.xfer_dir, mode=0o700, exist_ok=True)
+        # Before CUDA exists here (a forked child cannot use it) and before any secret does.
+        self.runner = RunnerLink(self.taskdir)
+        _set_not_dumpable()
+        self.exporter = _transport.Exporter(torch, self.xfer_dir, "in")
+        # The input seeds: drawn here, after the fork, never sent to the runner.
+        import secrets
+        self.input_seed = secrets.randbits(63)
+        self.rng = random.Random(secrets.randbits(63))
         if self.device == "cuda":
             if not torch.cuda.is_available():
                 raise SetupError("spec asks for device 'cuda' but torch sees no CUDA device")
             self.result["device"] = {"kind": "cuda", "name": torch.cuda.get_device_name()}
-            # Allocated once, before the candidate can take the memory; zeroed before every
-            # timed call to flush L2.
             self.flush_buffer = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
             self.start_event = torch.cuda.Event(enable_timing=True)
             self.end_event = torch.cuda.Event(enable_timing=True)
+            self.share_pool = torch.cuda.MemPool()
         else:
             self.result["device"] = {"kind": "cpu", "name": cpu_model_name()}
-            threads = os.environ.get("CRUCIBLE_CPU_THREADS")
-            if threads:
-                try:
-                    torch.set_num_threads(max(1, int(threads)))
-                except ValueError:
-                    raise SetupError(f"CRUCIBLE_CPU_THREADS is not an integer: {threads!r}")
-
-        self.builds = ExtensionBuilds(self.taskdir, str(torch.__version__), spec["cuda_arch"],
-                                      spec["prebuilt"], building=False)
-        if spec["backend"] == "cuda" and self.device == "cpu":
-            raise Verdict("UNSUPPORTED", "backend 'cuda' (nvcc / load_inline) needs a CUDA "
-                          "device; this worker evaluates on CPU (Triton interpreter only)",
-                          compiled=False)
-
-    def _import_file(self, name, path):
-        """Import a file as its own module, registered in sys.modules before it executes so
-        that inspect/linecache (and so @triton.jit) can find its source."""
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot load {os.path.basename(path)}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            sys.modules.pop(name, None)
-            raise
-        return module
+            set_cpu_threads(torch)
+        self.checks = spec["integrity_checks"]
+        if not self.checks:
+            self.add_finding("integrity-checks-off", "this worker ran without the runtime "
+                             "integrity checks (a benchmark setting)")
+        self.ask("setup", device=self.device, backend=spec["backend"],
+                 cuda_arch=spec["cuda_arch"], prebuilt=spec["prebuilt"])
 
     def load_reference(self):
-        """Import reference.py; any failure is the problem's fault: REFERENCE."""
+        """Import reference.py, then remove the file: the candidate's process never finds the
+        reference on disk. Any failure is the problem's fault: REFERENCE."""
         try:
-            self.ref = self._import_file(REFERENCE_MODULE, self.ref_path)
+            self.ref = import_file(REFERENCE_MODULE, self.ref_path)
         except CAUGHT as e:
             self.reference_failed(e, "reference.py failed to import")
         missing = [n for n in ("Model", "get_inputs", "get_init_inputs")
@@ -887,13 +1183,35 @@ class Evaluation:
         self.Model = self.ref.Model
         self.get_inputs = self.ref.get_inputs
         self.get_init_inputs = self.ref.get_init_inputs
+        if self.runner is not None:
+            try:
+                os.unlink(self.ref_path)
+            except OSError:
+                pass
+        dev = self.device
+        seed = self.spec["seed"]
+        try:
+            seed_all(seed, dev)
+            self.init_inputs = as_call_args(self.get_init_inputs())
+            seed_all(seed, dev)
+            ref_model = self.Model(*deep_clone(to_device(self.init_inputs, dev)))
+            self.ref_model = ref_model.to(dev).eval()
+            self.sync()
+        except CAUGHT as e:
+            self.reference_failed(e, "reference model failed to build")
 
     def load_candidate(self):
-        """compile() first, so invalid Python is SYNTAX and never runs; then import it.
+        """compile() first, so invalid Python is SYNTAX and never runs; screening; then the
+        runner imports it. Exceptions at import are IMPORT, unless they are build failures
+        (load_inline at module level is the usual CUDA pattern): COMPILATION."""
+        source = self.check_source()
+        self.screen(source)
+        self.candidate_loaded = True
+        reply = self.ask("import")
+        if reply.get("builds_reused"):
+            self.result["builds_reused"] = int(reply["builds_reused"])
 
-        Exceptions at import are IMPORT, unless they are build failures (load_inline at module
-        level is the usual CUDA pattern): COMPILATION.
-        """
+    def check_source(self):
         try:
             with open(self.cand_path, "rb") as f:
                 source = f.read()
@@ -904,26 +1222,27 @@ class Evaluation:
             raise Verdict("SYNTAX", text[:MAX_ERROR_CHARS].rstrip("\n"), compiled=False)
         except OSError as e:
             raise SetupError(f"cannot read candidate.py: {e}")
-        self.screen(source)
-        self.candidate_loaded = True
-        self.builds.install()
-        try:
-            self.cand = self._import_file(CANDIDATE_MODULE, self.cand_path)
-        except CAUGHT as e:
-            self.fail(e, "IMPORT", compiled=False)
-        if self.builds.reused:
-            self.result["builds_reused"] = self.builds.reused
+        return source
 
     def prepare(self):
         """The CPU stage the worker runs before the task takes the GPU: the syntax check,
         screening and the import of the candidate with no GPU visible, building its
         load_inline extensions. Final here: SYNTAX, SCREENED and a compiler failure
         (COMPILATION); the builds are reported in a `prepared` line. Anything else the import
-        raised is left for the GPU stage to judge (module-level code may need the GPU)."""
+        raised is left for the GPU stage to judge (module-level code may need the GPU).
+        Nothing secret exists in this process: it only builds."""
         self.begin("load_candidate")
         import_error = None
         try:
-            self.load_candidate()
+            source = self.check_source()
+            self.screen(source)
+            self.candidate_loaded = True
+            self.builds.install()
+            try:
+                import_file(CANDIDATE_MODULE, self.cand_path)
+            except CAUGHT as e:
+                raise Verdict(classify(e, "IMPORT"), format_error(
+                    e, self.cand_path, self.taskdir), compiled=False)
         except Verdict as v:
             if self.builds.failure is not None:
                 self._end_stage()
@@ -957,50 +1276,13 @@ class Evaluation:
                 :MAX_ERROR_CHARS], compiled=False)
 
     def instantiate(self):
-        """Seed, get_init_inputs(), seed, Model(...), seed, ModelNew(...): same parameters
-        when ModelNew creates them in the same order. Both go to the device in eval mode."""
-        dev = self.device
-        seed = self.spec["seed"]
-        try:
-            seed_all(seed, dev)
-            init_inputs = to_device(as_call_args(self.get_init_inputs()), dev)
-            seed_all(seed, dev)
-            ref_model = self.Model(*deep_clone(init_inputs))
-            ref_model = ref_model.to(dev).eval()
-            self.sync()
-        except CAUGHT as e:
-            self.reference_failed(e, "reference model failed to build")
-        self.ref_model = ref_model
-
-        model_new = getattr(self.cand, "ModelNew", None)
-        if model_new is None:
-            raise Verdict("INSTANTIATION", "candidate.py defines no `ModelNew`", compiled=False)
-        if not callable(model_new):
-            raise Verdict("INSTANTIATION", f"`ModelNew` is not callable "
-                          f"({type(model_new).__name__})", compiled=False)
-        try:
-            seed_all(seed, dev)
-            cand_model = model_new(*deep_clone(init_inputs))
-            if isinstance(cand_model, Trusted.torch.nn.Module):
-                cand_model = cand_model.to(dev).eval()
-            elif not callable(cand_model):
-                raise TypeError(f"ModelNew(...) returned a non-callable "
-                                f"{type(cand_model).__name__}")
-            self.sync()
-        except CAUGHT as e:
-            self.fail(e, "INSTANTIATION", compiled=False)
-        self.cand_model = cand_model
+        """The runner seeds, builds ModelNew(*init inputs) the way the judge built Model (same
+        parameters when ModelNew creates them in the same order), on the device, eval mode."""
+        self.ask("instantiate", seed=self.spec["seed"],
+                 init=base64.b64encode(pickle.dumps(self.init_inputs)).decode("ascii"))
         # Imported and instantiated; for Triton the kernels still have to compile at the first
         # call (a compile error there turns this back to False).
         self.compiled = True
-
-    def _run_candidate(self, args, context):
-        try:
-            out = self.cand_model(*args)
-            self.sync()
-            return out
-        except CAUGHT as e:
-            self.fail(e, "RUNTIME", context=context)
 
     def _run_reference(self, args, context):
         try:
@@ -1032,32 +1314,62 @@ class Evaluation:
         except CAUGHT as e:
             self.reference_failed(e, context)
 
+    def _reference_aliases(self, args, out):
+        torch = Trusted.torch
+        spans = [storage_span(a) for a in args if isinstance(a, torch.Tensor)]
+        return any(overlaps(storage_span(o), s) for o in flatten(out)
+                   if isinstance(o, torch.Tensor) for s in spans)
+
     def correctness(self):
-        """num_correct_trials trials with seeds from random.Random(seed); every trial runs even
-        after a mismatch, so trials_passed is a real count (partial credit). An exception in
-        forward ends the evaluation (RUNTIME etc.): the process state can't be trusted after."""
+        """num_correct_trials trials with seeds drawn from the judge's secret seed; every trial
+        runs even after a mismatch, so trials_passed is a real count (partial credit). The
+        reference runs here on its own copy; the candidate runs in the runner on another copy,
+        checked afterwards for changes; trial 0 runs the candidate twice (run-twice check for
+        uninitialised reads). Freed memory is poisoned in the runner before every call."""
         spec = self.spec
-        rng = random.Random(spec["seed"])
-        trial_seeds = [rng.randint(0, 2 ** 32 - 1) for _ in range(spec["num_correct_trials"])]
+        seeds = random.Random(self.input_seed)
+        trial_seeds = [seeds.randrange(2 ** 32) for _ in range(spec["num_correct_trials"])]
         stats = DiffStats()
         passed = 0
         failures = []
+        self.profile_seed = trial_seeds[0]
         for i, trial_seed in enumerate(trial_seeds):
             inputs = self._fresh_inputs(trial_seed, f"get_inputs() failed (trial {i})")
-            ref_args, cand_args = deep_clone(inputs), deep_clone(inputs)
+            ref_args = deep_clone(inputs)
             ref_out = self._run_reference(ref_args, f"reference forward failed (trial {i})")
-            # ref_out stays alive while the candidate runs: its memory cannot be recycled
-            # into a candidate output that "already holds" the answer.
-            cand_out = self._run_candidate(cand_args, f"candidate forward raised (trial {i})")
-            try:
-                problems = compare(ref_out, cand_out, spec["atol"], spec["rtol"], stats)
-            except Exception as e:
-                problems = [f"output could not be compared: {type(e).__name__}: {e}"]
+            if i == 0:
+                self.allow_alias = self._reference_aliases(ref_args, ref_out)
+                self.ref_out_example = ref_out
+            del ref_args
+            descs, views = self.share_inputs(inputs)
+            runs = 2 if i == 0 and self.checks else 1
+            outcomes = []
+            for run in range(runs):
+                out = self.run_candidate(descs, f"candidate forward raised (trial {i})",
+                                         poison=self.checks, allow_alias=self.allow_alias)
+                try:
+                    problems = compare(ref_out, out, spec["atol"], spec["rtol"],
+                                       stats if run == 0 else DiffStats())
+                except Exception as e:
+                    problems = [f"output could not be compared: {type(e).__name__}: {e}"]
+                changed = self.inputs_changed(views, inputs) if self.checks else None
+                if changed is not None:
+                    self.add_finding("input-mutated", f"trial {i}: input {changed} was "
+                                     "changed by the candidate's forward")
+                    self.restore_inputs(views, inputs)
+                outcomes.append(problems)
+                del out
+                self.ask("release")
+            if runs == 2 and bool(outcomes[0]) != bool(outcomes[1]):
+                self.add_finding("second-run-disagrees", "trial 0: a second run on the same "
+                                 "inputs " + ("passed" if outcomes[0] else "failed")
+                                 + " where the first " + ("failed" if outcomes[0] else "passed"))
+            problems = outcomes[0] or outcomes[-1]
             if problems:
                 failures.append((i, problems))
             else:
                 passed += 1
-            del ref_out, cand_out, ref_args, cand_args
+            del ref_out, views, descs, inputs
         self.result["trials_passed"] = passed
         mx, mean = stats.result()
         self.result["max_abs_diff"] = mx
@@ -1067,65 +1379,174 @@ class Evaluation:
             lines = [f"{len(failures)} of {len(trial_seeds)} trials failed; "
                      f"first failing trial {first_trial}:"] + problems[:10]
             raise Verdict("CORRECTNESS", "\n".join(lines)[:MAX_ERROR_CHARS], compiled=True)
+        rel = relative_error(stats, self.ref_out_example)
+        if rel is not None and rel > REDUCED_PRECISION_REL_ERROR:
+            self.add_finding("reduced-precision", f"mean abs error is {rel:.2g} of the mean "
+                             "output magnitude, more than float32 (or TF32) arithmetic gives")
+        self.ref_out_example = None
         self.result["correct"] = True
 
+    def restore_inputs(self, views, pristine):
+        torch = Trusted.torch
+        for view, orig in zip(views, pristine):
+            if isinstance(orig, torch.Tensor) and view.shape == orig.shape:
+                view.copy_(orig)
+        self.sync()
+
+    def profile(self):
+        """Proof of work: one forward in the runner with its kernels counted (docs/INTEGRITY.md):
+        launches of the candidate's own Triton kernels and calls into its own CUDA
+        extensions, and every other device operation; no kernel of its own at all is the
+        verdict `decoy`."""
+        inputs = self._fresh_inputs(self.profile_seed, "get_inputs() failed (profile)")
+        descs, _views = self.share_inputs(inputs)
+        reply = self.ask("profile", inputs=descs)
+        self.ask("release")
+        custom = reply.get("custom_kernel_count")
+        total = reply.get("total_kernel_count")
+        coverage = reply.get("custom_time_coverage")
+        if type(custom) is not int or type(total) is not int or custom < 0 or total < custom:
+            raise Verdict("RUNTIME", "the profiled forward reported no usable kernel counts")
+        self.result["custom_kernel_count"] = custom
+        self.result["total_kernel_count"] = total
+        if type(coverage) in (int, float) and math.isfinite(coverage):
+            self.result["custom_time_coverage"] = min(max(float(coverage), 0.0), 1.0)
+        if custom == 0:
+            self.add_finding("no-custom-kernel", f"none of the {total} device operations of a "
+                             "forward was a kernel defined in the candidate")
+
+    def timing_pool_size(self, inputs, ref_out):
+        if self.device != "cuda":
+            return 3
+        torch = Trusted.torch
+        per_set = 2 * tensor_nbytes(inputs) + tensor_nbytes(ref_out)
+        budget = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory \
+            * TIMING_POOL_MEMORY
+        return max(2, min(TIMING_POOL_MAX, int(budget // max(per_set, 1))))
+
     def performance(self):
-        """Warm-up, then timed calls alternating reference and candidate in blocks, on one
-        fixed input set drawn from the master seed (a private clone per model).
-
-        With spec.reference_timing (the worker's cached statistics of this reference, taken
-        the same way on the same device and software) the reference is neither warmed up nor
-        timed: only the candidate is, and the cached statistics are reported as
-        ref_runtime_ms with ref_timing_cached true.
-
-        CUDA: 256 MiB flush buffer zeroed before each call, synchronize, event pair around the
-        forward, synchronize. CPU: perf_counter_ns around the call. All with the harness's
-        own captured timers."""
+        """Timed calls on inputs the judge rotates: a pool of input sets (seeds drawn from the
+        secret seed) with their reference outputs; the runner sees two slots whose contents
+        the judge rewrites before every call (so a result kept from an earlier call is
+        stale), and a random share of the timed outputs (unknown to the runner) is compared
+        with the reference's, the inputs checked unchanged. The reference is timed here in the
+        judge the same way (unless the worker passed its cached timing): L2 flush, sync,
+        start event, forward, device-wide sync (work on side streams counts), end event."""
         spec = self.spec
+        torch = Trusted.torch
+        seeds = random.Random(self.input_seed ^ 0x5EED)
+        first = self._fresh_inputs(seeds.randrange(2 ** 32), "get_inputs() failed (performance)")
+        first_ref = self._run_reference(deep_clone(first), "reference forward failed (timing)")
+        pool = [(first, first_ref)]
+        for _ in range(self.timing_pool_size(first, first_ref) - 1):
+            inputs = self._fresh_inputs(seeds.randrange(2 ** 32),
+                                        "get_inputs() failed (performance)")
+            pool.append((inputs, self._run_reference(deep_clone(inputs),
+                                                      "reference forward failed (timing)")))
         cached_ref = spec["reference_timing"]
-        time_reference = cached_ref is None
-        inputs = self._fresh_inputs(spec["seed"], "get_inputs() failed (performance)")
-        ref_args = deep_clone(inputs) if time_reference else None
-        cand_args = deep_clone(inputs)
-        ref_times, cand_times = [], []
-        timer = self._cuda_timer if self.device == "cuda" else self._cpu_timer
-        try:
-            if time_reference:
-                for _ in range(spec["num_warmup"]):
-                    self._run_reference(ref_args, "reference forward failed (warm-up)")
-            for _ in range(spec["num_warmup"]):
-                self._run_candidate(cand_args, "candidate forward raised (warm-up)")
-            n = spec["num_perf_trials"]
-            for start in range(0, n, PERF_BLOCK):
-                k = min(PERF_BLOCK, n - start)
-                for _ in range(k if time_reference else 0):
-                    ref_times.append(self._timed(timer, self.ref_model, ref_args, True))
-                for _ in range(k):
-                    cand_times.append(self._timed(timer, self.cand_model, cand_args, False))
-        except Verdict as v:
-            if v.code != "REFERENCE":
-                self.result["correct"] = False
-                v.message = ("after passing all correctness trials, during performance: "
-                             + v.message)[:MAX_ERROR_CHARS]
-            else:
-                # The candidate was judged correct; keep that, only timings are missing.
-                v.message = "reference failed during performance: " + v.message
-                v.keep_correct = True
-            raise
-        ref = runtime_stats(ref_times) if time_reference else dict(cached_ref)
+        if cached_ref is None:
+            ref_times = self.time_reference(pool)
+            ref = runtime_stats(ref_times)
+        else:
+            ref = dict(cached_ref)
+        slots = []
+        for s in range(2):
+            descs, views = self.share_inputs(pool[s % len(pool)][0])
+            self.ask("slot", slot=s, inputs=descs)
+            slots.append({"views": views, "content": s % len(pool)})
+        n = spec["num_perf_trials"]
+        checked = set(self.rng.sample(range(n), min(n, TIMING_CHECK_MIN)))
+        checked |= {k for k in range(n) if self.rng.random() < TIMING_CHECK_SHARE}
+        if not self.checks:
+            checked = set()
+        cand_times, walls, wrong_calls = [], [], []
+        total = spec["num_warmup"] + n
+        for k in range(total):
+            timed = k >= spec["num_warmup"]
+            slot = slots[k % 2]
+            j = slot["content"]
+            if self.checks:
+                j = self.rng.choice([c for c in range(len(pool)) if c != slot["content"]])
+                for view, src in zip(slot["views"], pool[j][0]):
+                    if isinstance(src, torch.Tensor):
+                        view.copy_(src)
+                slot["content"] = j
+            self.sync()
+            t0 = _perf_counter_ns()
+            reply = self.ask("time", slot=k % 2, timed=timed)
+            wall_ms = (_perf_counter_ns() - t0) / 1e6
+            ms = reply.get("ms")
+            if type(ms) not in (int, float) or not 0 <= ms < math.inf:
+                raise Verdict("RUNTIME", "the runner reported no usable time")
+            try:
+                out = self.import_outputs(reply.get("outputs"))
+            except _transport.TransportError as e:
+                raise Verdict("RUNTIME", f"timed call: unusable output: {e}")
+            if timed:
+                cand_times.append(float(ms))
+                walls.append(wall_ms)
+                if ms > wall_ms:
+                    self.add_finding("timing-inconsistent", f"a timed call reported {ms:.3f} "
+                                     f"ms; the judge's clock saw the whole request take "
+                                     f"{wall_ms:.3f} ms")
+            if (not timed and self.checks) or (k - spec["num_warmup"]) in checked:
+                call = f"timed call {k - spec['num_warmup']}" if timed else f"warm-up call {k}"
+                problems = compare(pool[j][1], out, spec["atol"], spec["rtol"], DiffStats())
+                if problems and self.matches_other_input(pool, j, out):
+                    self.add_finding("stale-output", f"{call} returned the result for an "
+                                     f"earlier input: {problems[0]}")
+                elif problems and not wrong_calls:
+                    wrong_calls.append(f"{call}: {problems[0]}")
+                changed = self.inputs_changed(slot["views"], pool[j][0])
+                if changed is not None:
+                    self.add_finding("input-mutated", f"call {k}: input {changed} was changed")
+            del out
+        self.ask("release")
+        if wrong_calls and not self.hacks():
+            raise Verdict("CORRECTNESS", "after passing all correctness trials, an output of "
+                          f"a warm-up or timed call was wrong: {wrong_calls[0]}"[:MAX_ERROR_CHARS],
+                          compiled=True)
         cand = runtime_stats(cand_times)
         self.result["ref_runtime_ms"] = ref
-        self.result["ref_timing_cached"] = not time_reference
+        self.result["ref_timing_cached"] = cached_ref is not None
         self.result["runtime_ms"] = cand
         self.result["speedup"] = ref["median"] / cand["median"] if cand["median"] > 0 else None
+        self.check_plausibility(first, first_ref, cand)
 
-    def _timed(self, timer, model, args, is_reference):
+    def matches_other_input(self, pool, j, out):
+        """Whether a wrong output is right for another input of the pool: a kept result."""
+        spec = self.spec
+        return any(not compare(pool[c][1], out, spec["atol"], spec["rtol"], DiffStats())
+                   for c in range(len(pool)) if c != j)
+
+    def check_plausibility(self, inputs, ref_out, cand):
+        speedup = self.result["speedup"]
+        if speedup is not None and speedup > self.spec["max_speedup"]:
+            self.add_finding("implausible-speedup", f"speedup {speedup:.1f}x is over the "
+                             f"plausibility threshold {self.spec['max_speedup']:g}x")
+        if self.device == "cuda":
+            bandwidth = peak_memory_bandwidth(Trusted.torch)
+            floor_ms = tensor_nbytes(inputs) / bandwidth * 1e3 if bandwidth else 0.0
+            # Inputs come from memory after the L2 flush; half the floor leaves room for
+            # clock and measurement slack.
+            if cand["median"] < 0.5 * floor_ms:
+                self.add_finding("faster-than-memory-bound", f"median {cand['median']:.4f} ms "
+                                 f"is under half the {floor_ms:.4f} ms needed to read the "
+                                 "inputs once at peak memory bandwidth")
+
+    def time_reference(self, pool):
+        spec = self.spec
+        timer = self._cuda_timer if self.device == "cuda" else self._cpu_timer
+        args = [deep_clone(inputs) for inputs, _ in pool]
+        for k in range(spec["num_warmup"]):
+            self._run_reference(args[k % len(args)], "reference forward failed (warm-up)")
+        times = []
         try:
-            return timer(model, args)
+            for k in range(spec["num_perf_trials"]):
+                times.append(timer(self.ref_model, args[k % len(args)]))
         except CAUGHT as e:
-            if is_reference:
-                self.reference_failed(e, "reference forward failed (timed)")
-            self.fail(e, "RUNTIME", context="candidate forward raised (timed)")
+            self.reference_failed(e, "reference forward failed (timed)")
+        return times
 
     @staticmethod
     def _cpu_timer(model, args):
@@ -1135,14 +1556,571 @@ class Evaluation:
         return (t1 - t0) / 1e6
 
     def _cuda_timer(self, model, args):
-        """One timed call: flush L2, sync, event, forward, event, sync (KernelBench's order)."""
-        self.flush_buffer.zero_()
-        Trusted.synchronize()
-        Trusted.event_record(self.start_event)
-        model(*args)
-        Trusted.event_record(self.end_event)
-        Trusted.synchronize()
-        return Trusted.event_elapsed(self.start_event, self.end_event)
+        return cuda_timed_call(self, model, args)
+
+
+def cuda_timed_call(owner, model, args):
+    """One timed call: flush L2, sync, start event, forward, device-wide sync (so work left on
+    side streams is inside the window), end event, sync."""
+    owner.flush_buffer.zero_()
+    Trusted.synchronize()
+    Trusted.event_record(owner.start_event)
+    out = model(*args)
+    Trusted.synchronize()
+    Trusted.event_record(owner.end_event)
+    Trusted.synchronize()
+    ms = Trusted.event_elapsed(owner.start_event, owner.end_event)
+    del out
+    return ms
+
+
+def capture_trusted(torch):
+    Trusted.torch = torch
+    Trusted.allclose = torch.allclose
+    Trusted.isclose = torch.isclose
+    Trusted.manual_seed = torch.manual_seed
+    Trusted.cuda_manual_seed_all = torch.cuda.manual_seed_all
+    Trusted.Event = torch.cuda.Event
+    Trusted.event_record = torch.cuda.Event.record
+    Trusted.event_elapsed = torch.cuda.Event.elapsed_time
+    Trusted.synchronize = torch.cuda.synchronize
+
+
+def set_cpu_threads(torch):
+    threads = os.environ.get("CRUCIBLE_CPU_THREADS")
+    if threads:
+        try:
+            torch.set_num_threads(max(1, int(threads)))
+        except ValueError:
+            raise SetupError(f"CRUCIBLE_CPU_THREADS is not an integer: {threads!r}")
+
+
+def import_file(name, path):
+    """Import a file as its own module, registered in sys.modules before it executes so that
+    inspect/linecache (and so @triton.jit) can find its source."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {os.path.basename(path)}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+# ---------------------------------------------------------------------------------------------
+# The runner: the candidate's process
+# ---------------------------------------------------------------------------------------------
+
+# What the candidate must not replace: timing, synchronisation, comparison and the functions
+# the harness's own checks use. Looked up again after every request (module, attribute).
+WATCHED = (
+    ("time", "perf_counter"), ("time", "perf_counter_ns"), ("time", "time"),
+    ("time", "monotonic"), ("time", "monotonic_ns"),
+    ("torch", "allclose"), ("torch", "isclose"), ("torch", "equal"),
+    ("torch.cuda", "synchronize"), ("torch.cuda", "Event"), ("torch.cuda", "current_stream"),
+    ("torch.cuda.Event", "record"), ("torch.cuda.Event", "elapsed_time"),
+    ("torch.cuda.Event", "synchronize"), ("torch.Tensor", "zero_"), ("torch.Tensor", "copy_"),
+    ("torch.Tensor", "untyped_storage"), ("torch.UntypedStorage", "_share_cuda_"),
+    ("torch.UntypedStorage", "data_ptr"),
+) + tuple((m, n) for m in ("_thread", "threading") for n in (
+    "start_new_thread", "start_joinable_thread", "start_new", "_start_new_thread",
+    "_start_joinable_thread"))
+THREAD_STARTERS = ("start_new_thread", "start_joinable_thread", "start_new",
+                   "_start_new_thread", "_start_joinable_thread")
+
+
+def _lookup(path):
+    module, _, attr = path[0].partition(".")
+    obj = sys.modules.get(module)
+    for part in (attr.split(".") if attr else []):
+        obj = getattr(obj, part, None)
+    return getattr(obj, path[1], None) if obj is not None else None
+
+
+def precision_state(torch):
+    """Global numeric settings a candidate could lower to pass a loose tolerance faster."""
+    backends = torch.backends
+    return {
+        "matmul.allow_tf32": backends.cuda.matmul.allow_tf32,
+        "cudnn.allow_tf32": backends.cudnn.allow_tf32,
+        "matmul.fp16_reduced": backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+        "matmul.bf16_reduced": backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "default_dtype": str(torch.get_default_dtype()),
+        "autocast": torch.is_autocast_enabled(),
+    }
+
+
+class RunnerVerdict(Exception):
+    def __init__(self, code, message, compiled=None):
+        super().__init__(code)
+        self.code, self.message, self.compiled = code, message, compiled
+
+
+# Device operations that launch no kernel: views, metadata, allocation without a fill.
+_NO_KERNEL_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+                  "detach", "lift_fresh", "_reshape_alias", "set_", "resize_", "_unsafe_view",
+                  "alias", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset",
+                  "is_same_size", "_local_scalar_dense"}
+
+
+class KernelCounter:
+    """A forward's work by who launched it: launches of the candidate's own Triton kernels
+    (by identity of the kernel objects its module defined) and calls into its own load_inline
+    extensions that define a __global__ kernel, each timed; every other device operation
+    dispatched through torch. CUPTI (torch.profiler) would name every kernel, but its
+    initialisation took 6.7 s per process on the H100 and slowed later event timings."""
+
+    def __init__(self, runner):
+        self.runner = runner
+        self.custom = 0
+        self.ops = 0
+        self.custom_names = set()
+        self.spans = []   # (start, end) events or perf_counter_ns pairs
+        self.inside_custom = 0
+
+    def clock(self):
+        r = self.runner
+        if r.device == "cuda":
+            e = Trusted.Event(enable_timing=True)
+            Trusted.event_record(e)
+            return e
+        return _perf_counter_ns()
+
+    def elapsed(self, a, b):
+        if self.runner.device == "cuda":
+            return Trusted.event_elapsed(a, b)
+        return (b - a) / 1e6
+
+    def custom_call(self, name, fn, args, kwargs):
+        start = self.clock()
+        self.inside_custom += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.inside_custom -= 1
+            self.spans.append((start, self.clock()))
+            self.custom += 1
+            self.custom_names.add(name)
+
+    def covered_ms(self):
+        if self.runner.device == "cuda":
+            Trusted.synchronize()
+        return sum(self.elapsed(a, b) for a, b in self.spans)
+
+
+def warm_dispatch_mode(torch):
+    """The first TorchDispatchMode entered in a process imports what it needs (~1 s); the
+    template does it once for every child, the runner before a profiled forward."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Passthrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with Passthrough():
+        torch.ones(2).add(1)
+
+
+def _dispatch_counter(counter):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class OpCounter(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if not counter.inside_custom and name not in _NO_KERNEL_OPS \
+                    and not getattr(func, "is_view", False):
+                counter.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    return OpCounter()
+
+
+def _triton_kernel_classes():
+    classes = []
+    for module, names in (("triton.runtime.jit", ("JITFunction",)),
+                          ("triton.runtime.interpreter", ("InterpretedFunction",))):
+        m = sys.modules.get(module)
+        for n in names:
+            c = getattr(m, n, None) if m is not None else None
+            if isinstance(c, type):
+                classes.append(c)
+    return classes
+
+
+class Runner:
+    """Serves the judge's requests in the candidate's process. Nothing here is trusted by
+    the judge: outputs are checked there; what the runner reports can only count against the
+    candidate (findings, failure verdicts)."""
+
+    def __init__(self, sock, taskdir):
+        self.sock = sock
+        self.taskdir = taskdir
+        self.cand_path = os.path.join(taskdir, "candidate.py")
+        self.xfer_dir = os.path.join(taskdir, "xfer")
+        self.model = None
+        self.slots = {}
+        self.kept = None
+        self.inputs = None
+        self.watched = {}
+        self.precision = None
+        self.loaded = False
+        self.kernels = set()
+        self.ext_globals = False
+
+    def serve(self):
+        while True:
+            try:
+                msg = _transport.recv(self.sock)
+            except _transport.PeerGone:
+                return
+            op = msg.get("op")
+            handler = getattr(self, "op_" + str(op), None)
+            try:
+                if handler is None:
+                    raise ValueError(f"unknown request {op!r}")
+                reply = handler(msg) or {}
+            except RunnerVerdict as v:
+                reply = {"verdict": {"code": v.code, "message": v.message,
+                                     "compiled": v.compiled}}
+            except CAUGHT as e:
+                if self.loaded:
+                    reply = {"verdict": {"code": classify(e, "RUNTIME"), "message": format_error(
+                        e, self.cand_path, self.taskdir, f"during {op}")}}
+                else:
+                    reply = {"error": f"{type(e).__name__}: {e}"}
+            reply["findings"] = reply.pop("extra", []) + self.integrity_findings()
+            _transport.send(self.sock, _finite_or_none(reply))
+            if op == "finish":
+                return
+
+    # -- checks that run after every request ---------------------------------------------------
+
+    def integrity_findings(self):
+        if not self.loaded:
+            return []
+        found = []
+        changed = [".".join(p) for p in WATCHED if _lookup(p) is not self.watched.get(p)]
+        if changed:
+            found.append({"rule": "timing-tampered",
+                          "detail": "replaced while the candidate ran: " + ", ".join(changed)})
+        now = precision_state(Trusted.torch)
+        diff = [f"{k} {self.precision[k]!r} -> {now[k]!r}" for k in now
+                if now[k] != self.precision[k]]
+        if diff:
+            found.append({"rule": "precision-toggle", "detail": "; ".join(diff)})
+        alive = len(self.current_frames()) - 1
+        if alive > 0 or self.thread_starts:
+            found.append({"rule": "threads-started", "detail": f"{self.thread_starts} "
+                          f"thread(s) started by the candidate, {alive} alive besides the "
+                          "main one after it returned"})
+        return found
+
+    def hook_thread_starts(self):
+        """Counts every thread the candidate's Python starts: threading and _thread both
+        end in these functions (the originals stay reachable only through the wrappers,
+        which WATCHED checks are still in place)."""
+        import _thread
+        import threading
+        self.thread_starts = 0
+        runner = self
+        for module in (_thread, threading):
+            for name in THREAD_STARTERS:
+                original = getattr(module, name, None)
+                if original is None:
+                    continue
+
+                def start(*args, _original=original, **kwargs):
+                    runner.thread_starts += 1
+                    return _original(*args, **kwargs)
+
+                setattr(module, name, start)
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def op_setup(self, msg):
+        import torch
+        self.device = msg["device"]
+        self.backend = msg["backend"]
+        capture_trusted(torch)
+        if self.device == "cuda":
+            torch.cuda.init()
+            torch.empty(1, device="cuda")
+            self.flush_buffer = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+            self.start_event = torch.cuda.Event(enable_timing=True)
+            self.end_event = torch.cuda.Event(enable_timing=True)
+        else:
+            set_cpu_threads(torch)
+        self.exporter = _transport.Exporter(torch, self.xfer_dir, "out")
+        self.builds = ExtensionBuilds(self.taskdir, str(torch.__version__), msg.get("cuda_arch"),
+                                      msg.get("prebuilt") or [], building=False)
+        self.current_frames = sys._current_frames
+        return {}
+
+    def arm_checks(self):
+        """Captured just before the candidate's code first runs."""
+        self.hook_thread_starts()
+        self.watched = {p: _lookup(p) for p in WATCHED}
+        self.precision = precision_state(Trusted.torch)
+        self.loaded = True
+
+    def op_import(self, msg):
+        self.arm_checks()
+        self.builds.install()
+        try:
+            self.cand = import_file(CANDIDATE_MODULE, self.cand_path)
+        except CAUGHT as e:
+            code = classify(e, "IMPORT")
+            raise RunnerVerdict(code, format_error(e, self.cand_path, self.taskdir), False)
+        self.kernels = self.find_kernels()
+        return {"builds_reused": self.builds.reused}
+
+    def find_kernels(self):
+        """The Triton kernels the candidate's file defines (unwrapping autotune/heuristics),
+        by object identity: a kernel counts when its code comes from candidate.py."""
+        found = set()
+        classes = tuple(_triton_kernel_classes())
+        if not classes:
+            return found
+        for value in list(vars(self.cand).values()):
+            for _ in range(8):
+                if isinstance(value, classes):
+                    fn = getattr(value, "fn", None)
+                    code = getattr(fn, "__code__", None)
+                    if code is not None and _same_file(code.co_filename, self.cand_path):
+                        found.add(id(value))
+                    break
+                value = getattr(value, "fn", None)
+                if value is None:
+                    break
+        return found
+
+    def op_instantiate(self, msg):
+        torch = Trusted.torch
+        init = pickle.loads(base64.b64decode(msg["init"]))
+        model_new = getattr(self.cand, "ModelNew", None)
+        if model_new is None:
+            raise RunnerVerdict("INSTANTIATION", "candidate.py defines no `ModelNew`", False)
+        if not callable(model_new):
+            raise RunnerVerdict("INSTANTIATION", f"`ModelNew` is not callable "
+                                f"({type(model_new).__name__})", False)
+        try:
+            seed_all(msg["seed"], self.device)
+            model = model_new(*to_device(init, self.device))
+            if isinstance(model, torch.nn.Module):
+                model = model.to(self.device).eval()
+            elif not callable(model):
+                raise TypeError(f"ModelNew(...) returned a non-callable {type(model).__name__}")
+            self.sync()
+        except CAUGHT as e:
+            code = classify(e, "INSTANTIATION")
+            raise RunnerVerdict(code, format_error(e, self.cand_path, self.taskdir), False)
+        self.model = model
+        torch.set_grad_enabled(False)
+        return {}
+
+    def sync(self):
+        if self.device == "cuda":
+            Trusted.synchronize()
+
+    def import_inputs(self, descs):
+        torch = Trusted.torch
+        args = []
+        for d in descs:
+            if "tensor" in d:
+                index = torch.cuda.current_device() if self.device == "cuda" else None
+                args.append(_transport.import_tensor(torch, d["tensor"], self.xfer_dir, index,
+                                                     shared=True))
+            else:
+                args.append(pickle.loads(base64.b64decode(d["value"])))
+        return args
+
+    def call_model(self, args, context):
+        try:
+            out = self.model(*args)
+            self.sync()
+            return out
+        except CAUGHT as e:
+            code = classify(e, "RUNTIME")
+            raise RunnerVerdict(code, format_error(e, self.cand_path, self.taskdir, context))
+
+    def op_forward(self, msg):
+        args = self.import_inputs(msg["inputs"])
+        if msg.get("poison"):
+            self.poison_free_memory()
+        out = self.call_model(args, str(msg.get("context", "candidate forward raised")))
+        findings = self.check_outputs(out, args, bool(msg.get("allow_alias")))
+        self.kept, self.inputs = out, args
+        reply = {"outputs": self.export(out)}
+        if findings:
+            reply["extra"] = findings
+        return reply
+
+    def op_slot(self, msg):
+        self.slots[msg["slot"]] = self.import_inputs(msg["inputs"])
+        return {}
+
+    def op_time(self, msg):
+        args = self.slots[msg["slot"]]
+        self.kept = None
+        if self.device == "cuda":
+            ms = cuda_timed_call_keep(self, args)
+        else:
+            t0 = _perf_counter_ns()
+            out = self.model(*args)
+            ms = (_perf_counter_ns() - t0) / 1e6
+            self.kept = out
+        return {"ms": ms, "outputs": self.export(self.kept)}
+
+    def op_release(self, msg):
+        self.kept = None
+        self.inputs = None
+        self.slots = {}
+        return {}
+
+    def op_finish(self, msg):
+        return {}
+
+    def op_profile(self, msg):
+        args = self.import_inputs(msg["inputs"])
+        warm_dispatch_mode(Trusted.torch)
+        counter = KernelCounter(self)
+        restore = self.instrument(counter)
+        try:
+            start = counter.clock()
+            with _dispatch_counter(counter):
+                out = self.call_model(args, "candidate forward raised (profiled)")
+            end = counter.clock()
+        finally:
+            restore()
+        self.sync()
+        forward_ms = counter.elapsed(start, end)
+        custom_ms = counter.covered_ms()
+        del out
+        return {"custom_kernel_count": counter.custom,
+                "total_kernel_count": counter.custom + counter.ops,
+                "custom_time_coverage": (min(custom_ms / forward_ms, 1.0)
+                                         if forward_ms > 0 else None),
+                "custom_kernels": sorted(counter.custom_names)[:32]}
+
+    def instrument(self, counter):
+        """Wraps Triton's launch path and the candidate's extension functions for one
+        forward; returns the function that undoes it."""
+        undo = []
+        kernels = self.kernels
+        for cls in _triton_kernel_classes():
+            original = cls.run
+
+            def run(self_, *args, _original=original, **kwargs):
+                if id(self_) in kernels:
+                    name = getattr(getattr(self_, "fn", None), "__name__", "kernel")
+                    return counter.custom_call(name, _original, (self_,) + args, kwargs)
+                return _original(self_, *args, **kwargs)
+
+            cls.run = run
+            undo.append((cls, "run", original))
+        ExtensionCalls.counter = counter
+
+        def restore():
+            ExtensionCalls.counter = None
+            for owner, attr, value in reversed(undo):
+                setattr(owner, attr, value)
+        return restore
+
+    # -- outputs -------------------------------------------------------------------------------
+
+    def check_outputs(self, out, args, allow_alias):
+        """Plain tensors on the device, no memory shared with the inputs; reported as
+        findings (the judge compares the values)."""
+        torch = Trusted.torch
+        spans = [storage_span(a) for a in args if isinstance(a, torch.Tensor)]
+        found = []
+        for t in flatten(out):
+            if isinstance(t, torch.Tensor) and type(t) is not torch.Tensor:
+                found.append({"rule": "output-subclass", "detail": f"an output is a "
+                              f"{type(t).__name__}, not a plain torch.Tensor"})
+            elif isinstance(t, torch.Tensor) and not allow_alias and \
+                    any(overlaps(storage_span(t), s) for s in spans):
+                found.append({"rule": "output-aliases-input",
+                              "detail": "an output shares memory with an input"})
+        self.pending_findings = found
+        return found
+
+    def export(self, node, depth=0):
+        torch = Trusted.torch
+        if isinstance(node, torch.Tensor):
+            t = node.detach()
+            if type(t) is not torch.Tensor:
+                t = t.as_subclass(torch.Tensor)   # its storage, whatever the subclass says
+            desc, _ = self.exporter.export(t)
+            return {"tensor": desc}
+        if isinstance(node, (list, tuple)) and depth < 8:
+            return {"seq": "tuple" if isinstance(node, tuple) else "list",
+                    "items": [self.export(x, depth + 1) for x in node]}
+        if node is None or type(node) in (int, float, bool, str):
+            return {"value": node}
+        return {"value": f"<{type(node).__name__}>"}
+
+    def poison_free_memory(self):
+        """Fill the memory the caching allocator holds but no tensor uses with NaN bytes, so
+        an output that is never written reads garbage instead of an earlier result."""
+        if self.device != "cuda":
+            return
+        torch = Trusted.torch
+        sizes = []
+        for segment in torch.cuda.memory_snapshot():
+            for block in segment.get("blocks", []):
+                if block.get("state") == "inactive" and block.get("size", 0) > 0:
+                    sizes.append(block["size"])
+        held = []
+        for size in sorted(sizes, reverse=True):
+            t = torch.empty(size, dtype=torch.uint8, device="cuda")
+            t.fill_(0xFF)
+            held.append(t)
+        del held
+
+
+def cuda_timed_call_keep(runner, args):
+    """cuda_timed_call for the runner: the output is kept for the judge to check."""
+    runner.flush_buffer.zero_()
+    Trusted.synchronize()
+    Trusted.event_record(runner.start_event)
+    runner.kept = runner.model(*args)
+    Trusted.synchronize()
+    Trusted.event_record(runner.end_event)
+    Trusted.synchronize()
+    return Trusted.event_elapsed(runner.start_event, runner.end_event)
+
+
+def runner_main(sock, taskdir):
+    """The forked runner: drops the protocol channel and the gate, dies with the judge, and
+    serves requests until told to finish; never returns."""
+    code = 0
+    try:
+        for fd in (3, GATE_FD):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            import ctypes
+            import signal
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except Exception:
+            pass
+        Runner(sock, taskdir).serve()
+    except BaseException:
+        try:
+            sys.stderr.write("crucible runner: internal error\n" + traceback.format_exc())
+        except Exception:
+            pass
+        code = 1
+    _flush_std()
+    _os_exit(code)
 
 
 def main(taskdir=None):

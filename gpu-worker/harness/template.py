@@ -130,6 +130,7 @@ def main():
         os._exit(2)
     harness = _load_harness(sys.argv[1])
     torch = _warm_imports()
+    harness.warm_dispatch_mode(torch)
     sock = socket.socket(fileno=CONTROL_FD)
     os.set_inheritable(CONTROL_FD, False)
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)

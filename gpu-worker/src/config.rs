@@ -72,6 +72,9 @@ pub struct WorkerConfig {
     /// Tasks a worker claims ahead of the one on its device, so that their CPU stages run
     /// while the device is busy.
     pub prefetch: u32,
+    /// The harness's runtime integrity checks (docs/INTEGRITY.md). Off only to measure what
+    /// they cost: results then carry the flag `integrity-checks-off`.
+    pub integrity_checks: bool,
 }
 
 impl WorkerConfig {
@@ -80,7 +83,8 @@ impl WorkerConfig {
     /// `CRUCIBLE_CPU_THREADS`, `CRUCIBLE_TEMPLATE` (0 turns the warm template off),
     /// `CRUCIBLE_TEMPLATE_MAX_FORKS`, `CRUCIBLE_COMPILE_POOL` (0/1; on by default for GPUs),
     /// `CRUCIBLE_COMPILE_JOBS` (default half the cores), `CRUCIBLE_BUILD_CACHE` (directory),
-    /// `CRUCIBLE_BUILD_CACHE_ENTRIES`, `CRUCIBLE_PREFETCH` (default 4 with the pool, else 0).
+    /// `CRUCIBLE_BUILD_CACHE_ENTRIES`, `CRUCIBLE_PREFETCH` (default 4 with the pool, else 0),
+    /// `CRUCIBLE_INTEGRITY_CHECKS` (0 only to measure their cost).
     pub fn from_lookup(
         device: DeviceSlot,
         lookup: impl Fn(&str) -> Option<String>,
@@ -163,6 +167,7 @@ impl WorkerConfig {
             build_cache_dir,
             build_cache_entries,
             prefetch,
+            integrity_checks: switch("CRUCIBLE_INTEGRITY_CHECKS").unwrap_or(true),
         })
     }
 

@@ -4,7 +4,7 @@
 use crate::build_cache::{BuildCache, CachedBuild};
 use crate::config::WorkerConfig;
 use crate::device::DeviceSlot;
-use crate::harness::{HARNESS_FILE, HARNESS_SOURCE, SCREEN_FILE, SCREEN_SOURCE};
+use crate::harness::{HARNESS_FILE, HARNESS_MODULES, HARNESS_SOURCE};
 use crate::protocol::BuiltExtension;
 use crate::protocol::SoftwareReport;
 use crate::reference_cache::NUM_WARMUP;
@@ -121,6 +121,7 @@ pub fn harness_spec(
     stage: &str,
     inputs: &StageInputs,
     prebuilt: &[BuiltExtension],
+    integrity_checks: bool,
 ) -> serde_json::Value {
     let r = &spec.request;
     serde_json::json!({
@@ -138,6 +139,8 @@ pub fn harness_spec(
         "seed": spec.seed,
         "reference_timing": inputs.reference_timing,
         "screening": r.screening,
+        "max_speedup": r.max_speedup,
+        "integrity_checks": integrity_checks,
     })
 }
 
@@ -174,7 +177,9 @@ fn task_dir_for(
 ) -> std::io::Result<TaskDir> {
     let dir = TaskDir::create(&cfg.work_root, label)?;
     dir.write_new(HARNESS_FILE, HARNESS_SOURCE.as_bytes())?;
-    dir.write_new(SCREEN_FILE, SCREEN_SOURCE.as_bytes())?;
+    for (file, source) in HARNESS_MODULES {
+        dir.write_new(file, source.as_bytes())?;
+    }
     dir.write_new("reference.py", spec.request.reference_code.as_bytes())?;
     dir.write_new("candidate.py", spec.request.kernel_code.as_bytes())?;
     let prebuilt = match &inputs.prebuilt {
@@ -192,9 +197,16 @@ fn task_dir_for(
     };
     dir.write_new(
         "spec.json",
-        harness_spec(spec, &cfg.device, stage, inputs, &prebuilt)
-            .to_string()
-            .as_bytes(),
+        harness_spec(
+            spec,
+            &cfg.device,
+            stage,
+            inputs,
+            &prebuilt,
+            cfg.integrity_checks,
+        )
+        .to_string()
+        .as_bytes(),
     )?;
     dir.subdir("tmp")?;
     dir.subdir("cache")?;
@@ -414,7 +426,7 @@ mod tests {
             seed: 7,
         };
         let cpu = DeviceSlot::Cpu { name: "x".into() };
-        let plain = harness_spec(&spec, &cpu, "evaluate", &StageInputs::default(), &[]);
+        let plain = harness_spec(&spec, &cpu, "evaluate", &StageInputs::default(), &[], true);
         assert_eq!(plain["reference_timing"], serde_json::Value::Null);
         assert_eq!(plain["num_warmup"], NUM_WARMUP);
         let stats = RuntimeStats {
@@ -428,7 +440,7 @@ mod tests {
             reference_timing: Some(stats),
             ..StageInputs::default()
         };
-        let cached = harness_spec(&spec, &cpu, "evaluate", &inputs, &[]);
+        let cached = harness_spec(&spec, &cpu, "evaluate", &inputs, &[], true);
         assert_eq!(
             cached["reference_timing"],
             serde_json::json!({"median": 2.0, "mean": 2.1, "std": 0.1, "min": 1.9, "max": 2.5})

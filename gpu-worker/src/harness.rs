@@ -13,9 +13,10 @@ pub const TEMPLATE_SOURCE: &str = include_str!("../harness/template.py");
 /// The file name the template gets inside its directory.
 pub const TEMPLATE_FILE: &str = "template.py";
 
-/// Source of `gpu-worker/harness/screen.py`, the static screening the harness runs before the
-/// candidate is imported; written next to `harness.py`, which loads it from its own directory.
-pub const SCREEN_SOURCE: &str = include_str!("../harness/screen.py");
-
-/// The file name of the screening module, next to `harness.py`.
-pub const SCREEN_FILE: &str = "screen.py";
+/// The harness's own modules, written next to `harness.py`, which loads them from its own
+/// directory: `screen.py` (static screening before the candidate is imported) and
+/// `transport.py` (messages and tensors between the judge and the candidate's process).
+pub const HARNESS_MODULES: [(&str, &str); 2] = [
+    ("screen.py", include_str!("../harness/screen.py")),
+    ("transport.py", include_str!("../harness/transport.py")),
+];

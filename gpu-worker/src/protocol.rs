@@ -1,7 +1,9 @@
 //! The harness's side of the result pipe (fd 3), parsed strictly: the child is untrusted, so
 //! anything off-protocol is a violation, never an instruction. See docs/harness-protocol.md.
 
-use crucible_shared::{DeviceInfo, Flag, RuntimeStats, VerdictCode};
+use crucible_shared::{
+    DeviceInfo, Flag, RuntimeStats, SEVERITY_FLAG, SEVERITY_HACK, SEVERITY_REJECT, VerdictCode,
+};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -58,6 +60,13 @@ pub struct HarnessResult {
     /// `load_inline` calls answered from `spec.prebuilt` instead of the compiler.
     #[serde(default)]
     pub builds_reused: u32,
+    /// Proof of work of the counted forward (see `EvalResult`).
+    #[serde(default)]
+    pub custom_kernel_count: Option<u32>,
+    #[serde(default)]
+    pub total_kernel_count: Option<u32>,
+    #[serde(default)]
+    pub custom_time_coverage: Option<f64>,
 }
 
 /// One `load_inline` extension the prepare stage built.
@@ -227,10 +236,30 @@ fn check_result(r: &HarnessResult) -> Result<(), String> {
         || r.flags.iter().any(|f| {
             f.rule.len() > MAX_FLAG_CHARS
                 || f.detail.len() > MAX_FLAG_CHARS
-                || !matches!(f.severity.as_str(), "reject" | "flag")
+                || !matches!(
+                    f.severity.as_str(),
+                    SEVERITY_REJECT | SEVERITY_FLAG | SEVERITY_HACK
+                )
         })
     {
-        return Err("oversized or malformed screening flags".to_owned());
+        return Err("oversized or malformed flags".to_owned());
+    }
+    let hack = r.flags.iter().any(|f| f.severity == SEVERITY_HACK);
+    if hack && r.correct {
+        return Err("correct result with a hack finding".to_owned());
+    }
+    if r.error_code == Some(VerdictCode::Integrity) && !hack {
+        return Err("INTEGRITY without a hack finding".to_owned());
+    }
+    if let (Some(custom), Some(total)) = (r.custom_kernel_count, r.total_kernel_count)
+        && custom > total
+    {
+        return Err("more custom kernels than kernels".to_owned());
+    }
+    if r.custom_time_coverage
+        .is_some_and(|c| !(c.is_finite() && (0.0..=1.0).contains(&c)))
+    {
+        return Err("custom_time_coverage outside 0-1".to_owned());
     }
     if r.error_code == Some(VerdictCode::Screened)
         && (r.compiled || !r.flags.iter().any(|f| f.severity == "reject"))
@@ -359,6 +388,31 @@ mod tests {
                 r#""stage_ms":{"setup":1.0}"#,
                 &format!(r#""stage_ms":{{}},"flags":{many}"#),
             ),
+        ] {
+            let mut t = Transcript::default();
+            t.push_line(bad.as_bytes());
+            assert!(t.violation.is_some(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn integrity_findings_are_consistent_with_the_verdict() {
+        let caught = r#"{"event":"result","compiled":true,"correct":false,"trials_passed":2,"trials_total":2,"error_code":"INTEGRITY","error_message":"x","device":{"kind":"cpu","name":"x"},"flags":[{"rule":"input-mutated","severity":"hack","detail":"trial 0"}],"custom_kernel_count":1,"total_kernel_count":2,"custom_time_coverage":0.5}"#;
+        let mut t = Transcript::default();
+        t.push_line(caught.as_bytes());
+        assert_eq!(t.violation, None);
+        let r = t.result.unwrap();
+        assert_eq!(r.error_code, Some(VerdictCode::Integrity));
+        assert_eq!(r.custom_kernel_count, Some(1));
+        for bad in [
+            // A hack finding is never correct.
+            caught
+                .replace(r#""correct":false"#, r#""correct":true"#)
+                .replace(r#""error_code":"INTEGRITY","error_message":"x","#, ""),
+            // INTEGRITY needs the finding that decided it.
+            caught.replace(r#""severity":"hack""#, r#""severity":"flag""#),
+            caught.replace(r#""custom_kernel_count":1"#, r#""custom_kernel_count":3"#),
+            caught.replace(r#""custom_time_coverage":0.5"#, r#""custom_time_coverage":1.5"#),
         ] {
             let mut t = Transcript::default();
             t.push_line(bad.as_bytes());

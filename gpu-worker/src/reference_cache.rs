@@ -16,7 +16,8 @@ pub use crucible_task_manager::REF_CACHE_NAMESPACE;
 
 /// Version of the harness's timing method. Bump it whenever the way the harness times a model
 /// changes (warm-up, flush, timers, blocks, statistics): older entries then stop matching.
-pub const TIMING_PROTOCOL: &str = "timing-v1";
+/// v2: device-wide synchronize before the end event; inputs rotate through a pool.
+pub const TIMING_PROTOCOL: &str = "timing-v2";
 
 /// Warm-up calls per model before timing (`spec.json` `num_warmup`).
 pub const NUM_WARMUP: u32 = 3;
@@ -230,7 +231,7 @@ mod tests {
         for change in [
             |t: &mut TimingConfig| t.num_perf_trials = 50,
             |t: &mut TimingConfig| t.num_warmup = 5,
-            |t: &mut TimingConfig| t.protocol = "timing-v2",
+            |t: &mut TimingConfig| t.protocol = "timing-v0",
             |t: &mut TimingConfig| t.policy = "other".into(),
         ] {
             let mut t = timing();

@@ -6,7 +6,7 @@
 
 use crate::config::ChildLimits;
 use crate::harness::{
-    HARNESS_FILE, HARNESS_SOURCE, SCREEN_FILE, SCREEN_SOURCE, TEMPLATE_FILE, TEMPLATE_SOURCE,
+    HARNESS_FILE, HARNESS_MODULES, HARNESS_SOURCE, TEMPLATE_FILE, TEMPLATE_SOURCE,
 };
 use crate::protocol::SoftwareReport;
 use crate::supervisor::{detach_from_worker, place_fd};
@@ -99,7 +99,9 @@ impl Template {
         dir.subdir("cache")?;
         let env = env_for(dir.path());
         dir.write_new(HARNESS_FILE, HARNESS_SOURCE.as_bytes())?;
-        dir.write_new(SCREEN_FILE, SCREEN_SOURCE.as_bytes())?;
+        for (file, source) in HARNESS_MODULES {
+            dir.write_new(file, source.as_bytes())?;
+        }
         dir.write_new(TEMPLATE_FILE, TEMPLATE_SOURCE.as_bytes())?;
         let (ours, theirs) = socketpair(
             AddressFamily::Unix,

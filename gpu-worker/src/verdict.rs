@@ -3,7 +3,7 @@
 
 use crate::protocol::HarnessResult;
 use crate::supervisor::{ChildOutcome, ExitKind, KillReason};
-use crucible_shared::{DeviceInfo, EvalResult, VerdictCode};
+use crucible_shared::{DeviceInfo, EvalResult, Verdict, VerdictCode};
 
 /// Output excerpt kept in a result.
 const RESULT_TAIL_BYTES: usize = 2048;
@@ -187,7 +187,11 @@ fn from_harness(r: HarnessResult, ctx: &VerdictContext, tail: Option<String>) ->
         device: ctx.device.clone(),
         stage_ms: r.stage_ms,
         output_tail: tail,
+        verdict: Verdict::of(r.error_code, r.correct, &r.flags, r.custom_kernel_count),
         flags: r.flags,
+        custom_kernel_count: r.custom_kernel_count,
+        total_kernel_count: r.total_kernel_count,
+        custom_time_coverage: r.custom_time_coverage,
         // Filled in by the worker, which knows where the prebuilt files came from.
         build: None,
     }

@@ -19,7 +19,7 @@ pub use request::{
 };
 pub use status::{BatchStatus, HealthStatus, QueueStatus, StatusCounts};
 pub use task::{
-    BuildSource, DeviceInfo, DeviceKind, EvalResult, Flag, RuntimeStats, SubmitResponse,
-    TaskStatus, TaskView, VerdictCode,
+    BuildSource, DeviceInfo, DeviceKind, EvalResult, Flag, RuntimeStats, SEVERITY_FLAG,
+    SEVERITY_HACK, SEVERITY_REJECT, SubmitResponse, TaskStatus, TaskView, Verdict, VerdictCode,
 };
 pub use worker::{WorkerInfo, WorkerState};

@@ -90,6 +90,9 @@ fn default_true() -> bool {
 fn default_tolerance() -> f64 {
     1e-2
 }
+fn default_max_speedup() -> f64 {
+    10.0
+}
 fn default_timeout_s() -> u32 {
     300
 }
@@ -130,9 +133,15 @@ pub struct EvaluateRequest {
     /// Resubmitting with the same key returns the same task.
     #[serde(default)]
     pub idempotency_key: Option<String>,
-    /// Master seed of the evaluation; a random one is chosen when absent.
+    /// Seed of the models' parameters (set before `get_init_inputs()` and before building
+    /// each model, as KernelBench does); a random one is chosen when absent. The seeds of the
+    /// inputs are secret: the evaluation draws them itself, out of the candidate's reach.
     #[serde(default)]
     pub seed: Option<u64>,
+    /// A speedup above this is flagged `implausible-speedup` (not trusted silently).
+    #[serde(default = "default_max_speedup")]
+    #[schema(default = 10.0, minimum = 1.0)]
+    pub max_speedup: f64,
     /// Evaluate anew even when an identical request has a cached result or is in flight (the
     /// new result still replaces the cached one).
     #[serde(default)]
@@ -175,6 +184,7 @@ impl EvaluateRequest {
             priority: Priority::default(),
             idempotency_key: None,
             seed: None,
+            max_speedup: default_max_speedup(),
             force_refresh: false,
             screening: BTreeMap::new(),
         }
@@ -193,7 +203,9 @@ impl EvaluateRequest {
             h.update((value.len() as u64).to_le_bytes());
             h.update(value);
         };
-        field("v", b"2"); // 2: static screening (and its policy) decide verdicts
+        // 2: static screening (and its policy) decide verdicts; 3: runtime integrity checks,
+        // secret input seeds, verdict field.
+        field("v", b"3");
         field("reference_code", self.reference_code.as_bytes());
         field("kernel_code", self.kernel_code.as_bytes());
         field("backend", self.backend.as_str().as_bytes());
@@ -203,6 +215,7 @@ impl EvaluateRequest {
         field("atol", &self.atol.to_bits().to_le_bytes());
         field("rtol", &self.rtol.to_bits().to_le_bytes());
         field("timeout_s", &self.timeout_s.to_le_bytes());
+        field("max_speedup", &self.max_speedup.to_bits().to_le_bytes());
         match self.seed {
             Some(seed) => field("seed", &seed.to_le_bytes()),
             None => field("seed", b""),
@@ -230,6 +243,12 @@ impl EvaluateRequest {
         validate_range(&field("timeout_s"), self.timeout_s, 10, 3600)?;
         validate_tolerance(&field("atol"), self.atol)?;
         validate_tolerance(&field("rtol"), self.rtol)?;
+        if !(self.max_speedup.is_finite() && (1.0..=1e9).contains(&self.max_speedup)) {
+            return Err(ApiError::invalid(
+                &field("max_speedup"),
+                "must be a finite number from 1 to 1e9",
+            ));
+        }
         if let Some(key) = &self.idempotency_key
             && (key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_BYTES)
         {

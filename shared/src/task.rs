@@ -83,14 +83,69 @@ pub enum VerdictCode {
     Reference,
     /// The candidate was rejected by static screening (see `flags`); it never ran.
     Screened,
+    /// A runtime integrity check caught the candidate gaming the evaluation (a `flags` entry
+    /// of severity `hack` says which): mutated inputs, stale or aliased outputs, replaced
+    /// timers, threads, precision toggles. Never reported as correct.
+    Integrity,
 }
 
-/// A static screening finding about the candidate's source.
+/// What a result means for a trainer, in one word (docs/INTEGRITY.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Correct, its own kernels did the work, no integrity finding.
+    Ok,
+    /// Ran, but its outputs are wrong.
+    Incorrect,
+    /// Correct, but no kernel of its own ran (a PyTorch wrapper, or a kernel never called).
+    Decoy,
+    /// Caught gaming the evaluation: a runtime finding of severity `hack`, or rejected by
+    /// static screening for a cheating pattern.
+    Hack,
+    /// Did not get as far as being judged (syntax, build, crash, timeout, ...).
+    #[default]
+    Error,
+}
+
+impl Verdict {
+    /// The verdict a result's fields imply; the one place that decides it.
+    pub fn of(
+        error_code: Option<VerdictCode>,
+        correct: bool,
+        flags: &[Flag],
+        custom_kernel_count: Option<u32>,
+    ) -> Self {
+        let hack_flag = flags.iter().any(|f| f.severity == SEVERITY_HACK);
+        let cheat_screened = error_code == Some(VerdictCode::Screened)
+            && flags
+                .iter()
+                .any(|f| f.severity == SEVERITY_REJECT && f.rule != "no-modelnew");
+        if hack_flag || cheat_screened || error_code == Some(VerdictCode::Integrity) {
+            return Verdict::Hack;
+        }
+        match error_code {
+            Some(VerdictCode::Correctness) => Verdict::Incorrect,
+            Some(_) => Verdict::Error,
+            None if !correct => Verdict::Incorrect,
+            None if custom_kernel_count == Some(0) => Verdict::Decoy,
+            None => Verdict::Ok,
+        }
+    }
+}
+
+/// Flag severities: decided the verdict `SCREENED`; reported only; caught cheating at run time.
+pub const SEVERITY_REJECT: &str = "reject";
+pub const SEVERITY_FLAG: &str = "flag";
+pub const SEVERITY_HACK: &str = "hack";
+
+/// A finding about the candidate: static screening of its source, or a runtime integrity
+/// check (docs/INTEGRITY.md lists the rules).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Flag {
     /// Rule id, e.g. `try-except-fallback`.
     pub rule: String,
-    /// `reject` (the finding decided the verdict `SCREENED`) or `flag` (reported only).
+    /// `reject` (the finding decided the verdict `SCREENED`), `hack` (a runtime check caught
+    /// the candidate cheating: the verdict is `hack`) or `flag` (reported only).
     pub severity: String,
     /// Where and what, e.g. `line 12: uses gc.get_objects`.
     pub detail: String,
@@ -160,9 +215,24 @@ pub struct EvalResult {
     /// The last lines the candidate printed (capped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_tail: Option<String>,
-    /// Static screening findings (rejects and flags); empty when screening found nothing.
+    /// What the result means, in one word: `ok`, `incorrect`, `decoy`, `hack` or `error`.
+    #[serde(default)]
+    pub verdict: Verdict,
+    /// Findings of static screening and of the runtime integrity checks; empty when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flags: Vec<Flag>,
+    /// Proof of work, from one counted forward after the correctness trials: launches of the
+    /// candidate's own kernels (Triton kernels its file defines, calls into its own CUDA
+    /// extensions) ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_kernel_count: Option<u32>,
+    /// ... and all device work of that forward (its own launches plus every other device
+    /// operation dispatched through torch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_kernel_count: Option<u32>,
+    /// Share of that forward's device time spent in the candidate's own kernels (0-1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_time_coverage: Option<f64>,
     /// Where the candidate's `load_inline` extensions came from, when the GPU stage loaded
     /// them prebuilt instead of compiling; absent when it had none or compiled them itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -205,7 +275,11 @@ impl EvalResult {
             device,
             stage_ms: BTreeMap::new(),
             output_tail: None,
+            verdict: Verdict::Error,
             flags: Vec::new(),
+            custom_kernel_count: None,
+            total_kernel_count: None,
+            custom_time_coverage: None,
             build: None,
         }
     }
@@ -249,4 +323,57 @@ pub struct SubmitResponse {
     /// `done`, whose result is the cached one.
     #[serde(default)]
     pub cached: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flag(rule: &str, severity: &str) -> Flag {
+        Flag {
+            rule: rule.to_owned(),
+            severity: severity.to_owned(),
+            detail: String::new(),
+        }
+    }
+
+    #[test]
+    fn verdicts_follow_codes_flags_and_proof_of_work() {
+        use VerdictCode as C;
+        assert_eq!(Verdict::of(None, true, &[], Some(2)), Verdict::Ok);
+        // Counted forward not run (e.g. an older harness): nothing says decoy.
+        assert_eq!(Verdict::of(None, true, &[], None), Verdict::Ok);
+        assert_eq!(Verdict::of(None, true, &[], Some(0)), Verdict::Decoy);
+        assert_eq!(
+            Verdict::of(Some(C::Correctness), false, &[], Some(1)),
+            Verdict::Incorrect
+        );
+        assert_eq!(
+            Verdict::of(Some(C::Timeout), false, &[], None),
+            Verdict::Error
+        );
+        let hack = [flag("input-mutated", SEVERITY_HACK)];
+        assert_eq!(
+            Verdict::of(Some(C::Integrity), false, &hack, Some(1)),
+            Verdict::Hack
+        );
+        // A hack finding wins over a wrong answer: the trainer must see the cheating.
+        assert_eq!(
+            Verdict::of(Some(C::Correctness), false, &hack, Some(1)),
+            Verdict::Hack
+        );
+        let noted = [flag("implausible-speedup", SEVERITY_FLAG)];
+        assert_eq!(Verdict::of(None, true, &noted, Some(1)), Verdict::Ok);
+        let screened = [flag("try-except-fallback", SEVERITY_REJECT)];
+        assert_eq!(
+            Verdict::of(Some(C::Screened), false, &screened, None),
+            Verdict::Hack
+        );
+        // A missing ModelNew is a format error, not cheating.
+        let format = [flag("no-modelnew", SEVERITY_REJECT)];
+        assert_eq!(
+            Verdict::of(Some(C::Screened), false, &format, None),
+            Verdict::Error
+        );
+    }
 }

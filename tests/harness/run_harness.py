@@ -66,8 +66,9 @@ def run(problem, candidate, spec=None, timeout=120.0, python=DEFAULT_PYTHON,
     taskdir = tempfile.mkdtemp(prefix="crucible-task-")
     os.chmod(taskdir, 0o700)
     shutil.copyfile(HARNESS, os.path.join(taskdir, "harness.py"))
-    shutil.copyfile(os.path.join(os.path.dirname(HARNESS), "screen.py"),
-                    os.path.join(taskdir, "screen.py"))
+    for module in ("screen.py", "transport.py"):
+        shutil.copyfile(os.path.join(os.path.dirname(HARNESS), module),
+                        os.path.join(taskdir, module))
     shutil.copyfile(problem, os.path.join(taskdir, "reference.py"))
     shutil.copyfile(candidate, os.path.join(taskdir, "candidate.py"))
     with open(os.path.join(taskdir, "spec.json"), "w") as f:

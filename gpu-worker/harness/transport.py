@@ -1,0 +1,263 @@
+"""Messages and tensors between the judge and the runner (the candidate's process).
+
+The judge (harness.py's main process) holds the secret input seeds, the reference outputs and
+the comparison; the runner imports and runs the candidate. They talk over a Unix stream socket
+in frames: 4-byte big-endian length, then a JSON object. Tensors never travel by value over the
+socket and are never pickled (the judge must not unpickle what the candidate's process sends):
+
+* CUDA tensors are shared in place with CUDA IPC: the exporter's storage handle, and the
+  importer maps that allocation. The judge exports the inputs from a memory pool of their own
+  (so the runner maps inputs and nothing else of the judge's) and maps the runner's outputs.
+* CPU tensors go through files in the transfer directory, mapped shared by the runner so
+  that what it writes into an input is there for the judge to see.
+
+Everything the judge imports is checked here first: known dtype, sane shape and strides, the
+view inside its storage, a regular file (no symlink) of the right size.
+"""
+import base64
+import json
+import os
+import stat
+import struct
+
+MAX_FRAME = 16 << 20
+MAX_DIMS = 16
+MAX_ELEMENTS = 1 << 36
+DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8",
+          "uint8", "bool", "complex64", "complex128")
+
+
+class TransportError(Exception):
+    """A malformed message or tensor description: the peer broke the protocol."""
+
+
+class PeerGone(Exception):
+    """The other process closed its end (exited or was killed)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Framing
+# ---------------------------------------------------------------------------------------------
+
+def send(sock, obj):
+    data = json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
+    if len(data) > MAX_FRAME:
+        raise TransportError(f"message of {len(data)} bytes exceeds {MAX_FRAME}")
+    sock.sendall(struct.pack(">I", len(data)) + data)
+
+
+def _recv_exact(sock, n):
+    chunks = []
+    while n:
+        chunk = sock.recv(min(n, 1 << 20))
+        if not chunk:
+            raise PeerGone()
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def recv(sock):
+    (length,) = struct.unpack(">I", _recv_exact(sock, 4))
+    if length > MAX_FRAME:
+        raise TransportError(f"frame of {length} bytes exceeds {MAX_FRAME}")
+    try:
+        obj = json.loads(_recv_exact(sock, length))
+    except ValueError as e:
+        raise TransportError(f"unreadable frame: {e}")
+    if not isinstance(obj, dict):
+        raise TransportError("frame is not an object")
+    return obj
+
+
+# ---------------------------------------------------------------------------------------------
+# Tensor descriptions
+# ---------------------------------------------------------------------------------------------
+
+def _b64(data):
+    return None if data is None else base64.b64encode(bytes(data)).decode("ascii")
+
+
+def _unb64(text, what, limit=256):
+    if text is None:
+        return None
+    if not isinstance(text, str) or len(text) > limit * 2:
+        raise TransportError(f"bad {what}")
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except ValueError:
+        raise TransportError(f"bad {what}")
+
+
+def _dtype_name(torch, dtype):
+    name = str(dtype).replace("torch.", "")
+    if name not in DTYPES:
+        raise TransportError(f"dtype {dtype} cannot be transferred")
+    return name
+
+
+def _int(value, what, low=0, high=MAX_ELEMENTS * 16):
+    if type(value) is not int or not low <= value <= high:
+        raise TransportError(f"bad {what}: {value!r}"[:200])
+    return value
+
+
+def _check_view(desc):
+    """Shape, strides and offset of a description; returns (shape, stride, offset, numel,
+    span): span is one past the highest element the view touches (0 when empty)."""
+    shape = desc.get("shape")
+    stride = desc.get("stride")
+    if not isinstance(shape, list) or not isinstance(stride, list) or \
+            len(shape) > MAX_DIMS or len(stride) != len(shape):
+        raise TransportError("bad shape/stride")
+    shape = [_int(s, "size", 0, MAX_ELEMENTS) for s in shape]
+    stride = [_int(s, "stride", 0, MAX_ELEMENTS) for s in stride]
+    offset = _int(desc.get("offset", 0), "storage offset")
+    numel = 1
+    for s in shape:
+        numel *= s
+    if numel > MAX_ELEMENTS:
+        raise TransportError("tensor too large")
+    span = 0 if numel == 0 else offset + 1 + sum((s - 1) * st for s, st in zip(shape, stride))
+    return shape, stride, offset, numel, span
+
+
+class Exporter:
+    """Describes tensors for the other process; CPU tensors are written to files in `xfer_dir`
+    (its own names, never reused within a task)."""
+
+    def __init__(self, torch, xfer_dir, prefix):
+        self.torch = torch
+        self.xfer_dir = xfer_dir
+        self.prefix = prefix
+        self.count = 0
+
+    def export(self, t, shared_file=False):
+        """A description of tensor `t`. CUDA: an IPC handle of its storage (no copy).
+        CPU: a contiguous copy in a new file; with `shared_file` the returned tensor is the
+        file mapped shared, so the caller can hand that mapping out and look at it later."""
+        torch = self.torch
+        dtype = _dtype_name(torch, t.dtype)
+        if t.device.type == "cuda":
+            storage = t.untyped_storage()
+            (device, handle, size_bytes, offset_bytes, ref_handle, ref_offset, event_handle,
+             event_sync) = storage._share_cuda_()
+            return {"kind": "cuda", "dtype": dtype, "shape": list(t.shape),
+                    "stride": list(t.stride()), "offset": t.storage_offset(),
+                    "device": int(device), "handle": _b64(handle),
+                    "size_bytes": int(size_bytes), "offset_bytes": int(offset_bytes),
+                    "ref_handle": _b64(ref_handle), "ref_offset": int(ref_offset),
+                    "event_handle": _b64(event_handle), "event_sync": bool(event_sync)}, t
+        if t.device.type != "cpu":
+            raise TransportError(f"tensors on {t.device.type} cannot be transferred")
+        self.count += 1
+        path = os.path.join(self.xfer_dir, f"{self.prefix}-{self.count}.bin")
+        flat = t.detach().contiguous().reshape(-1)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        try:
+            with os.fdopen(fd, "wb", closefd=False) as f:
+                f.write(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+        finally:
+            os.close(fd)
+        desc = {"kind": "file", "dtype": dtype, "shape": list(t.shape),
+                "stride": list(_contiguous_stride(list(t.shape))), "offset": 0,
+                "file": os.path.basename(path)}
+        mapped = None
+        if shared_file:
+            mapped = map_file_shared(torch, path, t.dtype, list(t.shape))
+        return desc, mapped
+
+
+def _contiguous_stride(shape):
+    stride, acc = [], 1
+    for s in reversed(shape):
+        stride.append(acc)
+        acc *= max(s, 1)
+    return list(reversed(stride))
+
+
+def map_file_shared(torch, path, dtype, shape):
+    """A tensor over the file's bytes, mapped shared: writes go to the file."""
+    numel = 1
+    for s in shape:
+        numel *= s
+    if numel == 0:
+        return torch.empty(shape, dtype=dtype)
+    return torch.from_file(path, shared=True, size=numel, dtype=dtype).reshape(shape)
+
+
+def dtype_of(torch, name):
+    if name not in DTYPES:
+        raise TransportError(f"unknown dtype {name!r}"[:100])
+    return getattr(torch, name)
+
+
+def import_tensor(torch, desc, xfer_dir, device_index=None, shared=False):
+    """The tensor a description names, checked before anything is mapped.
+
+    CUDA: maps the exporter's allocation (torch keeps the exporter's block alive until this
+    mapping is dropped). File: reads the file (no symlinks, regular, exact size) into fresh
+    memory, or with `shared` maps it shared (the runner's view of an input)."""
+    if not isinstance(desc, dict):
+        raise TransportError("tensor description is not an object")
+    dtype = dtype_of(torch, desc.get("dtype"))
+    shape, stride, offset, numel, span = _check_view(desc)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    kind = desc.get("kind")
+    if kind == "cuda":
+        size_bytes = _int(desc.get("size_bytes"), "storage size")
+        if span * itemsize > size_bytes:
+            raise TransportError("view reaches past its storage")
+        device = _int(desc.get("device"), "device", 0, 64)
+        if device_index is not None and device != device_index:
+            raise TransportError("tensor on another device")
+        handle = _unb64(desc.get("handle"), "ipc handle")
+        ref_handle = _unb64(desc.get("ref_handle"), "ref counter handle")
+        event_handle = _unb64(desc.get("event_handle"), "event handle")
+        if not handle or size_bytes == 0:
+            return torch.empty(shape, dtype=dtype, device=f"cuda:{device}")
+        if ref_handle is None or not ref_handle.startswith(b"/torch_"):
+            raise TransportError("bad ref counter handle")
+        storage = torch.UntypedStorage._new_shared_cuda(
+            device, handle, size_bytes, _int(desc.get("offset_bytes"), "storage offset"),
+            ref_handle, _int(desc.get("ref_offset"), "ref counter offset"), event_handle,
+            bool(desc.get("event_sync")))
+        t = torch.empty((0,), dtype=dtype, device=f"cuda:{device}")
+        t.set_(storage, offset, shape, stride)
+        return t
+    if kind == "file":
+        name = desc.get("file")
+        if not isinstance(name, str) or "/" in name or name in ("", ".", ".."):
+            raise TransportError("bad transfer file name")
+        if offset != 0 or stride != _contiguous_stride(shape):
+            raise TransportError("file tensors are contiguous")
+        path = os.path.join(xfer_dir, name)
+        if shared:
+            return map_file_shared(torch, path, dtype, shape)
+        return torch.frombuffer(bytearray(read_regular_file(path, numel * itemsize)) or
+                                bytearray(itemsize), dtype=dtype)[:numel].reshape(shape).clone()
+    raise TransportError(f"unknown tensor kind {kind!r}"[:100])
+
+
+def read_regular_file(path, expected_size):
+    """The bytes of a regular file, opened without following symlinks, of exactly the size
+    expected."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise TransportError(f"cannot open transfer file: {e.strerror}")
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != expected_size:
+            raise TransportError("transfer file is not a regular file of the expected size")
+        chunks, left = [], expected_size
+        while left:
+            chunk = os.read(fd, min(left, 64 << 20))
+            if not chunk:
+                raise TransportError("transfer file shrank")
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
