@@ -18,6 +18,8 @@
 # (default .gpu-run/bench/results.json: copy the returned results.json there before the next
 # call, and name .gpu-run in the device tool's carry). Needs the bundle of scripts/gpu-bundle.sh.
 # Overrides for a CPU dry run: BIN=target/debug WORKER_ARGS=--cpu BENCH_ARGS="--device cpu".
+# WORKER_ENV adds to the worker's environment and LABEL names the run in the report, e.g. the
+# integrity checks' cost: LABEL=checks-off WORKER_ENV=CRUCIBLE_INTEGRITY_CHECKS=0 ... on.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 MODE=${1:-}
@@ -92,10 +94,11 @@ done
 export REDIS_URL="redis://127.0.0.1:$REDIS_PORT" CRUCIBLE_PYTHON="$PY" RUST_LOG=${RUST_LOG:-info}
 "$BIN/crucible-api" --bind "127.0.0.1:$API_PORT" >"$OUT/$MODE-api.log" 2>&1 &
 pids+=($!)
-worker_env=()
+read -r -a worker_env <<<"${WORKER_ENV:-}"
 force=()
 if [[ "$MODE" == off ]]; then
-  read -r -a worker_env <<<"$OFF_ENV"
+  read -r -a off_env <<<"$OFF_ENV"
+  worker_env+=("${off_env[@]}")
   force=(--force-refresh)
 fi
 # shellcheck disable=SC2086
@@ -116,7 +119,7 @@ for _ in range(300):
 print("health:", health)
 PYEOF
 
-bench --mode crucible --label "$MODE" --api "http://127.0.0.1:$API_PORT" "${force[@]}" "$@" 2>&1 | tee -a "$OUT/$MODE.log"
+bench --mode crucible --label "${LABEL:-$MODE}" --api "http://127.0.0.1:$API_PORT" "${force[@]}" "$@" 2>&1 | tee -a "$OUT/$MODE.log"
 rc=${PIPESTATUS[0]}
 grep -E "gpu (un)?healthy|giving task back|cuda fault|template" "$OUT/$MODE-worker.log" | tail -n 10
 bench --report

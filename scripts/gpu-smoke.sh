@@ -45,9 +45,15 @@ for _ in range(300):
 print("health:", health)
 PYEOF
 
-"$PY" scripts/gpu-smoke/run.py --api "http://127.0.0.1:$API_PORT" \
-  --problems "$BUNDLE/kernelbench" --candidates scripts/gpu-smoke/candidates \
-  --manifest scripts/gpu-smoke/candidates/manifest.json --out "$OUT/tasks.jsonl" "$@"
+if [[ "${SUITE:-smoke}" == integrity ]]; then
+  # scripts/gpu-integrity.sh: the exploit and honest corpora instead of the smoke problems.
+  "$PY" scripts/integrity/run_corpus.py --api "http://127.0.0.1:$API_PORT" \
+    --out "$OUT/integrity.json" "$@"
+else
+  "$PY" scripts/gpu-smoke/run.py --api "http://127.0.0.1:$API_PORT" \
+    --problems "$BUNDLE/kernelbench" --candidates scripts/gpu-smoke/candidates \
+    --manifest scripts/gpu-smoke/candidates/manifest.json --out "$OUT/tasks.jsonl" "$@"
+fi
 rc=$?
 grep -E "gpu (un)?healthy|giving task back|cuda fault" "$OUT/worker.log" | tail -n 20
 exit $rc

@@ -26,6 +26,7 @@ use utoipa::OpenApi;
         crucible_shared::ApiError,
         crucible_shared::ApiErrorCode,
         crucible_shared::VerdictCode,
+        crucible_shared::Verdict,
         crucible_shared::Flag,
         crucible_shared::ScreeningAction,
         crucible_shared::WorkerInfo,
