@@ -1954,6 +1954,12 @@ class Runner:
             self.poison_free_memory()
         out = self.call_model(args, str(msg.get("context", "candidate forward raised")))
         findings = self.check_outputs(out, args, bool(msg.get("allow_alias")))
+        if findings:
+            # An output on an input's memory cannot go back over CUDA IPC (torch does not
+            # re-share what it received): the judge gets a copy, the finding stands.
+            out = [x.clone() if isinstance(x, Trusted.torch.Tensor) else x
+                   for x in flatten(out)] if isinstance(out, (list, tuple)) else (
+                out.clone() if isinstance(out, Trusted.torch.Tensor) else out)
         self.kept, self.inputs = out, args
         reply = {"outputs": self.export(out)}
         if findings:

@@ -428,7 +428,7 @@ class _Screen:
                             sub, ast.Attribute) else root
                         if isinstance(sub, ast.Attribute) and _ATTR_RULES.get(
                                 sub.attr) == "precision-toggle":
-                            continue   # reported as precision-toggle
+                            break   # reported as precision-toggle, not as this
                         self.add("module-attribute-assignment", node,
                                  f"assigns to {name or root}")
                     break
