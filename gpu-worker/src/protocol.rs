@@ -412,7 +412,10 @@ mod tests {
             // INTEGRITY needs the finding that decided it.
             caught.replace(r#""severity":"hack""#, r#""severity":"flag""#),
             caught.replace(r#""custom_kernel_count":1"#, r#""custom_kernel_count":3"#),
-            caught.replace(r#""custom_time_coverage":0.5"#, r#""custom_time_coverage":1.5"#),
+            caught.replace(
+                r#""custom_time_coverage":0.5"#,
+                r#""custom_time_coverage":1.5"#,
+            ),
         ] {
             let mut t = Transcript::default();
             t.push_line(bad.as_bytes());
