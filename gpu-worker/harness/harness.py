@@ -723,8 +723,8 @@ DEFAULT_MAX_SPEEDUP = 10.0
 REDUCED_PRECISION_REL_ERROR = 2e-3
 TIMING_POOL_MAX = 4          # distinct input sets the timed calls rotate through
 TIMING_POOL_MEMORY = 0.35    # at most this share of device memory for the timing pool
-TIMING_CHECK_SHARE = 0.2     # share of timed calls whose outputs are compared
-TIMING_CHECK_MIN = 3
+TIMING_CHECKS = 8            # warm-up and timed calls whose outputs are compared
+TIMING_ROTATE_SHARE = 0.1    # share of the other calls before which the inputs change too
 PR_SET_DUMPABLE = 4
 PR_SET_PDEATHSIG = 1
 
@@ -779,6 +779,24 @@ def relative_error(stats, ref_outputs):
     if not math.isfinite(magnitude) or magnitude <= 0:
         return None
     return (stats.sum / stats.count) / magnitude
+
+
+def outputs_match(ref, out, spec):
+    """A quick pass/fail of `compare` (one isclose pass per tensor, no statistics): the
+    timed calls' checks, where only the answer matters."""
+    torch = Trusted.torch
+    if isinstance(ref, torch.Tensor):
+        if not isinstance(out, torch.Tensor) or out.shape != ref.shape or \
+                out.dtype != ref.dtype or out.device != ref.device:
+            return False
+        if ref.dtype == torch.bool:
+            return bool(torch.equal(out, ref))
+        return bool(Trusted.isclose(out, ref, rtol=spec["rtol"], atol=spec["atol"],
+                                    equal_nan=True).all())
+    if isinstance(ref, (list, tuple)):
+        return isinstance(out, (list, tuple)) and len(out) == len(ref) and all(
+            outputs_match(r, o, spec) for r, o in zip(ref, out))
+    return not compare(ref, out, spec["atol"], spec["rtol"], DiffStats())
 
 
 def flatten(obj):
@@ -1416,64 +1434,62 @@ class Evaluation:
                              "forward was a kernel defined in the candidate")
 
     def timing_pool_size(self, inputs, ref_out):
+        """Input sets the timed calls rotate through: as many as fit the memory budget, at
+        least 2 (the inputs of a set, its reference output)."""
         if self.device != "cuda":
-            return 3
+            return TIMING_POOL_MAX
         torch = Trusted.torch
-        per_set = 2 * tensor_nbytes(inputs) + tensor_nbytes(ref_out)
+        per_set = tensor_nbytes(inputs) + tensor_nbytes(ref_out)
         budget = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory \
             * TIMING_POOL_MEMORY
         return max(2, min(TIMING_POOL_MAX, int(budget // max(per_set, 1))))
 
     def performance(self):
         """Timed calls on inputs the judge rotates: a pool of input sets (seeds drawn from the
-        secret seed) with their reference outputs; the runner sees two slots whose contents
-        the judge rewrites before every call (so a result kept from an earlier call is
-        stale), and a random share of the timed outputs (unknown to the runner) is compared
-        with the reference's, the inputs checked unchanged. The reference is timed here in the
-        judge the same way (unless the worker passed its cached timing): L2 flush, sync,
-        start event, forward, device-wide sync (work on side streams counts), end event."""
+        secret seed) with their reference outputs; the runner sees one input slot whose
+        contents the judge rewrites from another set of the pool before every checked call and
+        a random share of the others (so a result kept from an earlier call, keyed on pointer,
+        shape or call count, is stale there). A few warm-up and timed calls, chosen at random
+        and unknown to the runner, have their outputs compared with the reference's and their
+        inputs checked unchanged. The reference is timed here in the judge the same way (unless
+        the worker passed its cached timing): L2 flush, sync, start event, forward, device-wide
+        sync (work on side streams counts), end event."""
         spec = self.spec
         torch = Trusted.torch
+        if self.device == "cuda":
+            torch.cuda.empty_cache()   # what correctness left cached, before the pool
         seeds = random.Random(self.input_seed ^ 0x5EED)
-        first = self._fresh_inputs(seeds.randrange(2 ** 32), "get_inputs() failed (performance)")
-        first_ref = self._run_reference(deep_clone(first), "reference forward failed (timing)")
-        pool = [(first, first_ref)]
-        for _ in range(self.timing_pool_size(first, first_ref) - 1):
+        pool = []
+        for _ in range(TIMING_POOL_MAX if self.checks else 1):
             inputs = self._fresh_inputs(seeds.randrange(2 ** 32),
                                         "get_inputs() failed (performance)")
             pool.append((inputs, self._run_reference(deep_clone(inputs),
                                                       "reference forward failed (timing)")))
+            if len(pool) >= self.timing_pool_size(*pool[0]):
+                break
         cached_ref = spec["reference_timing"]
         if cached_ref is None:
-            ref_times = self.time_reference(pool)
-            ref = runtime_stats(ref_times)
+            ref = runtime_stats(self.time_reference(pool))
         else:
             ref = dict(cached_ref)
-        slots = []
-        for s in range(2):
-            descs, views = self.share_inputs(pool[s % len(pool)][0])
-            self.ask("slot", slot=s, inputs=descs)
-            slots.append({"views": views, "content": s % len(pool)})
-        n = spec["num_perf_trials"]
-        checked = set(self.rng.sample(range(n), min(n, TIMING_CHECK_MIN)))
-        checked |= {k for k in range(n) if self.rng.random() < TIMING_CHECK_SHARE}
-        if not self.checks:
-            checked = set()
-        cand_times, walls, wrong_calls = [], [], []
-        total = spec["num_warmup"] + n
+        descs, views = self.share_inputs(pool[0][0])
+        self.ask("slot", slot=0, inputs=descs)
+        content = 0
+        total = spec["num_warmup"] + spec["num_perf_trials"]
+        checked = set(self.rng.sample(range(total), min(total, TIMING_CHECKS))) \
+            if self.checks else set()
+        cand_times, wrong_calls = [], []
         for k in range(total):
             timed = k >= spec["num_warmup"]
-            slot = slots[k % 2]
-            j = slot["content"]
-            if self.checks:
-                j = self.rng.choice([c for c in range(len(pool)) if c != slot["content"]])
-                for view, src in zip(slot["views"], pool[j][0]):
+            call = f"timed call {k - spec['num_warmup']}" if timed else f"warm-up call {k}"
+            if len(pool) > 1 and (k in checked or self.rng.random() < TIMING_ROTATE_SHARE):
+                content = self.rng.choice([c for c in range(len(pool)) if c != content])
+                for view, src in zip(views, pool[content][0]):
                     if isinstance(src, torch.Tensor):
                         view.copy_(src)
-                slot["content"] = j
-            self.sync()
+                self.sync()
             t0 = _perf_counter_ns()
-            reply = self.ask("time", slot=k % 2, timed=timed)
+            reply = self.ask("time", slot=0, timed=timed)
             wall_ms = (_perf_counter_ns() - t0) / 1e6
             ms = reply.get("ms")
             if type(ms) not in (int, float) or not 0 <= ms < math.inf:
@@ -1481,25 +1497,24 @@ class Evaluation:
             try:
                 out = self.import_outputs(reply.get("outputs"))
             except _transport.TransportError as e:
-                raise Verdict("RUNTIME", f"timed call: unusable output: {e}")
+                raise Verdict("RUNTIME", f"{call}: unusable output: {e}")
             if timed:
                 cand_times.append(float(ms))
-                walls.append(wall_ms)
                 if ms > wall_ms:
-                    self.add_finding("timing-inconsistent", f"a timed call reported {ms:.3f} "
-                                     f"ms; the judge's clock saw the whole request take "
-                                     f"{wall_ms:.3f} ms")
-            if (not timed and self.checks) or (k - spec["num_warmup"]) in checked:
-                call = f"timed call {k - spec['num_warmup']}" if timed else f"warm-up call {k}"
-                problems = compare(pool[j][1], out, spec["atol"], spec["rtol"], DiffStats())
-                if problems and self.matches_other_input(pool, j, out):
+                    self.add_finding("timing-inconsistent", f"{call} reported {ms:.3f} ms; the "
+                                     f"judge's clock saw the whole request take {wall_ms:.3f} ms")
+            if k in checked and not outputs_match(pool[content][1], out, spec):
+                problems = compare(pool[content][1], out, spec["atol"], spec["rtol"],
+                                   DiffStats()) or ["output differs"]
+                if self.matches_other_input(pool, content, out):
                     self.add_finding("stale-output", f"{call} returned the result for an "
                                      f"earlier input: {problems[0]}")
-                elif problems and not wrong_calls:
+                elif not wrong_calls:
                     wrong_calls.append(f"{call}: {problems[0]}")
-                changed = self.inputs_changed(slot["views"], pool[j][0])
+            if k in checked:
+                changed = self.inputs_changed(views, pool[content][0])
                 if changed is not None:
-                    self.add_finding("input-mutated", f"call {k}: input {changed} was changed")
+                    self.add_finding("input-mutated", f"{call}: input {changed} was changed")
             del out
         self.ask("release")
         if wrong_calls and not self.hacks():
@@ -1511,15 +1526,13 @@ class Evaluation:
         self.result["ref_timing_cached"] = cached_ref is not None
         self.result["runtime_ms"] = cand
         self.result["speedup"] = ref["median"] / cand["median"] if cand["median"] > 0 else None
-        self.check_plausibility(first, first_ref, cand)
+        self.check_plausibility(pool[0][0], cand)
 
     def matches_other_input(self, pool, j, out):
         """Whether a wrong output is right for another input of the pool: a kept result."""
-        spec = self.spec
-        return any(not compare(pool[c][1], out, spec["atol"], spec["rtol"], DiffStats())
-                   for c in range(len(pool)) if c != j)
+        return any(outputs_match(pool[c][1], out, self.spec) for c in range(len(pool)) if c != j)
 
-    def check_plausibility(self, inputs, ref_out, cand):
+    def check_plausibility(self, inputs, cand):
         speedup = self.result["speedup"]
         if speedup is not None and speedup > self.spec["max_speedup"]:
             self.add_finding("implausible-speedup", f"speedup {speedup:.1f}x is over the "
@@ -1537,7 +1550,7 @@ class Evaluation:
     def time_reference(self, pool):
         spec = self.spec
         timer = self._cuda_timer if self.device == "cuda" else self._cpu_timer
-        args = [deep_clone(inputs) for inputs, _ in pool]
+        args = [inputs for inputs, _ in pool]   # the reference does not change its inputs
         for k in range(spec["num_warmup"]):
             self._run_reference(args[k % len(args)], "reference forward failed (warm-up)")
         times = []
@@ -1967,6 +1980,8 @@ class Runner:
         return reply
 
     def op_slot(self, msg):
+        if self.device == "cuda":
+            Trusted.torch.cuda.empty_cache()   # correctness's leftovers, before timing
         self.slots[msg["slot"]] = self.import_inputs(msg["inputs"])
         return {}
 
