@@ -947,6 +947,7 @@ class Evaluation:
         hacks = self.hacks()
         if hacks:
             self.result["correct"] = False
+            self.result["speedup"] = None   # timings stay for the record; no reward from them
             if self.result["error_code"] in (None, "CORRECTNESS"):
                 self.result["error_code"] = "INTEGRITY"
                 self.result["error_message"] = "integrity checks failed: " + "; ".join(
