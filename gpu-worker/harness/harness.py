@@ -1587,12 +1587,12 @@ class Evaluation:
         return (t1 - t0) / 1e6
 
     def _cuda_timer(self, model, args):
-        return cuda_timed_call(self, model, args)
+        return cuda_timed_call(self, model, args)[0]
 
 
 def cuda_timed_call(owner, model, args):
     """One timed call: flush L2, sync, start event, forward, device-wide sync (so work left on
-    side streams is inside the window), end event, sync."""
+    side streams is inside the window), end event, sync. Returns (ms, output)."""
     owner.flush_buffer.zero_()
     Trusted.synchronize()
     Trusted.event_record(owner.start_event)
@@ -1600,9 +1600,7 @@ def cuda_timed_call(owner, model, args):
     Trusted.synchronize()
     Trusted.event_record(owner.end_event)
     Trusted.synchronize()
-    ms = Trusted.event_elapsed(owner.start_event, owner.end_event)
-    del out
-    return ms
+    return Trusted.event_elapsed(owner.start_event, owner.end_event), out
 
 
 def capture_trusted(torch):
@@ -2005,7 +2003,7 @@ class Runner:
         args = self.slots[msg["slot"]]
         self.kept = None
         if self.device == "cuda":
-            ms = cuda_timed_call_keep(self, args)
+            ms, self.kept = cuda_timed_call(self, self.model, args)
         else:
             t0 = _perf_counter_ns()
             out = self.model(*args)
@@ -2121,18 +2119,6 @@ class Runner:
             t.fill_(0xFF)
             held.append(t)
         del held
-
-
-def cuda_timed_call_keep(runner, args):
-    """cuda_timed_call for the runner: the output is kept for the judge to check."""
-    runner.flush_buffer.zero_()
-    Trusted.synchronize()
-    Trusted.event_record(runner.start_event)
-    runner.kept = runner.model(*args)
-    Trusted.synchronize()
-    Trusted.event_record(runner.end_event)
-    Trusted.synchronize()
-    return Trusted.event_elapsed(runner.start_event, runner.end_event)
 
 
 def runner_main(sock, taskdir):
