@@ -714,6 +714,7 @@ RUNTIME_RULES = {
     "implausible-speedup": FLAG,      # speedup over the plausibility threshold
     "faster-than-memory-bound": FLAG,  # faster than reading the inputs once at peak bandwidth
     "no-custom-kernel": FLAG,         # no kernel of the candidate's own ran: verdict decoy
+    "protocol-tampered": HACK,        # something in the runner wrote into the judge's channel
     "integrity-checks-off": FLAG,     # the worker turned the runtime checks off (benchmarks)
 }
 RUNNER_VERDICTS = ("IMPORT", "COMPILATION", "INSTANTIATION", "RUNTIME", "CUDA_FAULT", "RESOURCE")
@@ -976,6 +977,12 @@ class Evaluation:
             reply = self.runner.call(op, **fields)
         except RunnerGone:
             raise self.runner_died()
+        except _transport.TransportError as e:
+            # Only the candidate can have written that: the runner's harness code sends whole
+            # frames. The channel is lost, and so is the evaluation.
+            self.add_finding("protocol-tampered", f"during {op}: {e}")
+            raise Verdict("RUNTIME", f"the candidate's process broke its channel to the judge "
+                          f"during {op}: {e}")
         for f in reply.get("findings") or []:
             if isinstance(f, dict) and f.get("rule") in RUNTIME_RULES:
                 self.add_finding(f["rule"], f.get("detail", ""))

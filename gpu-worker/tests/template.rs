@@ -212,9 +212,12 @@ async fn a_child_that_attacks_the_template_channel_only_hurts_itself() {
         .await
         .unwrap(),
     );
-    assert_eq!(
-        result.error_code,
-        Some(VerdictCode::Correctness),
+    // Its garbage reached its own channel to the judge (the runner's socket): caught as
+    // tampering, the evaluation ends there.
+    assert_eq!(result.error_code, Some(VerdictCode::Runtime), "{result:?}");
+    assert_eq!(result.verdict, crucible_shared::Verdict::Hack, "{result:?}");
+    assert!(
+        result.flags.iter().any(|f| f.rule == "protocol-tampered"),
         "{result:?}"
     );
     let template = ready(&mut slot, &cfg, 100).await;
