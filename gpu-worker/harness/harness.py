@@ -2091,7 +2091,6 @@ class Runner:
                     any(overlaps(storage_span(t), s) for s in spans):
                 found.append({"rule": "output-aliases-input",
                               "detail": "an output shares memory with an input"})
-        self.pending_findings = found
         return found
 
     def export(self, node, depth=0):

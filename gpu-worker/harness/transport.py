@@ -235,8 +235,10 @@ def import_tensor(torch, desc, xfer_dir, device_index=None, shared=False):
         path = os.path.join(xfer_dir, name)
         if shared:
             return map_file_shared(torch, path, dtype, shape)
-        return torch.frombuffer(bytearray(read_regular_file(path, numel * itemsize)) or
-                                bytearray(itemsize), dtype=dtype)[:numel].reshape(shape).clone()
+        data = read_regular_file(path, numel * itemsize)
+        if numel == 0:
+            return torch.empty(shape, dtype=dtype)
+        return torch.frombuffer(bytearray(data), dtype=dtype).reshape(shape)
     raise TransportError(f"unknown tensor kind {kind!r}"[:100])
 
 
