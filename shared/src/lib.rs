@@ -6,6 +6,7 @@ pub mod config;
 pub mod error;
 pub mod ids;
 pub mod request;
+pub mod reward;
 pub mod status;
 pub mod task;
 pub mod worker;

@@ -1,0 +1,359 @@
+//! From a model's raw completion and an evaluation result to a reward: the kernel extracted
+//! from the completion (`<KERNEL>` + fenced block, `<think>`/`<thinking>` sections, falling back
+//! to the first fenced block), and the built-in reward profiles of the training recipes in use
+//! (`kernel_rl`, `kevin`, `drkernel`; formulas in docs/REWARDS.md). Pure functions: the API and
+//! the clients call them, nothing here does I/O.
+
+use crate::task::{EvalResult, Verdict};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// What a completion holds, as far as the reward cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsedCompletion {
+    /// The candidate source, when one was found.
+    pub kernel: Option<String>,
+    /// A `<KERNEL>` tag followed by a fenced code block: the format the prompts ask for.
+    pub format_ok: bool,
+    /// The text of the first `<think>` or `<thinking>` section, trimmed, when not empty.
+    pub thinking: Option<String>,
+}
+
+/// Splits a completion into kernel, format and thinking. A completion without `<KERNEL>`
+/// still gives the first fenced block as its kernel (the recipes evaluate it) but not the
+/// format score.
+pub fn parse_completion(text: &str) -> ParsedCompletion {
+    let thinking = ["think", "thinking"]
+        .iter()
+        .filter_map(|tag| section(text, tag))
+        .map(str::trim)
+        .find(|t| !t.is_empty())
+        .map(str::to_owned);
+    // Code inside the thinking is a draft, not the answer.
+    let answer = strip_sections(text);
+    let tagged = answer
+        .find("<KERNEL>")
+        .and_then(|at| first_fenced_block(&answer[at + "<KERNEL>".len()..]));
+    let kernel = tagged.or_else(|| first_fenced_block(&answer));
+    ParsedCompletion {
+        format_ok: tagged.is_some(),
+        kernel: kernel.map(str::to_owned),
+        thinking,
+    }
+}
+
+fn section<'a>(text: &'a str, tag: &str) -> Option<&'a str> {
+    let open = format!("<{tag}>");
+    let close = format!("</{tag}>");
+    let start = text.find(&open)? + open.len();
+    let end = text[start..].find(&close)? + start;
+    Some(&text[start..end])
+}
+
+fn strip_sections(text: &str) -> String {
+    let mut out = text.to_owned();
+    for tag in ["think", "thinking"] {
+        let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
+        while let Some(start) = out.find(&open) {
+            match out[start..].find(&close) {
+                Some(len) => out.replace_range(start..start + len + close.len(), ""),
+                None => break,
+            }
+        }
+    }
+    out
+}
+
+/// The body of the first ``` fenced block (its info string, e.g. `python`, dropped).
+fn first_fenced_block(text: &str) -> Option<&str> {
+    let start = text.find("```")?;
+    let after_fence = &text[start + 3..];
+    let body_start = after_fence.find('\n')? + 1;
+    let body = &after_fence[body_start..];
+    let end = body.find("```")?;
+    let code = body[..end].trim_end_matches([' ', '\t']);
+    (!code.trim().is_empty()).then_some(code)
+}
+
+/// A built-in reward profile (docs/REWARDS.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RewardProfile {
+    /// Weighted components: format, compile, correctness (partial credit), speed, length,
+    /// thinking.
+    #[default]
+    KernelRl,
+    /// `correctness · correct + speedup · correct`; zero for bad format.
+    Kevin,
+    /// `0.5 · correct + 0.5 · min(speedup, 3) + 0.5 · coverage` when correct; zero for decoys.
+    Drkernel,
+}
+
+/// Weights of the components; a request may override any of them. Unused by a profile: 0.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RewardWeights {
+    pub format: f64,
+    pub compile: f64,
+    pub correctness: f64,
+    pub speed: f64,
+    pub length: f64,
+    pub thinking: f64,
+    pub coverage: f64,
+    /// Speedups above this count as this (`drkernel`: 3, `kevin`: unbounded, here 1e9).
+    pub speedup_cap: f64,
+}
+
+impl RewardProfile {
+    /// The profile's documented weights.
+    pub fn weights(self) -> RewardWeights {
+        let zero = RewardWeights {
+            format: 0.0,
+            compile: 0.0,
+            correctness: 0.0,
+            speed: 0.0,
+            length: 0.0,
+            thinking: 0.0,
+            coverage: 0.0,
+            speedup_cap: 1e9,
+        };
+        match self {
+            RewardProfile::KernelRl => RewardWeights {
+                format: 0.1,
+                compile: 0.2,
+                correctness: 1.0,
+                length: 0.05,
+                thinking: 0.1,
+                speedup_cap: 10.0,
+                ..zero
+            },
+            RewardProfile::Kevin => RewardWeights {
+                correctness: 0.3,
+                speed: 1.0,
+                ..zero
+            },
+            RewardProfile::Drkernel => RewardWeights {
+                correctness: 0.5,
+                speed: 0.5,
+                coverage: 0.5,
+                speedup_cap: 3.0,
+                ..zero
+            },
+        }
+    }
+}
+
+/// Kernels up to this many bytes get the whole length score; it falls to 0 at
+/// [`LENGTH_ZERO_BYTES`].
+pub const LENGTH_FULL_BYTES: usize = 2_000;
+pub const LENGTH_ZERO_BYTES: usize = 20_000;
+
+/// Each component's score in 0..=1 (speed: the capped speedup) before weighting.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema, Default)]
+pub struct RewardComponents {
+    pub format: f64,
+    pub compile: f64,
+    pub correctness: f64,
+    pub speed: f64,
+    pub length: f64,
+    pub thinking: f64,
+    pub coverage: f64,
+}
+
+/// The reward of one rollout and the component scores it came from. `result` is None when
+/// no kernel could be extracted (nothing was evaluated).
+pub fn reward(
+    profile: RewardProfile,
+    weights: &RewardWeights,
+    parsed: &ParsedCompletion,
+    result: Option<&EvalResult>,
+) -> (f64, RewardComponents) {
+    let c = components(weights, parsed, result);
+    let verdict = result.map(|r| r.verdict);
+    // A flagged hack scores zero under every profile, whatever else it did.
+    if verdict == Some(Verdict::Hack) {
+        return (0.0, c);
+    }
+    let w = weights;
+    let total = match profile {
+        RewardProfile::KernelRl => {
+            w.format * c.format
+                + w.compile * c.compile
+                + w.correctness * c.correctness
+                + w.speed * c.speed
+                + w.length * c.length
+                + w.thinking * c.thinking
+                + w.coverage * c.coverage
+        }
+        RewardProfile::Kevin => {
+            let correct = verdict == Some(Verdict::Ok);
+            if !parsed.format_ok || !correct {
+                0.0
+            } else {
+                w.correctness + w.speed * c.speed
+            }
+        }
+        RewardProfile::Drkernel => {
+            if verdict != Some(Verdict::Ok) {
+                0.0 // not completed, incorrect, or a decoy
+            } else {
+                w.correctness + w.speed * c.speed + w.coverage * c.coverage
+            }
+        }
+    };
+    (total, c)
+}
+
+fn components(
+    w: &RewardWeights,
+    parsed: &ParsedCompletion,
+    result: Option<&EvalResult>,
+) -> RewardComponents {
+    let length = parsed.kernel.as_ref().map_or(0.0, |k| {
+        let n = k.len();
+        if n <= LENGTH_FULL_BYTES {
+            1.0
+        } else {
+            let span = (LENGTH_ZERO_BYTES - LENGTH_FULL_BYTES) as f64;
+            (1.0 - (n - LENGTH_FULL_BYTES) as f64 / span).max(0.0)
+        }
+    });
+    let mut c = RewardComponents {
+        format: f64::from(u8::from(parsed.format_ok)),
+        thinking: f64::from(u8::from(parsed.thinking.is_some())),
+        length,
+        ..RewardComponents::default()
+    };
+    let Some(r) = result else { return c };
+    c.compile = f64::from(u8::from(r.compiled));
+    if r.trials_total > 0 && r.verdict != Verdict::Decoy {
+        c.correctness = f64::from(r.trials_passed) / f64::from(r.trials_total);
+    }
+    if r.verdict == Verdict::Ok {
+        c.speed = r.speedup.unwrap_or(0.0).clamp(0.0, w.speedup_cap);
+        c.coverage = r.custom_time_coverage.unwrap_or(0.0).clamp(0.0, 1.0);
+    }
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::{DeviceInfo, DeviceKind, VerdictCode};
+
+    const GOOD: &str = "<think>use one block per row</think>\nHere it is.\n<KERNEL>\n```python\nclass ModelNew: pass\n```";
+
+    fn result(verdict: Verdict, passed: u32, speedup: Option<f64>) -> EvalResult {
+        let mut r = EvalResult::failed_before_trials(
+            VerdictCode::Correctness,
+            "",
+            true,
+            5,
+            DeviceInfo {
+                kind: DeviceKind::Cuda,
+                name: "H100".into(),
+            },
+        );
+        r.verdict = verdict;
+        r.trials_passed = passed;
+        r.speedup = speedup;
+        r.correct = verdict == Verdict::Ok || verdict == Verdict::Decoy;
+        r.custom_time_coverage = Some(0.8);
+        r
+    }
+
+    #[test]
+    fn completions_are_parsed_as_the_recipes_do() {
+        let p = parse_completion(GOOD);
+        assert_eq!(p.kernel.as_deref(), Some("class ModelNew: pass\n"));
+        assert!(p.format_ok);
+        assert_eq!(p.thinking.as_deref(), Some("use one block per row"));
+
+        // No tag: the first fenced block is still the kernel, without the format score.
+        let p = parse_completion("text\n```\nA\n```\n```\nB\n```");
+        assert_eq!(p.kernel.as_deref(), Some("A\n"));
+        assert!(!p.format_ok);
+        assert_eq!(p.thinking, None);
+
+        // Code drafted inside <thinking> is not the answer.
+        let p =
+            parse_completion("<thinking>\n```\ndraft\n```\n</thinking><KERNEL>```py\nfinal\n```");
+        assert_eq!(p.kernel.as_deref(), Some("final\n"));
+        assert!(p.thinking.is_some());
+
+        let p = parse_completion("<KERNEL> no code at all");
+        assert_eq!(p.kernel, None);
+        assert!(!p.format_ok);
+        assert_eq!(
+            parse_completion("<think>  </think>```\nx\n```").thinking,
+            None
+        );
+    }
+
+    #[test]
+    fn profiles_follow_their_formulas() {
+        let good = parse_completion(GOOD);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        let ok = result(Verdict::Ok, 5, Some(2.0));
+        let p = RewardProfile::KernelRl;
+        // 0.1 format + 0.2 compile + 1.0 correct + 0.05 length + 0.1 thinking (speed weight 0).
+        assert!(close(reward(p, &p.weights(), &good, Some(&ok)).0, 1.45));
+        // Partial credit: 3 of 5 trials.
+        let wrong = result(Verdict::Incorrect, 3, None);
+        assert!(close(
+            reward(p, &p.weights(), &good, Some(&wrong)).0,
+            0.1 + 0.2 + 0.6 + 0.05 + 0.1
+        ));
+
+        let p = RewardProfile::Kevin;
+        assert!(close(
+            reward(p, &p.weights(), &good, Some(&ok)).0,
+            0.3 + 2.0
+        ));
+        assert_eq!(reward(p, &p.weights(), &good, Some(&wrong)).0, 0.0);
+        let untagged = parse_completion("```\nclass ModelNew: pass\n```");
+        assert_eq!(reward(p, &p.weights(), &untagged, Some(&ok)).0, 0.0);
+
+        let p = RewardProfile::Drkernel;
+        let fast = result(Verdict::Ok, 5, Some(7.0));
+        assert!(close(
+            reward(p, &p.weights(), &good, Some(&fast)).0,
+            0.5 + 0.5 * 3.0 + 0.5 * 0.8
+        ));
+        let decoy = result(Verdict::Decoy, 5, Some(1.5));
+        assert_eq!(reward(p, &p.weights(), &good, Some(&decoy)).0, 0.0);
+    }
+
+    #[test]
+    fn a_hack_scores_zero_under_every_profile() {
+        let good = parse_completion(GOOD);
+        let hack = result(Verdict::Hack, 5, Some(9.0));
+        for p in [
+            RewardProfile::KernelRl,
+            RewardProfile::Kevin,
+            RewardProfile::Drkernel,
+        ] {
+            assert_eq!(reward(p, &p.weights(), &good, Some(&hack)).0, 0.0, "{p:?}");
+        }
+    }
+
+    #[test]
+    fn weights_can_be_overridden_and_length_breaks_ties() {
+        let p = RewardProfile::KernelRl;
+        let w = RewardWeights {
+            speed: 0.5,
+            ..p.weights()
+        };
+        let good = parse_completion(GOOD);
+        let ok = result(Verdict::Ok, 5, Some(2.0));
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert!(close(reward(p, &w, &good, Some(&ok)).0, 1.45 + 0.5 * 2.0));
+        let long = parse_completion(&format!("<KERNEL>```\n{}\n```", "x".repeat(11_000)));
+        let length = reward(p, &p.weights(), &long, None).1.length;
+        assert!((length - 0.5).abs() < 1e-3, "{length}");
+        // No kernel extracted: nothing evaluated, only what the text earns.
+        assert!(close(
+            reward(p, &p.weights(), &parse_completion("<think>t</think>"), None).0,
+            0.1
+        ));
+    }
+}
