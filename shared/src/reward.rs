@@ -235,6 +235,67 @@ fn components(
     c
 }
 
+/// Most bytes of [`feedback`]: the next turn's prompt has room for it.
+pub const MAX_FEEDBACK_BYTES: usize = 1_200;
+/// Most lines of the error excerpt in [`feedback`].
+const FEEDBACK_ERROR_LINES: usize = 10;
+
+/// The text a trainer puts in the next turn's prompt: the status category, compiled or not,
+/// trials passed, the speedup and the key lines of the error. Built only from what the result
+/// already tells the client (no reference outputs, no seeds), capped at
+/// [`MAX_FEEDBACK_BYTES`].
+pub fn feedback(parsed: &ParsedCompletion, result: Option<&EvalResult>) -> String {
+    let Some(r) = result else {
+        return "Status: format error. No kernel found: put the code in a fenced block after \
+                <KERNEL>."
+            .to_owned();
+    };
+    let status = match r.verdict {
+        Verdict::Ok if r.speedup.is_some_and(|s| s >= 1.0) => "correct and faster",
+        Verdict::Ok if r.speedup.is_some() => "correct but slower",
+        Verdict::Ok => "correct",
+        Verdict::Decoy => "correct, but no kernel of your own ran (PyTorch only)",
+        Verdict::Hack => "rejected: the evaluation caught a shortcut",
+        Verdict::Incorrect => "correctness error",
+        Verdict::Error if !r.compiled => "compilation error",
+        Verdict::Error => "runtime error",
+    };
+    let mut lines = vec![format!("Status: {status}.")];
+    if !parsed.format_ok {
+        lines.push("Format: expected <KERNEL> followed by a fenced code block.".to_owned());
+    }
+    lines.push(format!(
+        "Compiled: {}. Trials passed: {}/{}.",
+        if r.compiled { "yes" } else { "no" },
+        r.trials_passed,
+        r.trials_total
+    ));
+    if let Some(s) = r.speedup {
+        lines.push(format!("Speedup over PyTorch: {s:.2}x."));
+    }
+    for f in r
+        .flags
+        .iter()
+        .filter(|f| f.severity != crate::task::SEVERITY_FLAG)
+    {
+        lines.push(format!("Finding {}: {}", f.rule, f.detail));
+    }
+    if let Some(message) = r.error_message.as_deref().filter(|m| !m.is_empty()) {
+        let excerpt: Vec<&str> = message.lines().take(FEEDBACK_ERROR_LINES).collect();
+        lines.push(format!("Error:\n{}", excerpt.join("\n")));
+    }
+    let mut text = lines.join("\n");
+    if text.len() > MAX_FEEDBACK_BYTES {
+        let mut cut = MAX_FEEDBACK_BYTES - 16;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str("\n...[truncated]");
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,6 +382,29 @@ mod tests {
         ));
         let decoy = result(Verdict::Decoy, 5, Some(1.5));
         assert_eq!(reward(p, &p.weights(), &good, Some(&decoy)).0, 0.0);
+    }
+
+    #[test]
+    fn feedback_says_what_happened_in_a_few_capped_lines() {
+        let good = parse_completion(GOOD);
+        let text = feedback(&good, Some(&result(Verdict::Ok, 5, Some(1.5))));
+        assert!(text.starts_with("Status: correct and faster."), "{text}");
+        assert!(
+            text.contains("Trials passed: 5/5") && text.contains("1.50x"),
+            "{text}"
+        );
+        let mut wrong = result(Verdict::Incorrect, 2, None);
+        wrong.error_message = Some(format!("3 of 5 trials failed\n{}", "line\n".repeat(400)));
+        let text = feedback(&parse_completion("```\nx\n```"), Some(&wrong));
+        assert!(text.contains("correctness error") && text.contains("Format: expected"));
+        assert!(text.len() <= MAX_FEEDBACK_BYTES, "{}", text.len());
+        assert_eq!(
+            text.matches("line").count(),
+            FEEDBACK_ERROR_LINES - 1,
+            "{text}"
+        );
+        let text = feedback(&parse_completion("no code"), None);
+        assert!(text.contains("format error"), "{text}");
     }
 
     #[test]

@@ -1,5 +1,8 @@
 //! The client side of Crucible: a typed async HTTP client (retries with backoff on 429, 503
-//! and connection errors) used by trainers and by the `crucible` CLI.
+//! and connection errors) used by trainers and by the `crucible` CLI, and the multi-turn return
+//! helpers (`returns`).
+
+pub mod returns;
 
 use crucible_shared::{
     ApiError, BatchRequest, BatchStatus, EvaluateRequest, QueueStatus, SubmitResponse, TaskId,
