@@ -731,12 +731,9 @@ PR_SET_DUMPABLE = 4
 PR_SET_PDEATHSIG = 1
 
 
-class Finding:
+def runtime_finding(rule, detail):
     """A runtime finding, in the result's `flags` shape."""
-
-    @staticmethod
-    def make(rule, detail):
-        return {"rule": rule, "severity": RUNTIME_RULES[rule], "detail": str(detail)[:MAX_FLAG_CHARS]}
+    return {"rule": rule, "severity": RUNTIME_RULES[rule], "detail": str(detail)[:MAX_FLAG_CHARS]}
 
 
 def tensor_nbytes(obj):
@@ -871,11 +868,11 @@ class RunnerLink:
         self.reap()
 
 
-def _set_not_dumpable():
-    """No process of our uid (the runner included) may ptrace us or read /proc/<judge>/mem."""
+def _prctl(option, value):
+    """prctl(2), best effort (a kernel without it leaves the defaults)."""
     try:
         import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
     except Exception:
         pass
 
@@ -926,7 +923,7 @@ class Evaluation:
     def add_finding(self, rule, detail):
         """Keeps the first finding of each rule."""
         if rule in RUNTIME_RULES and all(f["rule"] != rule for f in self.findings):
-            self.findings.append(Finding.make(rule, detail))
+            self.findings.append(runtime_finding(rule, detail))
 
     def hacks(self):
         return [f for f in self.findings if f["severity"] == HACK]
@@ -963,9 +960,7 @@ class Evaluation:
         raise Verdict("REFERENCE", format_error(exc, self.ref_path, self.taskdir, context))
 
     def sync(self):
-        """Wait for queued GPU work so asynchronous faults surface where they belong."""
-        if self.device == "cuda":
-            Trusted.synchronize()
+        sync_device(self.device)
 
     # -- the runner ----------------------------------------------------------------------------
 
@@ -1178,7 +1173,8 @@ class Evaluation:
         os.makedirs(self.xfer_dir, mode=0o700, exist_ok=True)
         # Before CUDA exists here (a forked child cannot use it) and before any secret does.
         self.runner = RunnerLink(self.taskdir)
-        _set_not_dumpable()
+        # No process of our uid (the runner included) may ptrace us or read our memory.
+        _prctl(PR_SET_DUMPABLE, 0)
         self.exporter = _transport.Exporter(torch, self.xfer_dir, "in")
         # The input seeds: drawn here, after the fork, never sent to the runner.
         import secrets
@@ -1574,32 +1570,27 @@ class Evaluation:
 
     def time_reference(self, pool):
         spec = self.spec
-        timer = self._cuda_timer if self.device == "cuda" else self._cpu_timer
         args = [deep_clone(inputs) if self.reference_mutates else inputs for inputs, _ in pool]
         for k in range(spec["num_warmup"]):
             self._run_reference(args[k % len(args)], "reference forward failed (warm-up)")
         times = []
         try:
             for k in range(spec["num_perf_trials"]):
-                times.append(timer(self.ref_model, args[k % len(args)]))
+                times.append(timed_call(self, self.ref_model, args[k % len(args)])[0])
         except CAUGHT as e:
             self.reference_failed(e, "reference forward failed (timed)")
         return times
 
-    @staticmethod
-    def _cpu_timer(model, args):
+
+
+def timed_call(owner, model, args):
+    """One timed call, returning (ms, output). CUDA: flush L2, sync, start event, forward,
+    device-wide sync (so work left on side streams is inside the window), end event, sync.
+    CPU: perf_counter_ns around the forward. `owner` holds the flush buffer and events."""
+    if owner.device != "cuda":
         t0 = _perf_counter_ns()
-        model(*args)
-        t1 = _perf_counter_ns()
-        return (t1 - t0) / 1e6
-
-    def _cuda_timer(self, model, args):
-        return cuda_timed_call(self, model, args)[0]
-
-
-def cuda_timed_call(owner, model, args):
-    """One timed call: flush L2, sync, start event, forward, device-wide sync (so work left on
-    side streams is inside the window), end event, sync. Returns (ms, output)."""
+        out = model(*args)
+        return (_perf_counter_ns() - t0) / 1e6, out
     owner.flush_buffer.zero_()
     Trusted.synchronize()
     Trusted.event_record(owner.start_event)
@@ -1608,6 +1599,12 @@ def cuda_timed_call(owner, model, args):
     Trusted.event_record(owner.end_event)
     Trusted.synchronize()
     return Trusted.event_elapsed(owner.start_event, owner.end_event), out
+
+
+def sync_device(device):
+    """Wait for queued GPU work so asynchronous faults surface where they belong."""
+    if device == "cuda":
+        Trusted.synchronize()
 
 
 def capture_trusted(torch):
@@ -1960,8 +1957,7 @@ class Runner:
         return {}
 
     def sync(self):
-        if self.device == "cuda":
-            Trusted.synchronize()
+        sync_device(self.device)
 
     def import_inputs(self, descs):
         torch = Trusted.torch
@@ -2009,13 +2005,7 @@ class Runner:
     def op_time(self, msg):
         args = self.slots[msg["slot"]]
         self.kept = None
-        if self.device == "cuda":
-            ms, self.kept = cuda_timed_call(self, self.model, args)
-        else:
-            t0 = _perf_counter_ns()
-            out = self.model(*args)
-            ms = (_perf_counter_ns() - t0) / 1e6
-            self.kept = out
+        ms, self.kept = timed_call(self, self.model, args)
         return {"ms": ms, "outputs": self.export(self.kept)}
 
     def op_release(self, msg):
@@ -2137,12 +2127,8 @@ def runner_main(sock, taskdir):
                 os.close(fd)
             except OSError:
                 pass
-        try:
-            import ctypes
-            import signal
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except Exception:
-            pass
+        import signal
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         Runner(sock, taskdir).serve()
     except BaseException:
         try:
