@@ -2,7 +2,7 @@
 # Installs what the tests need when missing (redis-server, the Python venv with torch and
 # triton), builds every binary, and runs the whole suite: unit tests, broker contract tests
 # against a real redis-server, the harness checks and the end-to-end tests that start real
-# API and worker processes.
+# API and worker processes, and the Python client's tests against a live server.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$(crucible_root)"
@@ -20,3 +20,7 @@ else
   cargo test --workspace --no-fail-fast "$@"
 fi
 "$CRUCIBLE_PYTHON" tests/harness/check_screening.py
+# The Python client against a live `crucible up` (the debug binary built above).
+"$CRUCIBLE_PYTHON" -c 'import httpx, pytest' 2>/dev/null ||
+  "$CRUCIBLE_PYTHON" -m pip install --quiet --disable-pip-version-check httpx pytest
+CRUCIBLE_BIN="$PWD/target/debug/crucible" "$CRUCIBLE_PYTHON" -m pytest -q -p no:cacheprovider clients/python/tests

@@ -1,11 +1,14 @@
 //! The HTTP API: routes, request validation, the OpenAPI document and Swagger UI, Prometheus
-//! metrics and the health check. Stateless: everything another replica would need lives in
+//! metrics, the health check, the problem registry and the rollout endpoints that turn
+//! model completions into rewards. Stateless: everything another replica would need lives in
 //! the broker, so any number of replicas can serve the same queue.
 
 pub mod error;
 pub mod extract;
 pub mod metrics;
 pub mod openapi;
+pub mod problems;
+pub mod rollouts;
 pub mod routes;
 pub mod state;
 

@@ -46,7 +46,9 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("binding {}", args.bind))?;
     tracing::info!(addr = %listener.local_addr()?, "api listening");
     let mut stop = stop_rx.clone();
-    let server = tokio::spawn(serve(listener, AppState::new(broker), async move {
+    let problems = crucible_api_server::problems::load_from_env().context("problem registry")?;
+    let state = AppState::new(broker).with_problems(problems);
+    let server = tokio::spawn(serve(listener, state, async move {
         let _ = stop.wait_for(|s| *s).await;
     }));
     shutdown_signal().await;

@@ -6,8 +6,8 @@ use axum::middleware::Next;
 use axum::response::Response;
 use crucible_shared::{QueueStatus, WorkerInfo, WorkerState};
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 use std::time::Instant;
 
@@ -16,6 +16,7 @@ pub struct Metrics {
     http_requests: IntCounterVec,
     http_duration: HistogramVec,
     pub submitted: IntCounterVec,
+    pub rollouts_submitted: IntCounter,
     queue_depth: IntGaugeVec,
     running: IntGauge,
     finished: IntGaugeVec,
@@ -55,6 +56,11 @@ impl Metrics {
                 "Tasks accepted by this replica",
             ),
             &["backend", "priority"],
+        )
+        .expect("valid metric");
+        let rollouts_submitted = IntCounter::new(
+            "crucible_rollouts_submitted_total",
+            "Rollouts accepted by this replica (POST /rollouts)",
         )
         .expect("valid metric");
         let queue_depth = IntGaugeVec::new(
@@ -102,6 +108,7 @@ impl Metrics {
             Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(http_duration.clone()),
             Box::new(submitted.clone()),
+            Box::new(rollouts_submitted.clone()),
             Box::new(queue_depth.clone()),
             Box::new(running.clone()),
             Box::new(finished.clone()),
@@ -117,6 +124,7 @@ impl Metrics {
             http_requests,
             http_duration,
             submitted,
+            rollouts_submitted,
             queue_depth,
             running,
             finished,

@@ -2,6 +2,7 @@
 
 use crate::error::{HttpError, not_found};
 use crate::extract::{ApiJson, ApiQuery};
+use crate::problems::ProblemRegistry;
 use crate::state::AppState;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
@@ -10,7 +11,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use crucible_shared::{
     ApiError, ApiErrorCode, BatchId, BatchRequest, BatchStatus, EvaluateRequest, HealthStatus,
-    QueueStatus, SubmitResponse, TaskId, TaskSpec, TaskStatus, TaskView, WorkerInfo, WorkerState,
+    Problem, ProblemList, ProblemRef, QueueStatus, SubmitResponse, TaskId, TaskSpec, TaskStatus,
+    TaskView, WorkerInfo, WorkerState,
 };
 use crucible_task_manager::CancelOutcome;
 use serde::{Deserialize, Serialize};
@@ -37,8 +39,15 @@ pub fn router(state: AppState) -> Router {
             "/evaluate/batch",
             post(evaluate_batch).layer(DefaultBodyLimit::max(BATCH_BODY_LIMIT)),
         )
+        .route(
+            "/rollouts",
+            post(crate::rollouts::submit_rollouts).layer(DefaultBodyLimit::max(BATCH_BODY_LIMIT)),
+        )
         .route("/tasks/{id}", get(get_task).delete(cancel_task))
         .route("/batches/{id}", get(get_batch))
+        .route("/batches/{id}/results", get(crate::rollouts::batch_results))
+        .route("/problems", get(list_problems))
+        .route("/problems/{level}/{id}", get(get_problem))
         .route("/workers/status", get(workers_status))
         .route("/queue/status", get(queue_status))
         .route("/health", get(health))
@@ -80,7 +89,7 @@ fn wait_duration(q: &WaitQuery) -> Result<Option<Duration>, HttpError> {
 }
 
 /// The seed is fixed at submission so a retried attempt evaluates the same inputs.
-fn spec_of(request: EvaluateRequest) -> TaskSpec {
+pub(crate) fn spec_of(request: EvaluateRequest) -> TaskSpec {
     let seed = request.seed.unwrap_or_else(|| {
         u64::from_le_bytes(
             uuid::Uuid::new_v4().as_bytes()[..8]
@@ -89,6 +98,27 @@ fn spec_of(request: EvaluateRequest) -> TaskSpec {
         ) >> 1
     });
     TaskSpec { request, seed }
+}
+
+/// A request that names a registered problem gets its source; naming one and sending a
+/// source as well is refused, so a result never judges code other than the one named.
+fn resolve_problem(
+    request: &mut EvaluateRequest,
+    problems: &ProblemRegistry,
+    prefix: &str,
+) -> Result<(), ApiError> {
+    let Some(key) = request.problem else {
+        return Ok(());
+    };
+    let field = format!("{prefix}problem");
+    if !request.reference_code.is_empty() {
+        return Err(ApiError::invalid(
+            &field,
+            "give problem or reference_code, not both",
+        ));
+    }
+    request.reference_code = problems.resolve(key, &field)?.reference_code.clone();
+    Ok(())
 }
 
 /// Submit one evaluation.
@@ -109,8 +139,9 @@ fn spec_of(request: EvaluateRequest) -> TaskSpec {
 pub async fn evaluate(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<WaitQuery>,
-    ApiJson(request): ApiJson<EvaluateRequest>,
+    ApiJson(mut request): ApiJson<EvaluateRequest>,
 ) -> Result<Response, HttpError> {
+    resolve_problem(&mut request, &state.problems, "")?;
     request.validate()?;
     let wait = wait_duration(&query)?;
     let labels = [
@@ -174,8 +205,11 @@ pub struct BatchSubmitResponse {
 )]
 pub async fn evaluate_batch(
     State(state): State<AppState>,
-    ApiJson(batch): ApiJson<BatchRequest>,
+    ApiJson(mut batch): ApiJson<BatchRequest>,
 ) -> Result<(StatusCode, Json<BatchSubmitResponse>), HttpError> {
+    for (i, request) in batch.tasks.iter_mut().enumerate() {
+        resolve_problem(request, &state.problems, &format!("tasks[{i}]."))?;
+    }
     batch.validate()?;
     let n = batch.tasks.len();
     let specs = batch.tasks.into_iter().map(spec_of).collect();
@@ -292,6 +326,47 @@ pub async fn get_batch(
         .await?
         .map(Json)
         .ok_or_else(|| ApiError::not_found(format!("batch {id}")).into())
+}
+
+/// The registered problems (without their sources).
+#[utoipa::path(
+    get, path = "/problems", tag = "problems",
+    responses((status = 200, description = "Problems by level and id; empty without a registry", body = ProblemList))
+)]
+pub async fn list_problems(State(state): State<AppState>) -> Json<ProblemList> {
+    let problems = state.problems.list();
+    Json(ProblemList {
+        total: problems.len(),
+        problems,
+    })
+}
+
+/// One registered problem with its source and content hash.
+#[utoipa::path(
+    get, path = "/problems/{level}/{id}", tag = "problems",
+    params(("level" = u32, Path, description = "KernelBench level"), ("id" = u32, Path, description = "Problem id within the level")),
+    responses(
+        (status = 200, description = "The problem", body = Problem),
+        (status = 404, description = "Not registered", body = ApiError),
+    )
+)]
+pub async fn get_problem(
+    State(state): State<AppState>,
+    Path((level, id)): Path<(String, String)>,
+) -> Result<Json<Problem>, HttpError> {
+    let missing = || ApiError::not_found(format!("problem {level}/{id}"));
+    let (Ok(level_n), Ok(id_n)) = (level.parse(), id.parse()) else {
+        return Err(missing().into());
+    };
+    state
+        .problems
+        .get(ProblemRef {
+            level: level_n,
+            id: id_n,
+        })
+        .cloned()
+        .map(Json)
+        .ok_or_else(|| missing().into())
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]

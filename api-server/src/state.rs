@@ -1,6 +1,8 @@
-//! What every handler shares. Only handles: the broker holds the state.
+//! What every handler shares. Only handles and read-only configuration: the broker holds the
+//! state.
 
 use crate::metrics::Metrics;
+use crate::problems::ProblemRegistry;
 use crucible_task_manager::Broker;
 use std::sync::Arc;
 
@@ -8,6 +10,8 @@ use std::sync::Arc;
 pub struct AppState {
     pub broker: Arc<dyn Broker>,
     pub metrics: Arc<Metrics>,
+    /// Problems requests may name by level and id; empty when none was configured.
+    pub problems: Arc<ProblemRegistry>,
 }
 
 impl AppState {
@@ -15,6 +19,12 @@ impl AppState {
         Self {
             broker,
             metrics: Arc::new(Metrics::new()),
+            problems: Arc::new(ProblemRegistry::default()),
         }
+    }
+
+    pub fn with_problems(mut self, problems: ProblemRegistry) -> Self {
+        self.problems = Arc::new(problems);
+        self
     }
 }

@@ -194,6 +194,7 @@ fn from_harness(r: HarnessResult, ctx: &VerdictContext, tail: Option<String>) ->
         custom_time_coverage: r.custom_time_coverage,
         // Filled in by the worker, which knows where the prebuilt files came from.
         build: None,
+        problem_hash: None,
     }
 }
 

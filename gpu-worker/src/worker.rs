@@ -676,7 +676,11 @@ impl Worker {
         }
     }
 
-    async fn store_verdict(&self, lease: &Lease, result: EvalResult) -> TaskEnd {
+    async fn store_verdict(&self, lease: &Lease, mut result: EvalResult) -> TaskEnd {
+        // Every verdict names the version of the problem it judged.
+        result.problem_hash = Some(crucible_shared::problem_hash(
+            &lease.spec.request.reference_code,
+        ));
         if result.error_code == Some(VerdictCode::CudaFault)
             && let DeviceSlot::Gpu { index, .. } = &self.cfg.device
         {

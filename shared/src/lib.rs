@@ -1,12 +1,14 @@
 //! Wire types shared by every Crucible process: requests, task views, results, worker and
-//! queue views (all serde + utoipa schemas), the API error codes with their one HTTP mapping,
+//! queue views, problems, rollouts and rewards (all serde + utoipa schemas), the API error codes with their one HTTP mapping,
 //! request validation and configuration parsing. Nothing here does I/O.
 
 pub mod config;
 pub mod error;
 pub mod ids;
+pub mod problem;
 pub mod request;
 pub mod reward;
+pub mod rollout;
 pub mod status;
 pub mod task;
 pub mod worker;
@@ -14,6 +16,7 @@ pub mod worker;
 pub use config::{BrokerConfig, ConfigError};
 pub use error::{ApiError, ApiErrorCode};
 pub use ids::{BatchId, LeaseToken, TaskId, WorkerId};
+pub use problem::{Problem, ProblemInfo, ProblemList, ProblemRef, problem_hash};
 pub use request::{
     Backend, BatchRequest, EvaluateRequest, MAX_BATCH_TASKS, MAX_CODE_BYTES, Priority,
     ScreeningAction, TaskSpec,

@@ -100,8 +100,13 @@ fn default_timeout_s() -> u32 {
 /// `POST /evaluate`: one KernelBench-style evaluation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct EvaluateRequest {
-    /// KernelBench problem source: `class Model`, `get_inputs()`, `get_init_inputs()`.
+    /// KernelBench problem source: `class Model`, `get_inputs()`, `get_init_inputs()`. Leave
+    /// it out when naming a registered `problem` instead.
+    #[serde(default)]
     pub reference_code: String,
+    /// A problem of the server's registry (`GET /problems`), instead of `reference_code`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<crate::problem::ProblemRef>,
     /// Candidate source defining `class ModelNew`.
     pub kernel_code: String,
     #[serde(default)]
@@ -173,6 +178,7 @@ impl EvaluateRequest {
     pub fn new(reference_code: impl Into<String>, kernel_code: impl Into<String>) -> Self {
         Self {
             reference_code: reference_code.into(),
+            problem: None,
             kernel_code: kernel_code.into(),
             backend: Backend::default(),
             num_correct_trials: default_correct_trials(),

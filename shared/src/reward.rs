@@ -19,6 +19,28 @@ pub struct ParsedCompletion {
     pub thinking: Option<String>,
 }
 
+/// What the reward and the feedback need of a completion, without the text: small enough to
+/// keep per rollout until its evaluation finishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CompletionFacts {
+    /// A `<KERNEL>` tag followed by a fenced code block.
+    pub format_ok: bool,
+    /// A non-blank `<think>`/`<thinking>` section.
+    pub thinking: bool,
+    /// Length of the extracted kernel in bytes; None when no kernel was found.
+    pub kernel_bytes: Option<usize>,
+}
+
+impl ParsedCompletion {
+    pub fn facts(&self) -> CompletionFacts {
+        CompletionFacts {
+            format_ok: self.format_ok,
+            thinking: self.thinking.is_some(),
+            kernel_bytes: self.kernel.as_ref().map(String::len),
+        }
+    }
+}
+
 /// Splits a completion into kernel, format and thinking. A completion without `<KERNEL>`
 /// still gives the first fenced block as its kernel (the recipes evaluate it) but not the
 /// format score.
@@ -103,6 +125,58 @@ pub struct RewardWeights {
     pub speedup_cap: f64,
 }
 
+/// Weights a request overrides; the ones it leaves out keep the profile's defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WeightsOverride {
+    pub format: Option<f64>,
+    pub compile: Option<f64>,
+    pub correctness: Option<f64>,
+    pub speed: Option<f64>,
+    pub length: Option<f64>,
+    pub thinking: Option<f64>,
+    pub coverage: Option<f64>,
+    pub speedup_cap: Option<f64>,
+}
+
+impl WeightsOverride {
+    /// `base` with every weight given here replaced.
+    pub fn apply(&self, base: RewardWeights) -> RewardWeights {
+        RewardWeights {
+            format: self.format.unwrap_or(base.format),
+            compile: self.compile.unwrap_or(base.compile),
+            correctness: self.correctness.unwrap_or(base.correctness),
+            speed: self.speed.unwrap_or(base.speed),
+            length: self.length.unwrap_or(base.length),
+            thinking: self.thinking.unwrap_or(base.thinking),
+            coverage: self.coverage.unwrap_or(base.coverage),
+            speedup_cap: self.speedup_cap.unwrap_or(base.speedup_cap),
+        }
+    }
+
+    /// The name of the first weight that is not a finite number in -1000..=1000 (the cap:
+    /// 0..=1e9).
+    pub fn invalid_field(&self) -> Option<&'static str> {
+        let weights = [
+            ("format", self.format),
+            ("compile", self.compile),
+            ("correctness", self.correctness),
+            ("speed", self.speed),
+            ("length", self.length),
+            ("thinking", self.thinking),
+            ("coverage", self.coverage),
+        ];
+        let bad = |v: Option<f64>, lo: f64, hi: f64| {
+            v.is_some_and(|v| !(v.is_finite() && (lo..=hi).contains(&v)))
+        };
+        weights
+            .into_iter()
+            .find(|(_, v)| bad(*v, -1e3, 1e3))
+            .map(|(name, _)| name)
+            .or_else(|| bad(self.speedup_cap, 0.0, 1e9).then_some("speedup_cap"))
+    }
+}
+
 impl RewardProfile {
     /// The profile's documented weights.
     pub fn weights(self) -> RewardWeights {
@@ -164,10 +238,10 @@ pub struct RewardComponents {
 pub fn reward(
     profile: RewardProfile,
     weights: &RewardWeights,
-    parsed: &ParsedCompletion,
+    facts: &CompletionFacts,
     result: Option<&EvalResult>,
 ) -> (f64, RewardComponents) {
-    let c = components(weights, parsed, result);
+    let c = components(weights, facts, result);
     let verdict = result.map(|r| r.verdict);
     // A flagged hack scores zero under every profile, whatever else it did.
     if verdict == Some(Verdict::Hack) {
@@ -186,7 +260,7 @@ pub fn reward(
         }
         RewardProfile::Kevin => {
             let correct = verdict == Some(Verdict::Ok);
-            if !parsed.format_ok || !correct {
+            if !facts.format_ok || !correct {
                 0.0
             } else {
                 w.correctness + w.speed * c.speed
@@ -205,11 +279,10 @@ pub fn reward(
 
 fn components(
     w: &RewardWeights,
-    parsed: &ParsedCompletion,
+    facts: &CompletionFacts,
     result: Option<&EvalResult>,
 ) -> RewardComponents {
-    let length = parsed.kernel.as_ref().map_or(0.0, |k| {
-        let n = k.len();
+    let length = facts.kernel_bytes.map_or(0.0, |n| {
         if n <= LENGTH_FULL_BYTES {
             1.0
         } else {
@@ -218,8 +291,8 @@ fn components(
         }
     });
     let mut c = RewardComponents {
-        format: f64::from(u8::from(parsed.format_ok)),
-        thinking: f64::from(u8::from(parsed.thinking.is_some())),
+        format: f64::from(u8::from(facts.format_ok)),
+        thinking: f64::from(u8::from(facts.thinking)),
         length,
         ..RewardComponents::default()
     };
@@ -244,7 +317,7 @@ const FEEDBACK_ERROR_LINES: usize = 10;
 /// trials passed, the speedup and the key lines of the error. Built only from what the result
 /// already tells the client (no reference outputs, no seeds), capped at
 /// [`MAX_FEEDBACK_BYTES`].
-pub fn feedback(parsed: &ParsedCompletion, result: Option<&EvalResult>) -> String {
+pub fn feedback(facts: &CompletionFacts, result: Option<&EvalResult>) -> String {
     let Some(r) = result else {
         return "Status: format error. No kernel found: put the code in a fenced block after \
                 <KERNEL>."
@@ -261,7 +334,7 @@ pub fn feedback(parsed: &ParsedCompletion, result: Option<&EvalResult>) -> Strin
         Verdict::Error => "runtime error",
     };
     let mut lines = vec![format!("Status: {status}.")];
-    if !parsed.format_ok {
+    if !facts.format_ok {
         lines.push("Format: expected <KERNEL> followed by a fenced code block.".to_owned());
     }
     lines.push(format!(
@@ -357,37 +430,40 @@ mod tests {
         let ok = result(Verdict::Ok, 5, Some(2.0));
         let p = RewardProfile::KernelRl;
         // 0.1 format + 0.2 compile + 1.0 correct + 0.05 length + 0.1 thinking (speed weight 0).
-        assert!(close(reward(p, &p.weights(), &good, Some(&ok)).0, 1.45));
+        assert!(close(
+            reward(p, &p.weights(), &good.facts(), Some(&ok)).0,
+            1.45
+        ));
         // Partial credit: 3 of 5 trials.
         let wrong = result(Verdict::Incorrect, 3, None);
         assert!(close(
-            reward(p, &p.weights(), &good, Some(&wrong)).0,
+            reward(p, &p.weights(), &good.facts(), Some(&wrong)).0,
             0.1 + 0.2 + 0.6 + 0.05 + 0.1
         ));
 
         let p = RewardProfile::Kevin;
         assert!(close(
-            reward(p, &p.weights(), &good, Some(&ok)).0,
+            reward(p, &p.weights(), &good.facts(), Some(&ok)).0,
             0.3 + 2.0
         ));
-        assert_eq!(reward(p, &p.weights(), &good, Some(&wrong)).0, 0.0);
+        assert_eq!(reward(p, &p.weights(), &good.facts(), Some(&wrong)).0, 0.0);
         let untagged = parse_completion("```\nclass ModelNew: pass\n```");
-        assert_eq!(reward(p, &p.weights(), &untagged, Some(&ok)).0, 0.0);
+        assert_eq!(reward(p, &p.weights(), &untagged.facts(), Some(&ok)).0, 0.0);
 
         let p = RewardProfile::Drkernel;
         let fast = result(Verdict::Ok, 5, Some(7.0));
         assert!(close(
-            reward(p, &p.weights(), &good, Some(&fast)).0,
+            reward(p, &p.weights(), &good.facts(), Some(&fast)).0,
             0.5 + 0.5 * 3.0 + 0.5 * 0.8
         ));
         let decoy = result(Verdict::Decoy, 5, Some(1.5));
-        assert_eq!(reward(p, &p.weights(), &good, Some(&decoy)).0, 0.0);
+        assert_eq!(reward(p, &p.weights(), &good.facts(), Some(&decoy)).0, 0.0);
     }
 
     #[test]
     fn feedback_says_what_happened_in_a_few_capped_lines() {
         let good = parse_completion(GOOD);
-        let text = feedback(&good, Some(&result(Verdict::Ok, 5, Some(1.5))));
+        let text = feedback(&good.facts(), Some(&result(Verdict::Ok, 5, Some(1.5))));
         assert!(text.starts_with("Status: correct and faster."), "{text}");
         assert!(
             text.contains("Trials passed: 5/5") && text.contains("1.50x"),
@@ -395,7 +471,7 @@ mod tests {
         );
         let mut wrong = result(Verdict::Incorrect, 2, None);
         wrong.error_message = Some(format!("3 of 5 trials failed\n{}", "line\n".repeat(400)));
-        let text = feedback(&parse_completion("```\nx\n```"), Some(&wrong));
+        let text = feedback(&parse_completion("```\nx\n```").facts(), Some(&wrong));
         assert!(text.contains("correctness error") && text.contains("Format: expected"));
         assert!(text.len() <= MAX_FEEDBACK_BYTES, "{}", text.len());
         assert_eq!(
@@ -403,7 +479,7 @@ mod tests {
             FEEDBACK_ERROR_LINES - 1,
             "{text}"
         );
-        let text = feedback(&parse_completion("no code"), None);
+        let text = feedback(&parse_completion("no code").facts(), None);
         assert!(text.contains("format error"), "{text}");
     }
 
@@ -416,7 +492,11 @@ mod tests {
             RewardProfile::Kevin,
             RewardProfile::Drkernel,
         ] {
-            assert_eq!(reward(p, &p.weights(), &good, Some(&hack)).0, 0.0, "{p:?}");
+            assert_eq!(
+                reward(p, &p.weights(), &good.facts(), Some(&hack)).0,
+                0.0,
+                "{p:?}"
+            );
         }
     }
 
@@ -430,13 +510,22 @@ mod tests {
         let good = parse_completion(GOOD);
         let ok = result(Verdict::Ok, 5, Some(2.0));
         let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
-        assert!(close(reward(p, &w, &good, Some(&ok)).0, 1.45 + 0.5 * 2.0));
+        assert!(close(
+            reward(p, &w, &good.facts(), Some(&ok)).0,
+            1.45 + 0.5 * 2.0
+        ));
         let long = parse_completion(&format!("<KERNEL>```\n{}\n```", "x".repeat(11_000)));
-        let length = reward(p, &p.weights(), &long, None).1.length;
+        let length = reward(p, &p.weights(), &long.facts(), None).1.length;
         assert!((length - 0.5).abs() < 1e-3, "{length}");
         // No kernel extracted: nothing evaluated, only what the text earns.
         assert!(close(
-            reward(p, &p.weights(), &parse_completion("<think>t</think>"), None).0,
+            reward(
+                p,
+                &p.weights(),
+                &parse_completion("<think>t</think>").facts(),
+                None
+            )
+            .0,
             0.1
         ));
     }

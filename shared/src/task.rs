@@ -237,6 +237,10 @@ pub struct EvalResult {
     /// them prebuilt instead of compiling; absent when it had none or compiled them itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build: Option<BuildSource>,
+    /// Version of the problem evaluated: `sha256:` and the hex SHA-256 of its reference source
+    /// (the same hash `GET /problems` lists).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem_hash: Option<String>,
 }
 
 /// How a CUDA candidate's extensions were built before it took the GPU.
@@ -281,6 +285,7 @@ impl EvalResult {
             total_kernel_count: None,
             custom_time_coverage: None,
             build: None,
+            problem_hash: None,
         }
     }
 }

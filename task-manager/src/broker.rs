@@ -36,6 +36,20 @@ pub struct Submitted {
     pub cached: bool,
 }
 
+/// A page of a batch's log of finished tasks: every distinct task of the batch enters it
+/// once, when it reaches a terminal status (or at submission, when it was already terminal),
+/// so a reader that remembers its position sees each exactly once, in finishing order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FinishedPage {
+    /// The tasks from the requested position on, each with its view (None once its record
+    /// expired).
+    pub tasks: Vec<(TaskId, Option<TaskView>)>,
+    /// Length of the log: tasks of the batch finished so far.
+    pub finished: u64,
+    /// Distinct tasks in the batch: the log's final length.
+    pub distinct: u64,
+}
+
 /// A claimed task. Only the holder of `token` may renew, complete or release it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Lease {
@@ -123,6 +137,16 @@ pub trait Broker: Send + Sync + 'static {
         id: &BatchId,
         include_tasks: bool,
     ) -> Result<Option<BatchStatus>, BrokerError>;
+
+    /// The entries of `id`'s finished log from position `after` on, at most `limit`; waits up
+    /// to `wait` for the log to grow past `after`. None for an unknown (or expired) batch.
+    async fn batch_finished(
+        &self,
+        id: &BatchId,
+        after: u64,
+        limit: usize,
+        wait: Duration,
+    ) -> Result<Option<FinishedPage>, BrokerError>;
 
     async fn queue_status(&self) -> Result<QueueStatus, BrokerError>;
 

@@ -1,6 +1,6 @@
 //! The task queue. Owns every Redis key and Lua script, the [`Broker`] trait and its two
 //! implementations ([`RedisBroker`] for deployments, [`MemoryBroker`] for a single process),
-//! leases with fencing tokens, retries, the reaper, cancellation, idempotency keys, batches,
+//! leases with fencing tokens, retries, the reaper, cancellation, idempotency keys, batches and their logs of finished tasks,
 //! result TTLs, the worker registry, the result cache with coalescing, and a small key-value
 //! cache (reference timings). It knows nothing about HTTP or Python.
 
@@ -10,8 +10,8 @@ pub mod reaper;
 pub mod redis_broker;
 
 pub use broker::{
-    AckOutcome, Broker, BrokerError, CancelOutcome, Lease, LeaseState, REF_CACHE_NAMESPACE,
-    ReapReport, Submitted,
+    AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, Lease, LeaseState,
+    REF_CACHE_NAMESPACE, ReapReport, Submitted,
 };
 pub use memory::MemoryBroker;
 pub use reaper::run_reaper;

@@ -2,8 +2,8 @@
 //! woken by [`Notify`], never by polling. Also home of the pure helpers both brokers share.
 
 use crate::broker::{
-    AckOutcome, Broker, BrokerError, CancelOutcome, Lease, LeaseState, REF_CACHE_NAMESPACE,
-    ReapReport, Submitted,
+    AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, Lease, LeaseState,
+    REF_CACHE_NAMESPACE, ReapReport, Submitted,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -105,6 +105,9 @@ impl TaskRec {
 struct BatchRec {
     task_ids: Vec<TaskId>,
     counts: StatusCounts,
+    /// Distinct tasks in the order they finished (see [`FinishedPage`]).
+    finished: Vec<TaskId>,
+    distinct: u64,
 }
 
 enum Expiring {
@@ -269,13 +272,17 @@ impl State {
                 self.in_flight.remove(&rec.cache_key);
             }
         }
-        for batch_id in &rec.counted_in {
+        for (i, batch_id) in rec.counted_in.iter().enumerate() {
             let Some(batch) = self.batches.get_mut(batch_id) else {
                 continue;
             };
             let from_count = count_mut(&mut batch.counts, from);
             *from_count = from_count.saturating_sub(1);
             *count_mut(&mut batch.counts, to) += 1;
+            // A batch that counts the task more than once logs it once.
+            if finished && !rec.counted_in[..i].contains(batch_id) {
+                batch.finished.push(id.clone());
+            }
             if finished && batch.counts.queued + batch.counts.running == 0 {
                 self.expiries
                     .push_back((now + ttl, Expiring::Batch(batch_id.clone())));
@@ -470,6 +477,12 @@ impl MemoryBroker {
                 BatchRec {
                     task_ids: plan.iter().map(|p| p.id().clone()).collect(),
                     counts: StatusCounts::default(),
+                    finished: Vec::new(),
+                    distinct: plan
+                        .iter()
+                        .map(Plan::id)
+                        .collect::<std::collections::HashSet<_>>()
+                        .len() as u64,
                 },
             );
         }
@@ -567,6 +580,10 @@ impl MemoryBroker {
                 && let Some(batch) = st.batches.get_mut(b)
             {
                 *count_mut(&mut batch.counts, status) += 1;
+                // Finished already: it enters the log now; an open one when it finishes.
+                if status.is_terminal() && !batch.finished.contains(&id) {
+                    batch.finished.push(id.clone());
+                }
             }
             out.push(Submitted {
                 task_id: id,
@@ -681,6 +698,45 @@ impl Broker for MemoryBroker {
                     .collect()
             }),
         }))
+    }
+
+    async fn batch_finished(
+        &self,
+        id: &BatchId,
+        after: u64,
+        limit: usize,
+        wait: Duration,
+    ) -> Result<Option<FinishedPage>, BrokerError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let finished = self.task_finished.notified();
+            tokio::pin!(finished);
+            finished.as_mut().enable();
+            {
+                let st = self.lock();
+                let Some(batch) = st.batches.get(id) else {
+                    return Ok(None);
+                };
+                let len = batch.finished.len() as u64;
+                if len > after || len >= batch.distinct || tokio::time::Instant::now() >= deadline {
+                    let start = usize::try_from(after)
+                        .unwrap_or(usize::MAX)
+                        .min(batch.finished.len());
+                    let tasks = batch.finished[start..]
+                        .iter()
+                        .take(limit)
+                        .map(|t| (t.clone(), st.tasks.get(t).map(|rec| rec.view(t))))
+                        .collect();
+                    return Ok(Some(FinishedPage {
+                        tasks,
+                        finished: len,
+                        distinct: batch.distinct,
+                    }));
+                }
+            }
+            // Woken by any task finishing; the deadline bounds the wait either way.
+            let _ = tokio::time::timeout_at(deadline, finished).await;
+        }
     }
 
     async fn queue_status(&self) -> Result<QueueStatus, BrokerError> {

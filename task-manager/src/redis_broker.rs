@@ -23,7 +23,8 @@
 //! node (or a primary with replicas), not Redis Cluster.
 
 use crate::broker::{
-    AckOutcome, Broker, BrokerError, CancelOutcome, Lease, LeaseState, ReapReport, Submitted,
+    AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, Lease, LeaseState, ReapReport,
+    Submitted,
 };
 use crate::memory::{CLAIM_CYCLE, scoped_cache_key, worker_retention};
 use async_trait::async_trait;
@@ -407,6 +408,12 @@ impl RedisBroker {
     }
 
     async fn views(&self, ids: &[TaskId]) -> Result<Vec<TaskView>, BrokerError> {
+        // A finished task may have expired before its batch; it is simply left out.
+        Ok(self.views_by_id(ids).await?.into_iter().flatten().collect())
+    }
+
+    /// The view of each task, None where its record is gone.
+    async fn views_by_id(&self, ids: &[TaskId]) -> Result<Vec<Option<TaskView>>, BrokerError> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -418,14 +425,38 @@ impl RedisBroker {
         }
         let mut c = self.conn().await?;
         let rows: Vec<Vec<Option<String>>> = pipe.query_async(&mut c).await.map_err(redis_err)?;
-        let mut out = Vec::with_capacity(ids.len());
-        for (id, row) in ids.iter().zip(rows) {
-            // A finished task may have expired before its batch; it is simply left out.
-            if let Some(view) = decode_view(id, row)? {
-                out.push(view);
-            }
-        }
-        Ok(out)
+        ids.iter()
+            .zip(rows)
+            .map(|(id, row)| decode_view(id, row))
+            .collect()
+    }
+
+    /// One read of a batch's finished log: (distinct, log length, the ids from `after` on).
+    async fn finished_log(
+        &self,
+        id: &BatchId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Option<(u64, u64, Vec<TaskId>)>, BrokerError> {
+        let log = self.key(&format!("batch:{id}:finished"));
+        let start = i64::try_from(after).unwrap_or(i64::MAX);
+        let stop = start.saturating_add(i64::try_from(limit).unwrap_or(i64::MAX) - 1);
+        let mut c = self.conn().await?;
+        let (distinct, len, ids): (Option<u64>, u64, Vec<String>) = redis::pipe()
+            .atomic()
+            .cmd("HGET")
+            .arg(self.key(&format!("batch:{id}")))
+            .arg("distinct")
+            .cmd("LLEN")
+            .arg(&log)
+            .cmd("LRANGE")
+            .arg(&log)
+            .arg(start)
+            .arg(stop)
+            .query_async(&mut c)
+            .await
+            .map_err(redis_err)?;
+        Ok(distinct.map(|d| (d, len, ids.into_iter().map(TaskId).collect())))
     }
 }
 
@@ -510,6 +541,35 @@ impl Broker for RedisBroker {
                 Ok(CancelOutcome::Cancelled { was })
             }
             _ => Err(corrupt(format!("unexpected cancel reply {reply:?}"))),
+        }
+    }
+
+    async fn batch_finished(
+        &self,
+        id: &BatchId,
+        after: u64,
+        limit: usize,
+        wait: Duration,
+    ) -> Result<Option<FinishedPage>, BrokerError> {
+        let deadline = Instant::now() + wait;
+        let mut pause = None;
+        loop {
+            let Some((distinct, finished, ids)) = self.finished_log(id, after, limit).await? else {
+                return Ok(None);
+            };
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if ids.is_empty() && finished < distinct && !remaining.is_zero() {
+                let p = next_poll(pause);
+                pause = Some(p);
+                tokio::time::sleep(p.min(remaining)).await;
+                continue;
+            }
+            let views = self.views_by_id(&ids).await?;
+            return Ok(Some(FinishedPage {
+                tasks: ids.into_iter().zip(views).collect(),
+                finished,
+                distinct,
+            }));
         }
     }
 

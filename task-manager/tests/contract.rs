@@ -6,8 +6,9 @@
 
 use chrono::Utc;
 use crucible_shared::{
-    BrokerConfig, DeviceInfo, DeviceKind, EvalResult, EvaluateRequest, LeaseToken, Priority,
-    TaskId, TaskSpec, TaskStatus, TaskView, VerdictCode, WorkerId, WorkerInfo, WorkerState,
+    BatchId, BrokerConfig, DeviceInfo, DeviceKind, EvalResult, EvaluateRequest, LeaseToken,
+    Priority, TaskId, TaskSpec, TaskStatus, TaskView, VerdictCode, WorkerId, WorkerInfo,
+    WorkerState,
 };
 use crucible_task_manager::{
     AckOutcome, Broker, BrokerError, CancelOutcome, Lease, LeaseState, MemoryBroker, RedisBroker,
@@ -372,6 +373,7 @@ contract!(
     kv_values_expire_after_their_ttl,
     kv_namespaces_are_isolated,
     kv_lookups_are_counted_per_namespace,
+    batch_finished_log_lists_each_task_once_in_finishing_order,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1865,4 +1867,82 @@ async fn kv_lookups_are_counted_per_namespace(backend: Backend) {
             .unwrap();
         assert_eq!(fields, [Some(1), Some(1)]);
     }
+}
+
+async fn batch_finished_log_lists_each_task_once_in_finishing_order(backend: Backend) {
+    let env = Env::start(backend, config()).await;
+    // A task done earlier is answered from the cache: finished at submission.
+    evaluate(&env, spec("cached"), verdict("cached")).await;
+    let (batch, subs) = env
+        .broker
+        .submit_batch(vec![
+            spec("a"),
+            spec("b"),
+            spec("a"),
+            spec("cached"),
+            spec("c"),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        subs[2].task_id, subs[0].task_id,
+        "identical specs share a task"
+    );
+    let page = |after: u64, wait: Duration| {
+        let broker = env.broker.clone();
+        let batch = batch.clone();
+        async move {
+            broker
+                .batch_finished(&batch, after, 100, wait)
+                .await
+                .unwrap()
+                .expect("batch known")
+        }
+    };
+    let first = page(0, Duration::ZERO).await;
+    assert_eq!((first.finished, first.distinct), (1, 4));
+    assert_eq!(first.tasks[0].0, subs[3].task_id);
+    assert_eq!(
+        first.tasks[0].1.as_ref().map(|v| v.status),
+        Some(TaskStatus::Done)
+    );
+
+    // Nothing new: a wait returns empty at its deadline.
+    let empty = page(1, Duration::from_millis(100)).await;
+    assert!(empty.tasks.is_empty() && empty.finished == 1);
+
+    // A waiting reader wakes when a task finishes; finishing order, not submission order.
+    let waiter = tokio::spawn(page(1, Duration::from_secs(20)));
+    let mut leases = Vec::new();
+    for _ in 0..3 {
+        leases.push(claim_now(&env.broker, &worker(1)).await);
+    }
+    let by_id = |id: &TaskId| leases.iter().find(|l| &l.task_id == id).unwrap().clone();
+    let c = by_id(&subs[4].task_id);
+    env.broker.complete(&c, verdict("c")).await.unwrap();
+    let woke = waiter.await.unwrap();
+    assert_eq!(woke.tasks.len(), 1);
+    assert_eq!(woke.tasks[0].0, subs[4].task_id);
+
+    env.broker.cancel(&subs[1].task_id).await.unwrap();
+    let a = by_id(&subs[0].task_id);
+    env.broker.complete(&a, verdict("a")).await.unwrap();
+    let rest = page(2, Duration::ZERO).await;
+    let ids: Vec<&TaskId> = rest.tasks.iter().map(|(id, _)| id).collect();
+    assert_eq!(ids, [&subs[1].task_id, &subs[0].task_id]);
+    assert_eq!(
+        rest.tasks[0].1.as_ref().map(|v| v.status),
+        Some(TaskStatus::Cancelled)
+    );
+    assert_eq!((rest.finished, rest.distinct), (4, 4));
+    // Every page is a pure read: the same cursor gives the same entries.
+    assert_eq!(page(2, Duration::ZERO).await.tasks.len(), 2);
+    assert!(page(4, Duration::from_secs(5)).await.tasks.is_empty());
+    assert!(
+        env.broker
+            .batch_finished(&BatchId::random(), 0, 10, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_none()
+    );
 }

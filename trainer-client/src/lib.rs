@@ -1,12 +1,18 @@
 //! The client side of Crucible: a typed async HTTP client (retries with backoff on 429, 503
-//! and connection errors) used by trainers and by the `crucible` CLI, and the multi-turn return
-//! helpers (`returns`).
+//! and connection errors; rollout batches resubmitted under one idempotency key) used by
+//! trainers and by the `crucible` CLI, the multi-turn return helpers (`returns`) and the
+//! summary of a scored batch (`summary`).
 
 pub mod returns;
+pub mod summary;
 
+use crucible_shared::rollout::{
+    MAX_ROLLOUTS, Rollout, RolloutBatchRequest, RolloutBatchResponse, RolloutEvalSettings,
+    RolloutResult, RolloutResultsPage,
+};
 use crucible_shared::{
-    ApiError, BatchRequest, BatchStatus, EvaluateRequest, QueueStatus, SubmitResponse, TaskId,
-    TaskView,
+    ApiError, BatchId, BatchRequest, BatchStatus, EvaluateRequest, Problem, ProblemList,
+    QueueStatus, SubmitResponse, TaskId, TaskView,
 };
 use serde::de::DeserializeOwned;
 use std::time::Duration;
@@ -106,6 +112,117 @@ impl Client {
                 return Ok(view);
             }
         }
+    }
+
+    pub async fn problems(&self) -> Result<ProblemList, ClientError> {
+        self.send::<(), _>(reqwest::Method::GET, "/problems", None)
+            .await
+    }
+
+    pub async fn problem(&self, level: u32, id: u32) -> Result<Problem, ClientError> {
+        self.send::<(), _>(
+            reqwest::Method::GET,
+            &format!("/problems/{level}/{id}"),
+            None,
+        )
+        .await
+    }
+
+    /// Submits one rollout batch (up to [`MAX_ROLLOUTS`]). Without an idempotency key one is
+    /// made here, so that a retry after a lost answer returns the same batch instead of
+    /// submitting it twice.
+    pub async fn submit_rollouts(
+        &self,
+        batch: &RolloutBatchRequest,
+    ) -> Result<RolloutBatchResponse, ClientError> {
+        if batch.idempotency_key.is_some() {
+            return self
+                .send(reqwest::Method::POST, "/rollouts", Some(batch))
+                .await;
+        }
+        let keyed = RolloutBatchRequest {
+            idempotency_key: Some(format!("rb-{}", uuid::Uuid::new_v4().simple())),
+            ..batch.clone()
+        };
+        self.send(reqwest::Method::POST, "/rollouts", Some(&keyed))
+            .await
+    }
+
+    /// Submits any number of rollouts as batches of at most [`MAX_ROLLOUTS`] (never one
+    /// request per rollout); returns the batch ids in order.
+    pub async fn submit_all_rollouts(
+        &self,
+        rollouts: &[Rollout],
+        eval: &RolloutEvalSettings,
+        batch_size: usize,
+    ) -> Result<Vec<RolloutBatchResponse>, ClientError> {
+        let mut out = Vec::new();
+        for chunk in rollouts.chunks(batch_size.clamp(1, MAX_ROLLOUTS)) {
+            let batch = RolloutBatchRequest {
+                rollouts: chunk.to_vec(),
+                eval: eval.clone(),
+                idempotency_key: None,
+            };
+            out.push(self.submit_rollouts(&batch).await?);
+        }
+        Ok(out)
+    }
+
+    /// One page of a rollout batch's results after `after`, long-polling up to `wait`.
+    pub async fn batch_results(
+        &self,
+        batch: &BatchId,
+        after: u64,
+        wait: Duration,
+    ) -> Result<RolloutResultsPage, ClientError> {
+        let wait_s = wait.as_secs_f64().min(60.0);
+        self.send::<(), _>(
+            reqwest::Method::GET,
+            &format!("/batches/{batch}/results?after={after}&wait={wait_s:.1}"),
+            None,
+        )
+        .await
+    }
+
+    /// Reads every result of `batches` in completion order (each batch's pages in turn,
+    /// round-robin so that no batch waits on another), calling `on_result` as each arrives,
+    /// until all are done or `timeout` passes. Returns how many results arrived.
+    pub async fn stream_results(
+        &self,
+        batches: &[BatchId],
+        timeout: Duration,
+        mut on_result: impl FnMut(RolloutResult),
+    ) -> Result<usize, ClientError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut cursors: Vec<(BatchId, u64)> = batches.iter().map(|b| (b.clone(), 0)).collect();
+        let mut seen = 0;
+        while !cursors.is_empty() {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Err(ClientError::Exhausted {
+                    attempts: 0,
+                    last: format!("{} batches not done after {timeout:?}", cursors.len()),
+                });
+            }
+            // Only the last open batch may block: the others are read without waiting.
+            let mut still_open = Vec::with_capacity(cursors.len());
+            let n = cursors.len();
+            for (i, (batch, after)) in cursors.into_iter().enumerate() {
+                let wait = if i + 1 == n {
+                    left.min(Duration::from_secs(30))
+                } else {
+                    Duration::ZERO
+                };
+                let page = self.batch_results(&batch, after, wait).await?;
+                seen += page.results.len();
+                page.results.into_iter().for_each(&mut on_result);
+                if !page.done {
+                    still_open.push((batch, page.cursor));
+                }
+            }
+            cursors = still_open;
+        }
+        Ok(seen)
     }
 
     async fn send<B: serde::Serialize, T: DeserializeOwned>(

@@ -1,5 +1,8 @@
 //! `crucible`: run the whole service on one machine (`crucible up`), evaluate one pair locally
-//! (`crucible eval`), or talk to a running service (`crucible submit`, `crucible status`).
+//! (`crucible eval`), or talk to a running service (`crucible submit`, `crucible status`,
+//! `crucible rollouts`).
+
+mod rollouts_cmd;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
@@ -7,7 +10,8 @@ use crucible_gpu_worker::verdict::Classified;
 use crucible_gpu_worker::{
     DeviceSlot, Worker, WorkerConfig, discover_devices, evaluate_local, probe,
 };
-use crucible_shared::{Backend, BrokerConfig, EvaluateRequest, TaskSpec};
+use crucible_shared::rollout::RolloutEvalSettings;
+use crucible_shared::{Backend, BatchId, BrokerConfig, EvaluateRequest, TaskSpec};
 use crucible_task_manager::{Broker, MemoryBroker, RedisBroker, run_reaper};
 use crucible_trainer_client::Client;
 use std::path::PathBuf;
@@ -77,6 +81,11 @@ enum Command {
         #[arg(long, default_value_t = 600)]
         wait_s: u64,
     },
+    /// Score model completions on a running service.
+    Rollouts {
+        #[command(subcommand)]
+        command: RolloutsCommand,
+    },
     /// Queue and workers of a running service.
     Status {
         #[arg(long, env = "CRUCIBLE_URL", default_value = "http://127.0.0.1:10907")]
@@ -85,6 +94,65 @@ enum Command {
     /// Check the CUDA device in this process (used by workers).
     #[command(hide = true)]
     ProbeGpu,
+}
+
+#[derive(Subcommand)]
+enum RolloutsCommand {
+    /// Submit a JSONL file of rollouts (one `POST /rollouts` object per line) in batches.
+    Submit {
+        file: PathBuf,
+        #[arg(long, env = "CRUCIBLE_URL", default_value = "http://127.0.0.1:10907")]
+        url: String,
+        /// Wait for every result (else print the batch ids and exit).
+        #[arg(long)]
+        wait: bool,
+        /// Write the results here, one JSON object per line, in completion order.
+        #[arg(long, requires = "wait")]
+        out: Option<PathBuf>,
+        /// Give up waiting after this many seconds.
+        #[arg(long, default_value_t = 3600)]
+        wait_timeout_s: u64,
+        /// Rollouts per `POST /rollouts` (1-1000).
+        #[arg(long, default_value_t = 1000)]
+        batch_size: usize,
+        #[command(flatten)]
+        eval: EvalArgs,
+    },
+    /// Collect the results of batches submitted earlier.
+    Results {
+        batch_ids: Vec<String>,
+        #[arg(long, env = "CRUCIBLE_URL", default_value = "http://127.0.0.1:10907")]
+        url: String,
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[arg(long, default_value_t = 3600)]
+        wait_timeout_s: u64,
+    },
+}
+
+/// Evaluation settings for every rollout (absent: the server's defaults).
+#[derive(clap::Args)]
+struct EvalArgs {
+    #[arg(long)]
+    num_correct_trials: Option<u32>,
+    #[arg(long)]
+    num_perf_trials: Option<u32>,
+    #[arg(long)]
+    timeout_s: Option<u32>,
+    #[arg(long)]
+    max_speedup: Option<f64>,
+}
+
+impl From<EvalArgs> for RolloutEvalSettings {
+    fn from(a: EvalArgs) -> Self {
+        RolloutEvalSettings {
+            num_correct_trials: a.num_correct_trials,
+            num_perf_trials: a.num_perf_trials,
+            timeout_s: a.timeout_s,
+            max_speedup: a.max_speedup,
+            ..RolloutEvalSettings::default()
+        }
+    }
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -172,6 +240,38 @@ async fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&view)?);
             Ok(())
         }
+        Command::Rollouts { command } => match command {
+            RolloutsCommand::Submit {
+                file,
+                url,
+                wait,
+                out,
+                wait_timeout_s,
+                batch_size,
+                eval,
+            } => {
+                let client = Client::new(url);
+                let wait = wait.then(|| (Duration::from_secs(wait_timeout_s), out.as_deref()));
+                rollouts_cmd::submit(&client, &file, &eval.into(), batch_size, wait).await
+            }
+            RolloutsCommand::Results {
+                batch_ids,
+                url,
+                out,
+                wait_timeout_s,
+            } => {
+                let client = Client::new(url);
+                let ids: Vec<BatchId> = batch_ids.into_iter().map(BatchId).collect();
+                rollouts_cmd::collect(
+                    &client,
+                    &ids,
+                    0,
+                    Duration::from_secs(wait_timeout_s),
+                    out.as_deref(),
+                )
+                .await
+            }
+        },
         Command::Status { url } => {
             let client = Client::new(url);
             println!("{}", serde_json::to_string_pretty(&client.queue().await?)?);
@@ -197,6 +297,7 @@ async fn up(
     extra_cpu_workers: u32,
 ) -> anyhow::Result<()> {
     let cfg = BrokerConfig::from_env()?;
+    let problems = crucible_api_server::problems::load_from_env().context("problem registry")?;
     let broker: Arc<dyn Broker> = match &redis_url {
         Some(url) => Arc::new(RedisBroker::connect(url, cfg).context("connecting to redis")?),
         None => Arc::new(MemoryBroker::new(cfg)),
@@ -232,7 +333,7 @@ async fn up(
     let mut stop = stop_rx.clone();
     let server = tokio::spawn(crucible_api_server::serve(
         listener,
-        crucible_api_server::AppState::new(broker),
+        crucible_api_server::AppState::new(broker).with_problems(problems),
         async move {
             let _ = stop.wait_for(|s| *s).await;
         },

@@ -20,6 +20,9 @@ end
 local function task_key(id) return P .. ':task:' .. id end
 local function batch_key(b) return P .. ':batch:' .. b end
 local function batch_tasks_key(b) return P .. ':batch:' .. b .. ':tasks' end
+-- Distinct tasks of the batch in the order they finished (each once): what a reader of the
+-- batch's results pages through.
+local function batch_finished_key(b) return P .. ':batch:' .. b .. ':finished' end
 local function queue_key(prio) return P .. ':queue:' .. prio end
 local function idem_key(k) return P .. ':idem:' .. k end
 -- `ckey` is the scoped result cache key (cache scope, ':', hex SHA-256 of the request).
@@ -51,6 +54,7 @@ local function expire_batch_if_finished(b, ttl)
   if (tonumber(open[1]) or 0) + (tonumber(open[2]) or 0) <= 0 then
     redis.call('PEXPIRE', bk, ttl)
     redis.call('PEXPIRE', batch_tasks_key(b), ttl)
+    redis.call('PEXPIRE', batch_finished_key(b), ttl)
   end
 end
 
@@ -85,8 +89,13 @@ local function transition(id, from, to, now, ttl)
       redis.call('DEL', inflight_key(ckey))
     end
     if batches then
+      local logged = {}
       for b in string.gmatch(batches, '%S+') do
-        if redis.call('EXISTS', batch_key(b)) == 1 then expire_batch_if_finished(b, ttl) end
+        if not logged[b] and redis.call('EXISTS', batch_key(b)) == 1 then
+          logged[b] = true
+          redis.call('RPUSH', batch_finished_key(b), id)
+          expire_batch_if_finished(b, ttl)
+        end
       end
     end
   end

@@ -76,6 +76,7 @@ if batch ~= '' then
 end
 
 local out = { 'ok' }
+local logged, distinct = {}, 0
 for i = 1, n do
   local id = ids[i]
   local key = task_key(id)
@@ -127,13 +128,28 @@ for i = 1, n do
       if idem ~= '' then redis.call('SET', idem_key(idem), id, 'PX', ttl) end
     end
   end
-  if bk then redis.call('RPUSH', batch_tasks_key(batch), id) end
+  if bk then
+    redis.call('RPUSH', batch_tasks_key(batch), id)
+    if logged[id] == nil then
+      distinct = distinct + 1
+      logged[id] = false
+      -- Finished already (a cached result, or a key that names a finished task): it enters
+      -- the batch's finished log now; an open one enters when it finishes.
+      if TERMINAL[status] then
+        logged[id] = true
+        redis.call('RPUSH', batch_finished_key(batch), id)
+      end
+    end
+  end
   out[#out + 1] = id
   out[#out + 1] = status
   out[#out + 1] = how[i]
 end
 
-if bk then expire_batch_if_finished(batch, ttl) end
+if bk then
+  redis.call('HSET', bk, 'distinct', distinct)
+  expire_batch_if_finished(batch, ttl)
+end
 if fresh + cached > 0 then redis.call('HINCRBY', STATS, 'submitted', fresh + cached) end
 if cached > 0 then
   redis.call('HINCRBY', STATS, 'done', cached)

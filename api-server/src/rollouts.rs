@@ -1,0 +1,242 @@
+//! `POST /rollouts` and `GET /batches/{id}/results`: completions in, rewards out. A rollout
+//! batch is an evaluation batch in the broker plus, in the broker's key-value cache, one
+//! [`RolloutRecord`] per rollout (what scoring needs, none of the text); rewards and feedback
+//! are computed when results are read, from the records and the finished tasks.
+
+use crate::error::HttpError;
+use crate::extract::{ApiJson, ApiQuery};
+use crate::problems::ProblemRegistry;
+use crate::routes::MAX_WAIT_S;
+use crate::state::AppState;
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use crucible_shared::reward::parse_completion;
+use crucible_shared::rollout::{
+    MAX_RESULTS_PAGE, RolloutBatchRequest, RolloutBatchResponse, RolloutRecord, RolloutResultsPage,
+    page_start, rollout_results,
+};
+use crucible_shared::{ApiError, BatchId, EvaluateRequest, problem_hash};
+use serde::Deserialize;
+use std::time::Duration;
+use utoipa::IntoParams;
+
+/// Key-value namespace of the rollout records of a batch (key: batch id).
+const RECORDS_NAMESPACE: &str = "rollouts";
+/// Key-value namespace of batch idempotency keys (value: batch id).
+const BATCH_KEYS_NAMESPACE: &str = "rollout-batch-keys";
+/// Records outlive the result TTL by this factor: a batch's tasks expire `result_ttl` after
+/// they finish, and a batch may take a while to finish.
+const RECORDS_TTL_FACTOR: u32 = 2;
+
+/// The evaluations a rollout batch needs and the records that score it: each rollout's
+/// problem resolved, its completion parsed, its weights settled. `requests[k]` is the
+/// evaluation of the rollout `evaluated[k]` names; rollouts without a kernel have none.
+pub struct RolloutPlan {
+    pub records: Vec<RolloutRecord>,
+    pub requests: Vec<EvaluateRequest>,
+    pub evaluated: Vec<usize>,
+}
+
+pub fn plan(
+    batch: &RolloutBatchRequest,
+    problems: &ProblemRegistry,
+) -> Result<RolloutPlan, ApiError> {
+    batch.validate()?;
+    let mut out = RolloutPlan {
+        records: Vec::with_capacity(batch.rollouts.len()),
+        requests: Vec::new(),
+        evaluated: Vec::new(),
+    };
+    for (i, rollout) in batch.rollouts.iter().enumerate() {
+        let prefix = format!("rollouts[{i}].");
+        let reference_code = match (rollout.problem, &rollout.reference_code) {
+            (Some(key), _) => problems
+                .resolve(key, &format!("{prefix}problem"))?
+                .reference_code
+                .clone(),
+            (None, Some(code)) => code.clone(),
+            (None, None) => unreachable!("validate requires one of problem and reference_code"),
+        };
+        let parsed = parse_completion(&rollout.completion);
+        let weights = rollout
+            .weights
+            .unwrap_or_default()
+            .apply(rollout.profile.weights());
+        if let Some(kernel) = parsed.kernel.clone() {
+            let mut request = batch
+                .eval
+                .request(reference_code.clone(), kernel, rollout.backend);
+            request.problem = rollout.problem;
+            request.validate_with_prefix(&prefix)?;
+            out.requests.push(request);
+            out.evaluated.push(i);
+        }
+        out.records.push(RolloutRecord {
+            id: rollout.id.clone(),
+            task_id: None,
+            problem: rollout.problem,
+            problem_hash: problem_hash(&reference_code),
+            turn: rollout.turn,
+            profile: rollout.profile,
+            weights,
+            facts: parsed.facts(),
+        });
+    }
+    Ok(out)
+}
+
+/// Score a batch of model completions: each rollout's kernel is extracted and evaluated,
+/// and `GET /batches/{batch_id}/results` streams its reward, components, result and feedback.
+#[utoipa::path(
+    post, path = "/rollouts", tag = "rollouts",
+    request_body = RolloutBatchRequest,
+    responses(
+        (status = 202, description = "Accepted; read results from `GET /batches/{batch_id}/results`", body = RolloutBatchResponse),
+        (status = 400, description = "Malformed JSON", body = ApiError),
+        (status = 413, description = "Body too large", body = ApiError),
+        (status = 422, description = "A field is out of range, or an unknown problem", body = ApiError),
+        (status = 429, description = "Queue full (no rollout was accepted)", body = ApiError),
+        (status = 503, description = "Broker unavailable", body = ApiError),
+    )
+)]
+pub async fn submit_rollouts(
+    State(state): State<AppState>,
+    ApiJson(batch): ApiJson<RolloutBatchRequest>,
+) -> Result<(StatusCode, Json<RolloutBatchResponse>), HttpError> {
+    let mut plan = plan(&batch, &state.problems)?;
+    let broker = &state.broker;
+    let ttl = broker.config().result_ttl;
+    let (rollouts, evaluated) = (plan.records.len(), plan.requests.len());
+    let answer = |batch_id, deduplicated| RolloutBatchResponse {
+        batch_id,
+        rollouts,
+        evaluated,
+        deduplicated,
+    };
+    if let Some(key) = &batch.idempotency_key
+        && let Some(earlier) = broker.kv_get(BATCH_KEYS_NAMESPACE, key).await?
+    {
+        return Ok((StatusCode::ACCEPTED, Json(answer(BatchId(earlier), true))));
+    }
+    let specs = std::mem::take(&mut plan.requests)
+        .into_iter()
+        .map(crate::routes::spec_of)
+        .collect();
+    // A batch even when nothing is evaluated: its results are read the same way.
+    let (batch_id, submitted) = broker.submit_batch(specs).await?;
+    for (k, s) in submitted.iter().enumerate() {
+        plan.records[plan.evaluated[k]].task_id = Some(s.task_id.clone());
+    }
+    let records = serde_json::to_string(&plan.records)
+        .map_err(|e| ApiError::new(crucible_shared::ApiErrorCode::Internal, e.to_string()))?;
+    broker
+        .kv_put(
+            RECORDS_NAMESPACE,
+            batch_id.as_str(),
+            &records,
+            ttl * RECORDS_TTL_FACTOR,
+        )
+        .await?;
+    if let Some(key) = &batch.idempotency_key {
+        broker
+            .kv_put(BATCH_KEYS_NAMESPACE, key, batch_id.as_str(), ttl)
+            .await?;
+    }
+    state.metrics.rollouts_submitted.inc_by(rollouts as u64);
+    tracing::info!(
+        batch_id = %batch_id,
+        rollouts,
+        evaluated,
+        cached = submitted.iter().filter(|s| s.cached).count(),
+        coalesced = submitted.iter().filter(|s| s.coalesced).count(),
+        "rollouts submitted"
+    );
+    Ok((StatusCode::ACCEPTED, Json(answer(batch_id, false))))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct ResultsQuery {
+    /// The `cursor` of the previous page (0, the default, for the first).
+    pub after: Option<u64>,
+    /// Seconds to wait for a result when none is ready yet (0-60).
+    pub wait: Option<f64>,
+    /// Most finished evaluations in this page (1-1000, default 1000); rollouts that share an
+    /// evaluation come together.
+    pub limit: Option<usize>,
+}
+
+/// A rollout batch's results in the order they finished, from the `after` cursor on; with
+/// `wait`, long-polls until at least one is ready. Pass the returned `cursor` as `after`.
+#[utoipa::path(
+    get, path = "/batches/{id}/results", tag = "rollouts",
+    params(("id" = String, Path, description = "Batch id of `POST /rollouts`"), ResultsQuery),
+    responses(
+        (status = 200, description = "The next results", body = RolloutResultsPage),
+        (status = 404, description = "Unknown or expired rollout batch", body = ApiError),
+        (status = 422, description = "A parameter is out of range", body = ApiError),
+    )
+)]
+pub async fn batch_results(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<ResultsQuery>,
+) -> Result<Json<RolloutResultsPage>, HttpError> {
+    let wait = match query.wait {
+        None => Duration::ZERO,
+        Some(s) if s.is_finite() && (0.0..=MAX_WAIT_S).contains(&s) => Duration::from_secs_f64(s),
+        Some(s) => {
+            return Err(
+                ApiError::invalid("wait", format!("{s} is out of range 0-{MAX_WAIT_S}")).into(),
+            );
+        }
+    };
+    let limit = query.limit.unwrap_or(MAX_RESULTS_PAGE);
+    if !(1..=MAX_RESULTS_PAGE).contains(&limit) {
+        return Err(ApiError::invalid(
+            "limit",
+            format!("{limit} is out of range 1-{MAX_RESULTS_PAGE}"),
+        )
+        .into());
+    }
+    let after = query.after.unwrap_or(0);
+    let batch_id = BatchId(id);
+    let not_found = || ApiError::not_found(format!("rollout batch {batch_id}"));
+    let records: Vec<RolloutRecord> = match state
+        .broker
+        .kv_get(RECORDS_NAMESPACE, batch_id.as_str())
+        .await?
+    {
+        Some(json) => serde_json::from_str(&json).map_err(|e| {
+            ApiError::new(
+                crucible_shared::ApiErrorCode::Internal,
+                format!("stored rollout records: {e}"),
+            )
+        })?,
+        None => return Err(not_found().into()),
+    };
+    let has_no_kernel = records.iter().any(|r| r.task_id.is_none());
+    let (include_no_kernel, log_after) = page_start(has_no_kernel, after);
+    // The rollouts without a kernel are ready now: no reason to wait.
+    let wait = if include_no_kernel {
+        Duration::ZERO
+    } else {
+        wait
+    };
+    let task_limit = limit.saturating_sub(usize::from(include_no_kernel)).max(1);
+    let page = state
+        .broker
+        .batch_finished(&batch_id, log_after, task_limit, wait)
+        .await?
+        .ok_or_else(not_found)?;
+    let results = rollout_results(&records, include_no_kernel, &page.tasks);
+    let offset = u64::from(has_no_kernel);
+    let cursor = offset + log_after + page.tasks.len() as u64;
+    Ok(Json(RolloutResultsPage {
+        batch_id,
+        results,
+        cursor,
+        done: cursor >= offset + page.distinct,
+        total: records.len(),
+    }))
+}

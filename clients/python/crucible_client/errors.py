@@ -1,0 +1,35 @@
+"""The one exception the client raises for the service's answers."""
+
+from __future__ import annotations
+
+
+class CrucibleError(Exception):
+    """An error answer of the service, or no usable answer after every retry.
+
+    The service answers errors as ``{code, message, field}`` (``code`` e.g. ``VALIDATION``,
+    ``NOT_FOUND``, ``QUEUE_FULL``); they are kept here so a trainer can tell a request it must
+    fix (``status`` 4xx other than 429) from an outage it outlived its retries on (429, 5xx,
+    or ``status`` None when the server could not be reached at all: ``code`` ``UNREACHABLE``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        code: str | None = None,
+        field: str | None = None,
+        attempts: int = 1,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+        self.field = field
+        self.attempts = attempts
+
+    def __str__(self) -> str:
+        where = f" (field {self.field})" if self.field else ""
+        status = f"HTTP {self.status}" if self.status is not None else "no answer"
+        tries = f" after {self.attempts} attempts" if self.attempts > 1 else ""
+        return f"{status} {self.code or 'ERROR'}: {self.message}{where}{tries}"

@@ -1,0 +1,64 @@
+"""When and how long to wait before trying a request again.
+
+A trainer must ride out a full queue (429), a restarting API or broker (502-504) and dropped
+connections without mistaking them for a kernel's failure, and without hammering a service
+that is already overloaded: exponential backoff with full jitter, bounded both in attempts
+and in total time. Retrying is safe because every ``POST`` the client sends carries an
+idempotency key, so a request that did arrive before its answer was lost is not run twice.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import httpx
+
+#: Statuses that say "not now" rather than "not this request". 429: the queue is at its cap;
+#: 503: the broker is unreachable; 502/504: a proxy in front of the API lost it.
+RETRYABLE_STATUS = frozenset({429, 502, 503, 504})
+
+#: Failures of the connection itself, where the request may or may not have arrived. An
+#: invalid URL or an unsupported scheme is not among them: no retry would fix it.
+RETRYABLE_ERRORS = (httpx.NetworkError, httpx.TimeoutException, httpx.RemoteProtocolError)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounds of the retries of one request.
+
+    ``max_attempts`` counts the first try; ``deadline_s`` bounds the time from the first try
+    to the start of the last one (None: attempts alone bound it). The delay before attempt
+    ``n + 1`` is drawn uniformly from ``[0, min(max_delay_s, base_delay_s * 2**(n - 1))]``
+    ("full jitter"), so many trainers backing off from the same full queue do not come back
+    in step.
+    """
+
+    max_attempts: int = 8
+    base_delay_s: float = 0.5
+    max_delay_s: float = 20.0
+    deadline_s: float | None = 300.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        if self.base_delay_s < 0 or self.max_delay_s < 0:
+            raise ValueError("delays must not be negative")
+
+    def backoff_cap(self, attempt: int) -> float:
+        """The longest delay after failed attempt number ``attempt`` (1-based)."""
+        return min(self.max_delay_s, self.base_delay_s * 2.0 ** (attempt - 1))
+
+    def next_delay(self, attempt: int, elapsed_s: float) -> float | None:
+        """Seconds to wait after failed attempt ``attempt``, ``elapsed_s`` after the first
+        began; None when the policy gives up."""
+        if attempt >= self.max_attempts:
+            return None
+        delay = random.uniform(0.0, self.backoff_cap(attempt))
+        if self.deadline_s is not None and elapsed_s + delay > self.deadline_s:
+            return None
+        return delay
+
+
+#: What the clients use unless told otherwise.
+DEFAULT_RETRY = RetryPolicy()

@@ -1,0 +1,405 @@
+"""Tests that need no server: the returns helpers, request building, batching, the cursor
+walk of result streams and the retry policy, the network replaced by ``httpx.MockTransport``.
+What the server does with the requests is for test_client.py, against the real one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from crucible_client import (
+    AsyncClient,
+    Client,
+    CrucibleError,
+    RetryPolicy,
+    compute_score,
+    compute_scores,
+    discounted_returns,
+    make_rollout,
+    make_trl_reward,
+    stops_early,
+)
+from crucible_client.reward_fn import problem_target
+
+FAST = RetryPolicy(max_attempts=4, base_delay_s=0.001, max_delay_s=0.01, deadline_s=5.0)
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def client(handler: Handler, retry: RetryPolicy = FAST) -> Client:
+    return Client("http://crucible.test", retry=retry, transport=httpx.MockTransport(handler))
+
+
+def async_client(handler: Handler, retry: RetryPolicy = FAST) -> AsyncClient:
+    return AsyncClient("http://crucible.test", retry=retry, transport=httpx.MockTransport(handler))
+
+
+def error(status: int, code: str, message: str, field: str | None = None) -> httpx.Response:
+    return httpx.Response(status, json={"code": code, "message": message, "field": field})
+
+
+def accepted(request: httpx.Request) -> httpx.Response:
+    body = json.loads(request.content)
+    n = len(body["rollouts"])
+    return httpx.Response(
+        202,
+        json={"batch_id": f"b_{body['idempotency_key']}", "rollouts": n, "evaluated": n},
+    )
+
+
+# --- returns ---------------------------------------------------------------------------
+
+
+def test_discounted_returns_run_backwards_from_the_last_turn():
+    assert discounted_returns([1, 0, 2], gamma=0.5) == [1.5, 1.0, 2.0]
+    got = discounted_returns([0.1, 0.3, 1.3])  # γ 0.4, the recipes' default
+    want = [0.1 + 0.4 * (0.3 + 0.4 * 1.3), 0.3 + 0.4 * 1.3, 1.3]
+    assert got == pytest.approx(want)
+    assert discounted_returns([]) == []
+
+
+def test_only_a_correct_kernel_fast_enough_ends_a_trajectory():
+    ok = {"verdict": "ok", "speedup": 1.2}
+    assert stops_early(ok)
+    assert stops_early(ok, min_speedup=1.0)
+    assert not stops_early(ok, min_speedup=1.5)
+    assert not stops_early({"verdict": "ok", "speedup": None}, min_speedup=1.0)
+    for verdict in ["incorrect", "decoy", "hack", "error"]:
+        assert not stops_early({"verdict": verdict, "speedup": 5.0})
+    # A rollout result as stream_results yields it, with or without an evaluation.
+    assert stops_early({"id": "a", "status": "done", "result": ok}, min_speedup=1.1)
+    assert not stops_early({"id": "a", "status": "no_kernel", "result": None})
+    assert not stops_early(None)
+
+
+# --- building requests -----------------------------------------------------------------
+
+
+def test_a_rollout_names_exactly_one_problem():
+    r = make_rollout("a", "text", problem={"level": 1, "id": 19, "name": "ReLU"}, turn=2)
+    assert r == {
+        "id": "a",
+        "completion": "text",
+        "backend": "triton",
+        "turn": 2,
+        "profile": "kernel_rl",
+        "problem": {"level": 1, "id": 19},
+    }
+    assert make_rollout("b", "t", reference_code="src", profile="kevin")["reference_code"] == "src"
+    with pytest.raises(ValueError):
+        make_rollout("c", "t")
+    with pytest.raises(ValueError):
+        make_rollout("c", "t", problem=(1, 1), reference_code="src")
+
+
+def test_ground_truth_names_a_registry_problem_or_a_source():
+    assert problem_target({"level": 1, "id": 19}) == {"problem": {"level": 1, "id": 19}}
+    assert problem_target('{"level": 2, "id": "3"}') == {"problem": {"level": 2, "id": 3}}
+    assert problem_target("import torch\n") == {"reference_code": "import torch\n"}
+    assert problem_target({"reference_code": "x"}) == {"reference_code": "x"}
+    with pytest.raises(ValueError):
+        problem_target({"name": "ReLU"})
+
+
+def test_long_submissions_split_into_batches_of_a_thousand_each_with_its_own_key():
+    bodies = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return accepted(request)
+
+    rollouts = [make_rollout(f"r{i}", "x", problem=(1, 1)) for i in range(2500)]
+    with client(handler) as c:
+        sub = c.submit_rollouts(rollouts, eval={"num_correct_trials": 2}, idempotency_key="k")
+    assert [len(b["rollouts"]) for b in bodies] == [1000, 1000, 500]
+    assert [b["idempotency_key"] for b in bodies] == ["k#0", "k#1", "k#2"]
+    assert all(b["eval"] == {"num_correct_trials": 2} for b in bodies)
+    assert sub.batch_ids == ("b_k#0", "b_k#1", "b_k#2")
+    assert (sub.rollouts, sub.evaluated, sub.idempotency_key) == (2500, 2500, "k")
+
+
+def test_a_single_batch_carries_the_callers_key_or_a_fresh_one():
+    keys = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        keys.append(json.loads(request.content)["idempotency_key"])
+        return accepted(request)
+
+    one = [make_rollout("a", "x", problem=(1, 1))]
+    with client(handler) as c:
+        assert c.submit_rollouts(one, idempotency_key="mine").batch_ids == ("b_mine",)
+        c.submit_rollouts(one)
+        c.submit_rollouts(one)
+    assert keys[0] == "mine" and len(set(keys)) == 3
+
+
+def test_rollout_ids_must_be_unique_across_the_whole_submission():
+    rollouts = [make_rollout(f"r{i % 1001}", "x", problem=(1, 1)) for i in range(1002)]
+    with client(accepted) as c:
+        with pytest.raises(ValueError, match="r0"):
+            c.submit_rollouts(rollouts)
+        with pytest.raises(ValueError):
+            c.submit_rollouts([])
+
+
+# --- reading results -------------------------------------------------------------------
+
+
+class Batches:
+    """Serves ``GET /batches/{id}/results`` from fixed lists, two results a page, and
+    records every ``after`` it was asked for."""
+
+    def __init__(self, results: dict[str, list[str]]) -> None:
+        self.results = results
+        self.asked: list[tuple[str, int, float]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        batch_id = request.url.path.split("/")[2]
+        if batch_id not in self.results:
+            return error(404, "NOT_FOUND", f"no batch {batch_id}")
+        after = int(request.url.params["after"])
+        self.asked.append((batch_id, after, float(request.url.params["wait"])))
+        ids = self.results[batch_id]
+        page = ids[after : after + 2]
+        return httpx.Response(
+            200,
+            json={
+                "batch_id": batch_id,
+                "results": [{"id": i, "reward": 1.0} for i in page],
+                "cursor": after + len(page),
+                "done": after + len(page) == len(ids),
+                "total": len(ids),
+            },
+        )
+
+
+def test_a_stream_follows_the_cursor_of_every_batch_until_each_is_done():
+    server = Batches({"b1": ["a", "b", "c"], "b2": ["d"]})
+    with client(server) as c:
+        got = [r["id"] for r in c.stream_results(["b1", "b2"], wait=5)]
+    assert sorted(got) == ["a", "b", "c", "d"]
+    assert [(b, after) for b, after, _ in server.asked] == [("b1", 0), ("b2", 0), ("b1", 2)]
+    # With two batches open neither may hold up the other for the whole wait.
+    assert all(w <= 1.0 for b, _, w in server.asked[:2])
+    assert server.asked[-1][2] == 5.0
+
+
+def test_the_async_stream_reads_every_batch_to_its_end():
+    server = Batches({"b1": ["a", "b", "c"], "b2": ["d", "e"]})
+
+    async def main() -> dict:
+        async with async_client(server) as c:
+            return await c.wait_results(["b1", "b2"], wait=5)
+
+    assert sorted(asyncio.run(main())) == ["a", "b", "c", "d", "e"]
+    assert sorted((b, a) for b, a, _ in server.asked) == [("b1", 0), ("b1", 2), ("b2", 0)]
+
+
+def test_an_unknown_batch_is_an_error_not_an_empty_stream():
+    with client(Batches({})) as c, pytest.raises(CrucibleError) as e:
+        list(c.stream_results("b_nope"))
+    assert (e.value.status, e.value.code) == (404, "NOT_FOUND")
+
+
+def test_evaluate_polls_the_task_until_it_finishes():
+    answers = iter(
+        [
+            httpx.Response(202, json={"task_id": "t1", "status": "queued"}),
+            httpx.Response(200, json={"task_id": "t1", "status": "running", "result": None}),
+            httpx.Response(
+                200, json={"task_id": "t1", "status": "done", "result": {"verdict": "ok"}}
+            ),
+        ]
+    )
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.method, request.url.path, request.url.params.get("wait")))
+        if request.method == "POST":
+            body = json.loads(request.content)
+            assert body["reference_code"] == "ref" and body["num_perf_trials"] == 5
+            assert body["idempotency_key"]
+        return next(answers)
+
+    with client(handler) as c:
+        view = c.evaluate("ref", kernel_code="ker", num_perf_trials=5, wait=20)
+    assert view["result"] == {"verdict": "ok"}
+    assert seen == [
+        ("POST", "/evaluate", "20"),
+        ("GET", "/tasks/t1", "20"),
+        ("GET", "/tasks/t1", "20"),
+    ]
+
+
+def test_evaluate_gives_up_at_its_timeout():
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(202, json={"task_id": "t1", "status": "queued"})
+
+    with client(handler) as c, pytest.raises(TimeoutError, match="t1"):
+        c.evaluate("ref", kernel_code="ker", wait=0, timeout=0.05)
+
+
+# --- retries ---------------------------------------------------------------------------
+
+
+def test_a_full_queue_is_retried_with_the_same_idempotency_key():
+    keys = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        keys.append(json.loads(request.content)["idempotency_key"])
+        if len(keys) < 3:
+            return error(429, "QUEUE_FULL", "the queue is full")
+        return accepted(request)
+
+    with client(handler) as c:
+        sub = c.submit_rollouts([make_rollout("a", "x", problem=(1, 1))])
+    assert len(keys) == 3 and len(set(keys)) == 1
+    assert sub.batch_ids == (f"b_{keys[0]}",)
+
+
+def test_lost_connections_are_retried_too():
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if len(calls) == 1:
+            raise httpx.ConnectError("connection refused", request=request)
+        return httpx.Response(200, json={"status": "ok"})
+
+    with client(handler) as c:
+        assert c.health() == {"status": "ok"}
+    assert len(calls) == 2
+
+
+def test_a_bad_request_is_raised_at_once():
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return error(422, "VALIDATION", "must be 1-256 bytes", "rollouts[0].id")
+
+    with client(handler) as c, pytest.raises(CrucibleError) as e:
+        c.submit_rollouts([make_rollout("a", "x", problem=(1, 1))])
+    assert len(calls) == 1
+    assert (e.value.status, e.value.code, e.value.field) == (422, "VALIDATION", "rollouts[0].id")
+    assert "rollouts[0].id" in str(e.value)
+
+
+def test_retries_stop_after_max_attempts_with_the_last_error():
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return error(503, "BROKER_UNAVAILABLE", "broker down")
+
+    with client(handler) as c, pytest.raises(CrucibleError) as e:
+        c.queue_status()
+    assert len(calls) == FAST.max_attempts
+    assert (e.value.status, e.value.code, e.value.attempts) == (503, "BROKER_UNAVAILABLE", 4)
+
+
+def test_an_unreachable_server_is_reported_as_such():
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    with client(handler) as c, pytest.raises(CrucibleError) as e:
+        c.problems()
+    assert (e.value.status, e.value.code) == (None, "UNREACHABLE")
+    assert isinstance(e.value.__cause__, httpx.ConnectError)
+
+
+def test_a_broker_outage_is_a_health_answer_not_an_error():
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503, json={"status": "unavailable", "broker_ok": False})
+
+    with client(handler) as c:
+        assert c.health()["status"] == "unavailable"
+
+
+def test_the_async_client_retries_the_same_way():
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if len(calls) < 2:
+            return error(429, "QUEUE_FULL", "the queue is full")
+        return httpx.Response(200, json={"problems": [], "total": 0})
+
+    async def main() -> list:
+        async with async_client(handler) as c:
+            return await c.problems()
+
+    assert asyncio.run(main()) == []
+    assert len(calls) == 2
+
+
+def test_backoff_grows_exponentially_with_jitter_within_its_bounds():
+    policy = RetryPolicy(max_attempts=10, base_delay_s=0.5, max_delay_s=4.0, deadline_s=None)
+    assert [policy.backoff_cap(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 4.0, 4.0]
+    delays = [policy.next_delay(3, 0.0) for _ in range(200)]
+    assert all(d is not None and 0.0 <= d <= 2.0 for d in delays)
+    assert len(set(delays)) > 100  # jittered, not a fixed schedule
+    assert policy.next_delay(10, 0.0) is None  # out of attempts
+    bounded = RetryPolicy(base_delay_s=1.0, deadline_s=10.0)
+    assert bounded.next_delay(1, 10.0) is None  # out of time
+
+
+# --- reward functions ------------------------------------------------------------------
+
+
+def scoring_server(reward: float | None) -> Handler:
+    """Scores every rollout at once with ``reward``; a None reward is a failed evaluation."""
+    batches: dict[str, list[dict]] = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            body = json.loads(request.content)
+            batch_id = f"b{len(batches)}"
+            batches[batch_id] = body["rollouts"]
+            n = len(body["rollouts"])
+            return httpx.Response(202, json={"batch_id": batch_id, "rollouts": n, "evaluated": n})
+        rollouts = batches[request.url.path.split("/")[2]]
+        results = [
+            {
+                "id": r["id"],
+                "status": "done" if reward is not None else "failed",
+                "reward": reward,
+                "format_ok": True,
+                "result": {"verdict": "ok", "compiled": True, "speedup": 2.0}
+                if reward is not None
+                else None,
+                "feedback": "",
+            }
+            for r in rollouts
+        ]
+        return httpx.Response(
+            200, json={"results": results, "cursor": 1, "done": True, "total": len(results)}
+        )
+
+    return handler
+
+
+def test_compute_score_returns_the_reward_and_numeric_details():
+    with client(scoring_server(1.35)) as c:
+        got = compute_score("kb", "<KERNEL>...", {"level": 1, "id": 19}, {}, client=c)
+        assert got == {
+            "score": 1.35,
+            "evaluated": 1.0,
+            "format_ok": 1.0,
+            "compiled": 1.0,
+            "correct": 1.0,
+            "speedup": 2.0,
+        }
+        assert compute_score("kb", "x", "src", client=c, details=False) == 1.35
+
+
+def test_a_failed_evaluation_is_marked_not_scored_as_the_models_fault():
+    with client(scoring_server(None)) as c:
+        [got] = compute_scores(["kb"], ["x"], ["src"], client=c, failure_score=-1.0)
+        assert got["score"] == -1.0 and got["evaluated"] == 0.0
+        trl = make_trl_reward(client=c, profile="kevin")
+        assert trl.__name__ == "crucible_kevin"
+        assert trl(["p"], [[{"role": "assistant", "content": "x"}]], ground_truth=["src"]) == [None]

@@ -1,0 +1,521 @@
+//! Rollouts: a trainer's batch of model completions in, one reward, its components, the
+//! evaluation result and the next turn's feedback out per rollout. The wire types of
+//! `POST /rollouts` and `GET /batches/{id}/results`, what the API keeps per rollout while its
+//! evaluation runs, and the pure step from finished tasks to rollout results.
+
+use crate::error::ApiError;
+use crate::ids::{BatchId, TaskId};
+use crate::problem::ProblemRef;
+use crate::request::{Backend, EvaluateRequest, Priority};
+use crate::reward::{
+    CompletionFacts, RewardComponents, RewardProfile, RewardWeights, WeightsOverride, feedback,
+    reward,
+};
+use crate::task::{EvalResult, TaskStatus, TaskView};
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+use utoipa::ToSchema;
+
+/// Most rollouts in one `POST /rollouts`.
+pub const MAX_ROLLOUTS: usize = 1000;
+/// Longest rollout id.
+pub const MAX_ROLLOUT_ID_BYTES: usize = 256;
+/// Largest completion, in bytes (a long thinking section and the kernel).
+pub const MAX_COMPLETION_BYTES: usize = 512 * 1024;
+/// Most results in one page of `GET /batches/{id}/results`.
+pub const MAX_RESULTS_PAGE: usize = 1000;
+
+/// One model completion to score.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Rollout {
+    /// The client's id of this rollout (unique within the batch); results carry it back.
+    pub id: String,
+    /// The problem, by reference (`GET /problems`) ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<ProblemRef>,
+    /// ... or its source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_code: Option<String>,
+    /// The raw completion: the kernel is extracted from it (docs/REWARDS.md).
+    pub completion: String,
+    #[serde(default)]
+    pub backend: Backend,
+    /// Turn index of a multi-turn episode (0 for the first); carried through to the result.
+    #[serde(default)]
+    pub turn: u32,
+    #[serde(default)]
+    pub profile: RewardProfile,
+    /// Weights that replace the profile's defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights: Option<WeightsOverride>,
+}
+
+/// Evaluation settings for every rollout of a batch; absent ones keep the `/evaluate`
+/// defaults.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RolloutEvalSettings {
+    pub num_correct_trials: Option<u32>,
+    pub num_perf_trials: Option<u32>,
+    pub measure_performance: Option<bool>,
+    pub atol: Option<f64>,
+    pub rtol: Option<f64>,
+    pub timeout_s: Option<u32>,
+    pub priority: Option<Priority>,
+    pub max_speedup: Option<f64>,
+}
+
+/// `POST /rollouts`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RolloutBatchRequest {
+    pub rollouts: Vec<Rollout>,
+    #[serde(default)]
+    pub eval: RolloutEvalSettings,
+    /// Resubmitting a batch under the same key (a retry after a lost answer) returns the first
+    /// batch instead of making another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+}
+
+/// `202` answer of `POST /rollouts`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RolloutBatchResponse {
+    pub batch_id: BatchId,
+    pub rollouts: usize,
+    /// Rollouts that are being evaluated (the others had no kernel to extract).
+    pub evaluated: usize,
+    /// True when `idempotency_key` named an earlier batch, which is returned.
+    #[serde(default)]
+    pub deduplicated: bool,
+}
+
+impl RolloutBatchRequest {
+    /// Bounds that do not need the problem registry; the error names the rollout.
+    pub fn validate(&self) -> Result<(), ApiError> {
+        if self.rollouts.is_empty() || self.rollouts.len() > MAX_ROLLOUTS {
+            return Err(ApiError::invalid(
+                "rollouts",
+                format!(
+                    "has {} rollouts; a batch holds 1-{MAX_ROLLOUTS}",
+                    self.rollouts.len()
+                ),
+            ));
+        }
+        if let Some(key) = &self.idempotency_key
+            && (key.is_empty() || key.len() > crate::request::MAX_IDEMPOTENCY_KEY_BYTES)
+        {
+            return Err(ApiError::invalid(
+                "idempotency_key",
+                format!(
+                    "must be 1-{} bytes",
+                    crate::request::MAX_IDEMPOTENCY_KEY_BYTES
+                ),
+            ));
+        }
+        let mut ids = HashSet::new();
+        for (i, r) in self.rollouts.iter().enumerate() {
+            let field = |name: &str| format!("rollouts[{i}].{name}");
+            if r.id.is_empty() || r.id.len() > MAX_ROLLOUT_ID_BYTES {
+                return Err(ApiError::invalid(
+                    &field("id"),
+                    format!("must be 1-{MAX_ROLLOUT_ID_BYTES} bytes"),
+                ));
+            }
+            if !ids.insert(r.id.as_str()) {
+                return Err(ApiError::invalid(
+                    &field("id"),
+                    format!("{:?} is used twice in this batch", r.id),
+                ));
+            }
+            if r.completion.len() > MAX_COMPLETION_BYTES {
+                return Err(ApiError::invalid(
+                    &field("completion"),
+                    format!(
+                        "is {} bytes; the limit is {MAX_COMPLETION_BYTES}",
+                        r.completion.len()
+                    ),
+                ));
+            }
+            if r.problem.is_some() == r.reference_code.is_some() {
+                return Err(ApiError::invalid(
+                    &field("problem"),
+                    "give exactly one of problem and reference_code",
+                ));
+            }
+            if let Some(name) = r.weights.as_ref().and_then(WeightsOverride::invalid_field) {
+                return Err(ApiError::invalid(
+                    &field(&format!("weights.{name}")),
+                    "is out of range",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RolloutEvalSettings {
+    /// The evaluation of `kernel_code` against `reference_code` under these settings.
+    pub fn request(
+        &self,
+        reference_code: String,
+        kernel_code: String,
+        backend: Backend,
+    ) -> EvaluateRequest {
+        let mut r = EvaluateRequest::new(reference_code, kernel_code);
+        r.backend = backend;
+        if let Some(v) = self.num_correct_trials {
+            r.num_correct_trials = v;
+        }
+        if let Some(v) = self.num_perf_trials {
+            r.num_perf_trials = v;
+        }
+        if let Some(v) = self.measure_performance {
+            r.measure_performance = v;
+        }
+        if let Some(v) = self.atol {
+            r.atol = v;
+        }
+        if let Some(v) = self.rtol {
+            r.rtol = v;
+        }
+        if let Some(v) = self.timeout_s {
+            r.timeout_s = v;
+        }
+        if let Some(v) = self.priority {
+            r.priority = v;
+        }
+        if let Some(v) = self.max_speedup {
+            r.max_speedup = v;
+        }
+        r
+    }
+}
+
+/// What the API keeps of one rollout while it is evaluated: enough to score it, none of the
+/// text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RolloutRecord {
+    pub id: String,
+    /// None when no kernel was found: nothing was evaluated.
+    pub task_id: Option<TaskId>,
+    pub problem: Option<ProblemRef>,
+    pub problem_hash: String,
+    pub turn: u32,
+    pub profile: RewardProfile,
+    pub weights: RewardWeights,
+    pub facts: CompletionFacts,
+}
+
+/// What becomes of one rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RolloutStatus {
+    /// Evaluated: `result` holds the verdict and `reward` the score.
+    Done,
+    /// No kernel could be extracted from the completion; scored on its text alone.
+    NoKernel,
+    /// The service could not evaluate it (lost workers, a sick GPU): no verdict on the
+    /// model, so no reward. Resubmit it or drop it from the update.
+    Failed,
+    /// Its task was cancelled.
+    Cancelled,
+    /// The task's record expired before it was read.
+    Expired,
+}
+
+/// One scored rollout.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RolloutResult {
+    /// The client's rollout id.
+    pub id: String,
+    pub task_id: Option<TaskId>,
+    pub status: RolloutStatus,
+    pub turn: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<ProblemRef>,
+    /// Version of the problem evaluated ([`crate::problem::problem_hash`]).
+    pub problem_hash: String,
+    pub profile: RewardProfile,
+    /// None when the service produced no verdict (`failed`, `cancelled`, `expired`).
+    pub reward: Option<f64>,
+    pub components: Option<RewardComponents>,
+    pub format_ok: bool,
+    pub result: Option<EvalResult>,
+    /// Text for the next turn's prompt (docs/REWARDS.md).
+    pub feedback: String,
+    /// Why there is no verdict, for `failed` and `cancelled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// `GET /batches/{id}/results`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RolloutResultsPage {
+    pub batch_id: BatchId,
+    /// Results in the order their evaluations finished, after the `after` cursor.
+    pub results: Vec<RolloutResult>,
+    /// Pass as `after` to get the results that follow.
+    pub cursor: u64,
+    /// True when every rollout's result has been returned up to `cursor`.
+    pub done: bool,
+    /// Rollouts in the batch.
+    pub total: usize,
+}
+
+/// How many cursor positions a batch has: one per distinct task (identical completions share
+/// a task) plus one for all rollouts without a kernel together.
+pub fn cursor_end(records: &[RolloutRecord]) -> u64 {
+    let tasks: HashSet<&TaskId> = records.iter().filter_map(|r| r.task_id.as_ref()).collect();
+    tasks.len() as u64 + u64::from(records.iter().any(|r| r.task_id.is_none()))
+}
+
+/// Where a page that starts at cursor `after` reads: whether it includes the rollouts without
+/// a kernel (cursor position 0 when there are any), and from which entry of the batch's log
+/// of finished tasks it goes on.
+pub fn page_start(has_no_kernel: bool, after: u64) -> (bool, u64) {
+    match (has_no_kernel, after) {
+        (true, 0) => (true, 0),
+        (true, a) => (false, a - 1),
+        (false, a) => (false, a),
+    }
+}
+
+/// The rollout results of the tasks that finished, in their order. Position 0 of the cursor
+/// is taken by the rollouts without a kernel (they finish at submission), when there are any;
+/// `finished` holds the tasks from the next position on, each with its view (None once it
+/// expired). A task shared by several rollouts yields each of them.
+pub fn rollout_results(
+    records: &[RolloutRecord],
+    include_no_kernel: bool,
+    finished: &[(TaskId, Option<TaskView>)],
+) -> Vec<RolloutResult> {
+    let mut by_task: HashMap<&TaskId, Vec<&RolloutRecord>> = HashMap::new();
+    for r in records {
+        if let Some(t) = &r.task_id {
+            by_task.entry(t).or_default().push(r);
+        }
+    }
+    let mut out = Vec::new();
+    if include_no_kernel {
+        out.extend(
+            records
+                .iter()
+                .filter(|r| r.task_id.is_none())
+                .map(|r| score(r, None)),
+        );
+    }
+    for (task_id, view) in finished {
+        for r in by_task.get(task_id).into_iter().flatten() {
+            out.push(score(r, Some(view.as_ref())));
+        }
+    }
+    out
+}
+
+/// `task`: None for a rollout that had no kernel; Some(None) for a task whose record expired.
+fn score(r: &RolloutRecord, task: Option<Option<&TaskView>>) -> RolloutResult {
+    let base = RolloutResult {
+        id: r.id.clone(),
+        task_id: r.task_id.clone(),
+        status: RolloutStatus::NoKernel,
+        turn: r.turn,
+        problem: r.problem,
+        problem_hash: r.problem_hash.clone(),
+        profile: r.profile,
+        reward: None,
+        components: None,
+        format_ok: r.facts.format_ok,
+        result: None,
+        feedback: String::new(),
+        error: None,
+    };
+    let scored = |result: Option<&EvalResult>, status| {
+        let (total, components) = reward(r.profile, &r.weights, &r.facts, result);
+        RolloutResult {
+            status,
+            reward: Some(total),
+            components: Some(components),
+            feedback: feedback(&r.facts, result),
+            result: result.cloned(),
+            ..base.clone()
+        }
+    };
+    match task {
+        None => scored(None, RolloutStatus::NoKernel),
+        Some(None) => RolloutResult {
+            status: RolloutStatus::Expired,
+            feedback: "Status: not evaluated (the result expired before it was read).".into(),
+            ..base.clone()
+        },
+        Some(Some(view)) => match (view.status, view.result.as_ref()) {
+            (TaskStatus::Done, Some(result)) => scored(Some(result), RolloutStatus::Done),
+            (TaskStatus::Cancelled, _) => RolloutResult {
+                status: RolloutStatus::Cancelled,
+                feedback: "Status: not evaluated (cancelled).".into(),
+                error: view.error.clone(),
+                ..base.clone()
+            },
+            _ => RolloutResult {
+                status: RolloutStatus::Failed,
+                feedback: "Status: not evaluated (the service could not run it).".into(),
+                error: view
+                    .error
+                    .clone()
+                    .or_else(|| Some("finished without a result".into())),
+                ..base.clone()
+            },
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reward::parse_completion;
+    use crate::task::{DeviceInfo, DeviceKind, Verdict, VerdictCode};
+
+    fn record(id: &str, task: Option<&str>, completion: &str) -> RolloutRecord {
+        let facts = parse_completion(completion).facts();
+        RolloutRecord {
+            id: id.into(),
+            task_id: task.map(TaskId::from),
+            problem: Some(ProblemRef { level: 1, id: 19 }),
+            problem_hash: "sha256:00".into(),
+            turn: 0,
+            profile: RewardProfile::Kevin,
+            weights: RewardProfile::Kevin.weights(),
+            facts,
+        }
+    }
+
+    fn view(id: &str, status: TaskStatus, speedup: Option<f64>) -> TaskView {
+        let mut result = EvalResult::failed_before_trials(
+            VerdictCode::Correctness,
+            "",
+            true,
+            5,
+            DeviceInfo {
+                kind: DeviceKind::Cpu,
+                name: "cpu".into(),
+            },
+        );
+        result.trials_passed = 5;
+        result.correct = true;
+        result.error_code = None;
+        result.verdict = Verdict::Ok;
+        result.speedup = speedup;
+        TaskView {
+            task_id: TaskId::from(id),
+            status,
+            result: (status == TaskStatus::Done).then_some(result),
+            error: (status == TaskStatus::Failed).then(|| "worker lost".to_owned()),
+            attempts: 1,
+            worker_id: None,
+            priority: Priority::Normal,
+            batch_id: None,
+            submitted_at: chrono::Utc::now(),
+            started_at: None,
+            finished_at: None,
+            cached: false,
+        }
+    }
+
+    const TAGGED: &str = "<KERNEL>\n```python\nclass ModelNew: pass\n```";
+
+    #[test]
+    fn shared_tasks_yield_every_rollout_and_the_no_kernel_ones_come_first() {
+        let records = vec![
+            record("a", Some("t1"), TAGGED),
+            record("b", Some("t1"), TAGGED),
+            record("c", None, "no code"),
+            record("d", Some("t2"), TAGGED),
+        ];
+        assert_eq!(cursor_end(&records), 3);
+        let page = rollout_results(
+            &records,
+            true,
+            &[(
+                TaskId::from("t1"),
+                Some(view("t1", TaskStatus::Done, Some(2.0))),
+            )],
+        );
+        let ids: Vec<&str> = page.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["c", "a", "b"]);
+        assert_eq!(page[0].status, RolloutStatus::NoKernel);
+        assert_eq!(page[0].reward, Some(0.0));
+        assert!(page[0].feedback.contains("format error"));
+        assert_eq!(page[1].status, RolloutStatus::Done);
+        assert!((page[1].reward.unwrap() - 2.3).abs() < 1e-9);
+        let later = rollout_results(&records, false, &[(TaskId::from("t2"), None)]);
+        assert_eq!(later.len(), 1);
+        assert_eq!(later[0].status, RolloutStatus::Expired);
+        assert_eq!(later[0].reward, None);
+    }
+
+    #[test]
+    fn the_cursor_counts_the_no_kernel_rollouts_as_one_position() {
+        assert_eq!(page_start(true, 0), (true, 0));
+        assert_eq!(page_start(true, 1), (false, 0));
+        assert_eq!(page_start(true, 5), (false, 4));
+        assert_eq!(page_start(false, 0), (false, 0));
+        assert_eq!(page_start(false, 5), (false, 5));
+    }
+
+    #[test]
+    fn a_service_failure_carries_no_reward() {
+        let records = vec![record("a", Some("t1"), TAGGED)];
+        let page = rollout_results(
+            &records,
+            false,
+            &[(
+                TaskId::from("t1"),
+                Some(view("t1", TaskStatus::Failed, None)),
+            )],
+        );
+        assert_eq!(page[0].status, RolloutStatus::Failed);
+        assert_eq!(page[0].reward, None);
+        assert_eq!(page[0].error.as_deref(), Some("worker lost"));
+    }
+
+    #[test]
+    fn batches_are_validated_per_rollout() {
+        let rollout = |id: &str| Rollout {
+            id: id.into(),
+            problem: Some(ProblemRef { level: 1, id: 1 }),
+            reference_code: None,
+            completion: TAGGED.into(),
+            backend: Backend::Triton,
+            turn: 0,
+            profile: RewardProfile::KernelRl,
+            weights: None,
+        };
+        let mut batch = RolloutBatchRequest {
+            rollouts: vec![rollout("a"), rollout("b")],
+            eval: RolloutEvalSettings::default(),
+            idempotency_key: None,
+        };
+        assert!(batch.validate().is_ok());
+        batch.rollouts[1].id = "a".into();
+        assert_eq!(
+            batch.validate().unwrap_err().field.as_deref(),
+            Some("rollouts[1].id")
+        );
+        batch.rollouts[1].id = "b".into();
+        batch.rollouts[1].reference_code = Some("x".into());
+        assert_eq!(
+            batch.validate().unwrap_err().field.as_deref(),
+            Some("rollouts[1].problem")
+        );
+        batch.rollouts[1].reference_code = None;
+        batch.rollouts[0].weights = Some(WeightsOverride {
+            speed: Some(f64::NAN),
+            ..WeightsOverride::default()
+        });
+        assert_eq!(
+            batch.validate().unwrap_err().field.as_deref(),
+            Some("rollouts[0].weights.speed")
+        );
+    }
+}

@@ -1,0 +1,139 @@
+//! `crucible rollouts submit|results`: a JSONL file of rollouts in, a JSONL file of scored
+//! results out (in completion order), with a progress bar and a summary.
+
+use anyhow::Context;
+use crucible_shared::BatchId;
+use crucible_shared::rollout::{Rollout, RolloutEvalSettings, RolloutResult};
+use crucible_trainer_client::Client;
+use crucible_trainer_client::summary::RolloutSummary;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::{BufWriter, IsTerminal, Write};
+use std::path::Path;
+use std::time::Duration;
+
+/// Reads one rollout per non-blank line; the error names the line.
+pub fn read_rollouts(path: &Path) -> anyhow::Result<Vec<Rollout>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(n, l)| {
+            serde_json::from_str(l)
+                .with_context(|| format!("{} line {}: not a rollout", path.display(), n + 1))
+        })
+        .collect()
+}
+
+pub async fn submit(
+    client: &Client,
+    file: &Path,
+    eval: &RolloutEvalSettings,
+    batch_size: usize,
+    wait: Option<(Duration, Option<&Path>)>,
+) -> anyhow::Result<()> {
+    let rollouts = read_rollouts(file)?;
+    let started = std::time::Instant::now();
+    let batches = client
+        .submit_all_rollouts(&rollouts, eval, batch_size)
+        .await?;
+    let evaluated: usize = batches.iter().map(|b| b.evaluated).sum();
+    eprintln!(
+        "submitted {} rollouts ({evaluated} to evaluate) in {} batches in {:.2} s",
+        rollouts.len(),
+        batches.len(),
+        started.elapsed().as_secs_f64()
+    );
+    let ids: Vec<BatchId> = batches.into_iter().map(|b| b.batch_id).collect();
+    let Some((timeout, out)) = wait else {
+        for id in &ids {
+            println!("{id}");
+        }
+        return Ok(());
+    };
+    collect(client, &ids, rollouts.len(), timeout, out).await
+}
+
+/// Streams every result of `ids` into `out` (when given) and prints the summary.
+pub async fn collect(
+    client: &Client,
+    ids: &[BatchId],
+    expected: usize,
+    timeout: Duration,
+    out: Option<&Path>,
+) -> anyhow::Result<()> {
+    let mut writer = out
+        .map(|p| {
+            std::fs::File::create(p)
+                .map(BufWriter::new)
+                .with_context(|| format!("creating {}", p.display()))
+        })
+        .transpose()?;
+    let bar = progress_bar(expected as u64);
+    let tty = std::io::stderr().is_terminal();
+    let mut results: Vec<RolloutResult> = Vec::with_capacity(expected);
+    let mut write_error = None;
+    let mut next_report = expected.div_ceil(10).max(1);
+    client
+        .stream_results(ids, timeout, |r| {
+            if let Some(w) = writer.as_mut()
+                && write_error.is_none()
+                && let Err(e) = serde_json::to_writer(&mut *w, &r)
+                    .map_err(std::io::Error::from)
+                    .and_then(|()| w.write_all(b"\n"))
+            {
+                write_error = Some(e);
+            }
+            results.push(r);
+            let s = RolloutSummary::of(&results);
+            bar.set_length(bar.length().unwrap_or(0).max(results.len() as u64));
+            bar.set_position(results.len() as u64);
+            bar.set_message(format!(
+                "ok {:.0}%  hacks {}",
+                s.correct_rate * 100.0,
+                s.hacks
+            ));
+            if !tty && expected > 0 && (results.len() >= next_report || results.len() == expected) {
+                eprintln!("{}/{expected} results", results.len());
+                next_report += expected.div_ceil(10).max(1);
+            }
+        })
+        .await?;
+    bar.finish_and_clear();
+    if let Some(e) = write_error {
+        return Err(e).context("writing the results");
+    }
+    if let Some(mut w) = writer {
+        w.flush().context("writing the results")?;
+    }
+    print_summary(&RolloutSummary::of(&results));
+    Ok(())
+}
+
+fn progress_bar(len: u64) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+fn print_summary(s: &RolloutSummary) {
+    let pct = |x: f64| format!("{:.1}%", x * 100.0);
+    println!(
+        "rollouts {}  evaluated {}  no kernel {}  unscored {}",
+        s.rollouts, s.evaluated, s.no_kernel, s.unscored
+    );
+    println!(
+        "correct {}  fast_1 {}  mean speedup {}  hacks {}  decoys {}  mean reward {}",
+        pct(s.correct_rate),
+        pct(s.fast_1),
+        s.mean_speedup
+            .map_or("-".to_owned(), |x| format!("{x:.2}x")),
+        s.hacks,
+        s.decoys,
+        s.mean_reward.map_or("-".to_owned(), |x| format!("{x:.3}")),
+    );
+}

@@ -1,0 +1,144 @@
+//! What a trainer wants to know about a scored batch at a glance: how many were correct, how
+//! fast, how many were caught cheating, the mean reward. Pure, over the results.
+
+use crucible_shared::Verdict;
+use crucible_shared::rollout::{RolloutResult, RolloutStatus};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RolloutSummary {
+    pub rollouts: usize,
+    /// Rollouts with a verdict (status `done`).
+    pub evaluated: usize,
+    pub no_kernel: usize,
+    /// No verdict: `failed`, `cancelled` or `expired`.
+    pub unscored: usize,
+    /// Verdict `ok`, over all rollouts.
+    pub correct_rate: f64,
+    /// Mean speedup of the rollouts with verdict `ok` and a speedup.
+    pub mean_speedup: Option<f64>,
+    /// Share of all rollouts that are `ok` and faster than the reference (KernelBench's
+    /// fast_1).
+    pub fast_1: f64,
+    pub hacks: usize,
+    pub decoys: usize,
+    /// Mean reward over the rollouts that have one.
+    pub mean_reward: Option<f64>,
+}
+
+impl RolloutSummary {
+    pub fn of<'a>(results: impl IntoIterator<Item = &'a RolloutResult>) -> Self {
+        let mut s = Self::default();
+        let (mut speedups, mut rewards) = (Vec::new(), Vec::new());
+        let (mut ok, mut fast) = (0usize, 0usize);
+        for r in results {
+            s.rollouts += 1;
+            match r.status {
+                RolloutStatus::Done => s.evaluated += 1,
+                RolloutStatus::NoKernel => s.no_kernel += 1,
+                _ => s.unscored += 1,
+            }
+            rewards.extend(r.reward);
+            let Some(result) = &r.result else { continue };
+            match result.verdict {
+                Verdict::Ok => {
+                    ok += 1;
+                    if let Some(x) = result.speedup {
+                        speedups.push(x);
+                        fast += usize::from(x > 1.0);
+                    }
+                }
+                Verdict::Hack => s.hacks += 1,
+                Verdict::Decoy => s.decoys += 1,
+                Verdict::Incorrect | Verdict::Error => {}
+            }
+        }
+        let share = |n: usize| {
+            if s.rollouts == 0 {
+                0.0
+            } else {
+                n as f64 / s.rollouts as f64
+            }
+        };
+        s.correct_rate = share(ok);
+        s.fast_1 = share(fast);
+        s.mean_speedup = mean(&speedups);
+        s.mean_reward = mean(&rewards);
+        s
+    }
+}
+
+fn mean(xs: &[f64]) -> Option<f64> {
+    (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crucible_shared::reward::RewardProfile;
+    use crucible_shared::{DeviceInfo, DeviceKind, EvalResult, VerdictCode};
+
+    fn rollout(
+        status: RolloutStatus,
+        verdict: Option<Verdict>,
+        speedup: Option<f64>,
+    ) -> RolloutResult {
+        let result = verdict.map(|v| {
+            let mut r = EvalResult::failed_before_trials(
+                VerdictCode::Correctness,
+                "",
+                true,
+                5,
+                DeviceInfo {
+                    kind: DeviceKind::Cuda,
+                    name: "H100".into(),
+                },
+            );
+            r.verdict = v;
+            r.speedup = speedup;
+            r
+        });
+        RolloutResult {
+            id: "r".into(),
+            task_id: None,
+            status,
+            turn: 0,
+            problem: None,
+            problem_hash: String::new(),
+            profile: RewardProfile::Kevin,
+            reward: (status == RolloutStatus::Done || status == RolloutStatus::NoKernel)
+                .then_some(1.0),
+            components: None,
+            format_ok: true,
+            result,
+            feedback: String::new(),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn rates_are_over_all_rollouts_and_speedups_over_correct_ones() {
+        use RolloutStatus::*;
+        let results = [
+            rollout(Done, Some(Verdict::Ok), Some(2.0)),
+            rollout(Done, Some(Verdict::Ok), Some(0.5)),
+            rollout(Done, Some(Verdict::Hack), None),
+            rollout(Done, Some(Verdict::Decoy), Some(1.5)),
+            rollout(NoKernel, None, None),
+            rollout(Failed, None, None),
+            rollout(Done, Some(Verdict::Incorrect), None),
+            rollout(Done, Some(Verdict::Ok), None),
+        ];
+        let s = RolloutSummary::of(&results);
+        assert_eq!(
+            (s.rollouts, s.evaluated, s.no_kernel, s.unscored),
+            (8, 6, 1, 1)
+        );
+        assert_eq!((s.hacks, s.decoys), (1, 1));
+        assert_eq!(s.correct_rate, 3.0 / 8.0);
+        assert_eq!(s.fast_1, 1.0 / 8.0);
+        assert_eq!(s.mean_speedup, Some(1.25));
+        assert_eq!(s.mean_reward, Some(1.0));
+        assert_eq!(RolloutSummary::of(&[]).mean_reward, None);
+    }
+}
