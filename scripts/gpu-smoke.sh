@@ -26,6 +26,8 @@ for _ in $(seq 100); do
 done
 
 export REDIS_URL="redis://127.0.0.1:$REDIS_PORT" CRUCIBLE_PYTHON="$PY" RUST_LOG=${RUST_LOG:-info}
+# Problems by {level, id}: the real KernelBench problems of the bundle.
+export KERNELBENCH_ROOT="$BUNDLE/kernelbench"
 "$BUNDLE/bin/crucible-api" --bind "127.0.0.1:$API_PORT" >"$OUT/api.log" 2>&1 &
 pids+=($!)
 "$BUNDLE/bin/crucible-worker" --gpu 0 >"$OUT/worker.log" 2>&1 &
@@ -45,7 +47,22 @@ for _ in range(300):
 print("health:", health)
 PYEOF
 
-if [[ "${SUITE:-smoke}" == integrity ]]; then
+if [[ "${SUITE:-smoke}" == rollouts ]]; then
+  # scripts/gpu-rollouts.sh: the rollout corpus against the real problems, by the CLI, then
+  # two turns of the Python client's GRPO example (httpx from the bundle).
+  "$BUNDLE/bin/crucible" rollouts submit tests/rollouts/rollouts.jsonl \
+    --url "http://127.0.0.1:$API_PORT" --wait --out "$OUT/rewards.jsonl" "$@" 2>"$OUT/cli.err" \
+    | tee "$OUT/summary.txt"
+  rc=${PIPESTATUS[0]}
+  PYTHONPATH="$BUNDLE/pylib:clients/python" "$PY" clients/python/examples/grpo_loop.py \
+    --url "http://127.0.0.1:$API_PORT" --rollouts tests/rollouts/rollouts.jsonl --turns 2 \
+    >"$OUT/grpo_loop.txt" 2>&1 || rc=1
+  tail -n 5 "$OUT/grpo_loop.txt"
+  "$PY" scripts/gpu-rollouts/table.py tests/rollouts/expected.json "$OUT/rewards.jsonl" \
+    | tee "$OUT/table.txt"
+  cat "$OUT/summary.txt"
+  exit $rc
+elif [[ "${SUITE:-smoke}" == integrity ]]; then
   # scripts/gpu-integrity.sh: the exploit and honest corpora instead of the smoke problems.
   "$PY" scripts/integrity/run_corpus.py --api "http://127.0.0.1:$API_PORT" \
     --out "$OUT/integrity.json" "$@"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import uuid
 
 import pytest
@@ -268,3 +269,39 @@ def evaluation(result: EvalResult | None) -> EvalResult:
 
 def sha256(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+CORPUS = REPO / "tests" / "rollouts"
+
+
+def test_the_rollout_corpus_scores_as_computed_by_hand(server: Server):
+    """tests/rollouts/rollouts.jsonl (the corpus `crucible rollouts` scores in the Rust suite)
+    through this client: each rollout back once, with the status, verdict and reward that
+    tests/rollouts/expected.json computes by hand."""
+    rollouts = [json.loads(line) for line in (CORPUS / "rollouts.jsonl").read_text().splitlines()]
+    expected = json.loads((CORPUS / "expected.json").read_text())
+    assert len(rollouts) >= 40
+    with Client(server.url) as c:
+        results = c.score_rollouts(
+            rollouts, {"num_correct_trials": 3, "num_perf_trials": 5}, timeout=TIMEOUT_S
+        )
+    assert sorted(r["id"] for r in results) == sorted(r["id"] for r in rollouts)
+    wrong = []
+    for r in results:
+        want = expected[r["id"]]
+        result = r["result"] or {}
+        spec = want["reward"]
+        speedup = result.get("speedup") or 0.0
+        if spec["speedup_cap"] is not None:
+            speedup = min(speedup, spec["speedup_cap"])
+        by_hand = (
+            spec["const"]
+            + spec["per_speedup"] * speedup
+            + spec["per_coverage"] * (result.get("custom_time_coverage") or 0.0)
+        )
+        got = (r["status"], result.get("verdict"), r["format_ok"])
+        if got != (want["status"], want["verdict"], want["format_ok"]) or r[
+            "reward"
+        ] != pytest.approx(by_hand, abs=1e-6):
+            wrong.append(f"{r['id']}: {got} reward {r['reward']} (by hand {by_hand})")
+    assert not wrong, "\n".join(wrong)
