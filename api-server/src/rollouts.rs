@@ -6,7 +6,6 @@
 use crate::error::HttpError;
 use crate::extract::{ApiJson, ApiQuery};
 use crate::problems::ProblemRegistry;
-use crate::routes::MAX_WAIT_S;
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::{Path, State};
@@ -182,15 +181,7 @@ pub async fn batch_results(
     Path(id): Path<String>,
     ApiQuery(query): ApiQuery<ResultsQuery>,
 ) -> Result<Json<RolloutResultsPage>, HttpError> {
-    let wait = match query.wait {
-        None => Duration::ZERO,
-        Some(s) if s.is_finite() && (0.0..=MAX_WAIT_S).contains(&s) => Duration::from_secs_f64(s),
-        Some(s) => {
-            return Err(
-                ApiError::invalid("wait", format!("{s} is out of range 0-{MAX_WAIT_S}")).into(),
-            );
-        }
-    };
+    let wait = crate::routes::wait_duration(query.wait)?.unwrap_or(Duration::ZERO);
     let limit = query.limit.unwrap_or(MAX_RESULTS_PAGE);
     if !(1..=MAX_RESULTS_PAGE).contains(&limit) {
         return Err(ApiError::invalid(

@@ -76,8 +76,9 @@ pub struct WaitQuery {
     pub wait: Option<f64>,
 }
 
-fn wait_duration(q: &WaitQuery) -> Result<Option<Duration>, HttpError> {
-    match q.wait {
+/// A `?wait=` in seconds, checked against [`MAX_WAIT_S`].
+pub(crate) fn wait_duration(wait: Option<f64>) -> Result<Option<Duration>, HttpError> {
+    match wait {
         None => Ok(None),
         Some(s) if s.is_finite() && (0.0..=MAX_WAIT_S).contains(&s) => {
             Ok(Some(Duration::from_secs_f64(s)))
@@ -143,7 +144,7 @@ pub async fn evaluate(
 ) -> Result<Response, HttpError> {
     resolve_problem(&mut request, &state.problems, "")?;
     request.validate()?;
-    let wait = wait_duration(&query)?;
+    let wait = wait_duration(query.wait)?;
     let labels = [
         serde_json::to_value(request.backend)
             .ok()
@@ -241,7 +242,7 @@ pub async fn get_task(
     ApiQuery(query): ApiQuery<WaitQuery>,
 ) -> Result<Json<TaskView>, HttpError> {
     let id = TaskId(id);
-    let view = match wait_duration(&query)? {
+    let view = match wait_duration(query.wait)? {
         Some(wait) => state.broker.wait_terminal(&id, wait).await?,
         None => state.broker.get_task(&id).await?,
     };

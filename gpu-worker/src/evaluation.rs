@@ -367,7 +367,11 @@ pub fn apply_reference_timing(result: &mut EvalResult, given: Option<RuntimeStat
 /// Evaluates one pair on this machine without a server (`crucible eval`); no reference cache.
 pub async fn evaluate_local(cfg: &WorkerConfig, spec: &TaskSpec) -> std::io::Result<Classified> {
     let (_keep, cancel) = watch::channel(false);
-    run_evaluation(cfg, spec, "local", Launcher::Direct, cancel).await
+    let mut classified = run_evaluation(cfg, spec, "local", Launcher::Direct, cancel).await?;
+    if let Classified::Verdict(result) = &mut classified {
+        result.problem_hash = Some(crucible_shared::problem_hash(&spec.request.reference_code));
+    }
+    Ok(classified)
 }
 
 #[cfg(test)]

@@ -312,6 +312,8 @@ fn components(
 pub const MAX_FEEDBACK_BYTES: usize = 1_200;
 /// Most lines of the error excerpt in [`feedback`].
 const FEEDBACK_ERROR_LINES: usize = 10;
+/// Most bytes of the error excerpt in [`feedback`] (the recipes quote about 800 characters).
+const FEEDBACK_ERROR_BYTES: usize = 800;
 
 /// The text a trainer puts in the next turn's prompt: the status category, compiled or not,
 /// trials passed, the speedup and the key lines of the error. Built only from what the result
@@ -355,7 +357,16 @@ pub fn feedback(facts: &CompletionFacts, result: Option<&EvalResult>) -> String 
     }
     if let Some(message) = r.error_message.as_deref().filter(|m| !m.is_empty()) {
         let excerpt: Vec<&str> = message.lines().take(FEEDBACK_ERROR_LINES).collect();
-        lines.push(format!("Error:\n{}", excerpt.join("\n")));
+        let mut excerpt = excerpt.join("\n");
+        if excerpt.len() > FEEDBACK_ERROR_BYTES {
+            let mut cut = FEEDBACK_ERROR_BYTES;
+            while !excerpt.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            excerpt.truncate(cut);
+            excerpt.push_str(" ...");
+        }
+        lines.push(format!("Error:\n{excerpt}"));
     }
     let mut text = lines.join("\n");
     if text.len() > MAX_FEEDBACK_BYTES {
@@ -479,6 +490,15 @@ mod tests {
             FEEDBACK_ERROR_LINES - 1,
             "{text}"
         );
+        wrong.error_message = Some(format!("{}\nsecond line", "é".repeat(1000)));
+        let text = feedback(&parse_completion("```\nx\n```").facts(), Some(&wrong));
+        let excerpt = text.split_once("Error:\n").unwrap().1;
+        assert!(
+            excerpt.len() <= FEEDBACK_ERROR_BYTES + 4,
+            "{}",
+            excerpt.len()
+        );
+        assert!(!excerpt.contains("second line"));
         let text = feedback(&parse_completion("no code").facts(), None);
         assert!(text.contains("format error"), "{text}");
     }

@@ -458,6 +458,10 @@ async fn openapi_docs_health_and_metrics_are_real() {
         "/queue/status",
         "/health",
         "/metrics",
+        "/rollouts",
+        "/batches/{id}/results",
+        "/problems",
+        "/problems/{level}/{id}",
     ] {
         assert!(doc["paths"].get(path).is_some(), "openapi lacks {path}");
     }
@@ -471,6 +475,11 @@ async fn openapi_docs_health_and_metrics_are_real() {
         ("QueueStatus", "ref_cache_hits_total"),
         ("QueueStatus", "ref_cache_misses_total"),
         ("EvalResult", "ref_runtime_cached"),
+        ("EvalResult", "problem_hash"),
+        ("EvaluateRequest", "problem"),
+        ("Rollout", "completion"),
+        ("RolloutResult", "feedback"),
+        ("RolloutResultsPage", "cursor"),
     ] {
         assert!(
             schemas[schema]["properties"].get(field).is_some(),

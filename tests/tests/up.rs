@@ -64,4 +64,9 @@ fn crucible_eval_runs_a_pair_without_a_server() {
     assert_eq!(result["correct"], false, "{result}");
     assert_eq!(result["error_code"], "CORRECTNESS", "{result}");
     assert_eq!(result["compiled"], true, "{result}");
+    assert_eq!(
+        result["problem_hash"].as_str(),
+        Some(crucible_shared::problem_hash(&problem("matmul")).as_str()),
+        "{result}"
+    );
 }

@@ -268,7 +268,7 @@ impl Client {
                 Err(e) => return Err(e.into()),
             }
             if attempt < self.max_attempts {
-                tokio::time::sleep(backoff(attempt)).await;
+                tokio::time::sleep(jittered(backoff(attempt))).await;
             }
         }
         Err(ClientError::Exhausted {
@@ -278,14 +278,38 @@ impl Client {
     }
 }
 
-/// Exponential backoff with a cap: 0.25 s, 0.5 s, 1 s, ... 8 s.
+/// Exponential backoff with a cap: 0.25 s, 0.5 s, 1 s, ... 8 s (before jitter).
 pub fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(250u64.saturating_mul(1 << attempt.saturating_sub(1).min(5)))
+}
+
+/// `pause` scaled by a random factor in 0.5..1, so that many trainer processes refused at the
+/// same moment do not all come back at the same moment.
+fn jittered(pause: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    // A fresh RandomState is randomly keyed: enough randomness for spreading retries.
+    let bits = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    pause.mul_f64(0.5 + 0.5 * (bits >> 11) as f64 / (1u64 << 53) as f64)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jitter_stays_within_half_to_full_and_varies() {
+        let pauses: std::collections::HashSet<Duration> =
+            (0..20).map(|_| jittered(Duration::from_secs(8))).collect();
+        assert!(pauses.len() > 1, "{pauses:?}");
+        for p in pauses {
+            assert!(
+                p >= Duration::from_secs(4) && p <= Duration::from_secs(8),
+                "{p:?}"
+            );
+        }
+    }
 
     #[test]
     fn backoff_grows_and_caps() {
