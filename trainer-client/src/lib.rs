@@ -28,6 +28,8 @@ pub enum ClientError {
     Unexpected { status: u16, body: String },
     #[error("gave up after {attempts} attempts: {last}")]
     Exhausted { attempts: u32, last: String },
+    #[error("timed out: {0}")]
+    TimedOut(String),
 }
 
 /// Answer of `POST /evaluate/batch`.
@@ -184,9 +186,10 @@ impl Client {
         .await
     }
 
-    /// Reads every result of `batches` in completion order (each batch's pages in turn,
-    /// round-robin so that no batch waits on another), calling `on_result` as each arrives,
-    /// until all are done or `timeout` passes. Returns how many results arrived.
+    /// Reads every result of `batches` in completion order, calling `on_result` as each
+    /// arrives, until all are done or `timeout` passes; returns how many arrived. Each batch has
+    /// one long-poll in flight at a time, so no batch waits on another and an idle batch costs
+    /// one request per 30 s.
     pub async fn stream_results(
         &self,
         batches: &[BatchId],
@@ -194,33 +197,41 @@ impl Client {
         mut on_result: impl FnMut(RolloutResult),
     ) -> Result<usize, ClientError> {
         let deadline = tokio::time::Instant::now() + timeout;
-        let mut cursors: Vec<(BatchId, u64)> = batches.iter().map(|b| (b.clone(), 0)).collect();
-        let mut seen = 0;
-        while !cursors.is_empty() {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            if left.is_zero() {
-                return Err(ClientError::Exhausted {
-                    attempts: 0,
-                    last: format!("{} batches not done after {timeout:?}", cursors.len()),
-                });
-            }
-            // Only the last open batch may block: the others are read without waiting.
-            let mut still_open = Vec::with_capacity(cursors.len());
-            let n = cursors.len();
-            for (i, (batch, after)) in cursors.into_iter().enumerate() {
-                let wait = if i + 1 == n {
-                    left.min(Duration::from_secs(30))
-                } else {
-                    Duration::ZERO
-                };
-                let page = self.batch_results(&batch, after, wait).await?;
-                seen += page.results.len();
-                page.results.into_iter().for_each(&mut on_result);
-                if !page.done {
-                    still_open.push((batch, page.cursor));
+        let (tx, mut rx) = tokio::sync::mpsc::channel(batches.len().max(1));
+        // Dropped on return, which aborts the readers still polling.
+        let mut readers = tokio::task::JoinSet::new();
+        for batch in batches {
+            let (client, batch, tx) = (self.clone(), batch.clone(), tx.clone());
+            readers.spawn(async move {
+                let mut after = 0;
+                loop {
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    if left.is_zero() {
+                        let late = ClientError::TimedOut(format!(
+                            "batch {batch} not done after {timeout:?}"
+                        ));
+                        let _ = tx.send(Err(late)).await;
+                        return;
+                    }
+                    let page = client
+                        .batch_results(&batch, after, left.min(Duration::from_secs(30)))
+                        .await;
+                    let done = page.as_ref().map_or(true, |p| p.done);
+                    if let Ok(p) = &page {
+                        after = p.cursor;
+                    }
+                    if tx.send(page.map(|p| p.results)).await.is_err() || done {
+                        return;
+                    }
                 }
-            }
-            cursors = still_open;
+            });
+        }
+        drop(tx);
+        let mut seen = 0;
+        while let Some(results) = rx.recv().await {
+            let results = results?;
+            seen += results.len();
+            results.into_iter().for_each(&mut on_result);
         }
         Ok(seen)
     }
