@@ -50,12 +50,17 @@ pub fn plan(
     for (i, rollout) in batch.rollouts.iter().enumerate() {
         let prefix = format!("rollouts[{i}].");
         let reference_code = match (rollout.problem, &rollout.reference_code) {
-            (Some(key), _) => problems
+            (Some(key), None) => problems
                 .resolve(key, &format!("{prefix}problem"))?
                 .reference_code
                 .clone(),
             (None, Some(code)) => code.clone(),
-            (None, None) => unreachable!("validate requires one of problem and reference_code"),
+            _ => {
+                return Err(ApiError::invalid(
+                    &format!("{prefix}problem"),
+                    "give exactly one of problem and reference_code",
+                ));
+            }
         };
         let parsed = parse_completion(&rollout.completion);
         let weights = rollout

@@ -490,6 +490,7 @@ impl MemoryBroker {
         let expires = Instant::now() + ttl;
         let mut created = 0;
         let mut out = Vec::with_capacity(plan.len());
+        let mut logged = std::collections::HashSet::new();
         for ((step, spec), cache_key) in plan.into_iter().zip(specs).zip(cache_keys) {
             let (id, status, deduplicated, coalesced, cached) = match step {
                 Plan::Deduplicated(id) => {
@@ -581,7 +582,7 @@ impl MemoryBroker {
             {
                 *count_mut(&mut batch.counts, status) += 1;
                 // Finished already: it enters the log now; an open one when it finishes.
-                if status.is_terminal() && !batch.finished.contains(&id) {
+                if status.is_terminal() && logged.insert(id.clone()) {
                     batch.finished.push(id.clone());
                 }
             }
