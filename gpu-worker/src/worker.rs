@@ -381,7 +381,18 @@ impl Worker {
     ) {
         let mut ready = Ready::default();
         if self.cfg.compile_pool {
-            let template = self.ready_template().await;
+            // A template may be warming (seconds, more on a loaded node): a task cancelled
+            // meanwhile, by a client or by the worker's shutdown, must not wait for it.
+            let mut cancel = task.cancel.clone();
+            let cancelled = async move { cancel.wait_for(|c| *c).await.is_ok() };
+            let template = tokio::select! {
+                template = self.ready_template() => Some(template),
+                true = cancelled => None,
+            };
+            let Some(template) = template else {
+                self.finish(&task.lease, Ok(Classified::Cancelled)).await;
+                return;
+            };
             let launcher = template
                 .as_deref()
                 .map_or(Launcher::Direct, Launcher::Template);
