@@ -277,11 +277,11 @@ pub async fn run_child(
         if let Some(reason) = reason {
             killed_for.get_or_insert(reason);
             tracing::debug!(pid, ?reason, "killing task child");
-            kill_everything(pid).await;
+            kill_everything(pid, true).await;
         }
     };
     // Whatever the main process did, nothing it started may outlive it.
-    kill_everything(pid).await;
+    kill_everything(pid, false).await;
 
     for reader in readers {
         let _ = tokio::time::timeout(DRAIN_DEADLINE, reader).await;
@@ -401,12 +401,19 @@ pub fn decode_wait_status(raw: i32) -> ExitKind {
 }
 
 /// Kills the child's group and every process found to belong to it, until none is left (a
-/// fork storm may still be forking while we kill).
-async fn kill_everything(pid: i32) {
+/// fork storm may still be forking while we kill); the child itself too while `running` (its
+/// exit not seen yet).
+async fn kill_everything(pid: i32, running: bool) {
     if pid <= 0 {
         return;
     }
     for _ in 0..20 {
+        // Killed right after it was forked, the child may not have called setsid yet: its
+        // group does not exist and the group kill alone would miss it. Before its exit is seen
+        // the pid is still its own (unreaped), so it is safe to name directly.
+        if running {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
         let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
         let members =
             tokio::task::spawn_blocking(move || watchdog::members(&watchdog::read_table(), pid))

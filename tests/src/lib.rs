@@ -176,7 +176,10 @@ pub fn service_env(redis_url: &str, prefix: &str) -> Vec<(String, String)> {
         ("CRUCIBLE_KEY_PREFIX".into(), prefix.to_owned()),
         ("CRUCIBLE_PYTHON".into(), python()),
         ("CRUCIBLE_CPU_THREADS".into(), "1".into()),
-        ("RUST_LOG".into(), "info".into()),
+        (
+            "RUST_LOG".into(),
+            std::env::var("CRUCIBLE_TEST_LOG").unwrap_or_else(|_| "info".into()),
+        ),
     ]
 }
 
