@@ -66,7 +66,21 @@ pub fn classify(outcome: &ChildOutcome, ctx: &VerdictContext) -> Classified {
     }
     let tail = tail_excerpt(&outcome.output_tail);
     if let (Some(result), None) = (&outcome.transcript.result, &outcome.transcript.violation) {
-        return Classified::Verdict(Box::new(from_harness(result.clone(), ctx, tail)));
+        let mut result = from_harness(result.clone(), ctx, tail);
+        // The judge sees its runner die by a signal, not why: a CUDA fault aborts the runner
+        // (often in a destructor, SIGABRT) and only its output says so. As a fault it gets the
+        // GPU health check before the worker trusts the device again.
+        if result.error_code == Some(VerdictCode::Crash) && has_cuda_fault(&outcome.output_tail) {
+            result.error_code = Some(VerdictCode::CudaFault);
+            result.error_message = Some(format!(
+                "CUDA fault: {}",
+                result
+                    .error_message
+                    .as_deref()
+                    .unwrap_or("the candidate's process died")
+            ));
+        }
+        return Classified::Verdict(Box::new(result));
     }
 
     let stage = outcome.transcript.last_stage();
@@ -332,6 +346,31 @@ mod tests {
         cuda.output_tail =
             "RuntimeError: CUDA error: an illegal memory access was encountered".into();
         assert_eq!(code_of(classify(&cuda, &c)), VerdictCode::CudaFault);
+    }
+
+    #[test]
+    fn a_runner_crash_with_a_cuda_fault_in_the_output_is_a_cuda_fault() {
+        let mut o = outcome(RUNNING, ExitKind::Code(0), None);
+        o.transcript.result = Some(
+            serde_json::from_value(serde_json::json!({
+                "compiled": true, "correct": false, "trials_passed": 0, "trials_total": 5,
+                "error_code": "CRASH",
+                "error_message": "the candidate's process was killed by SIGABRT (stage correctness)",
+                "device": {"kind": "cuda", "name": "H100"},
+            }))
+            .unwrap(),
+        );
+        assert_eq!(code_of(classify(&o, &ctx())), VerdictCode::Crash);
+        o.output_tail = "torch.AcceleratorError: CUDA error: an illegal memory access was \
+                         encountered\nframe #11: c10::TensorImpl::~TensorImpl()"
+            .into();
+        match classify(&o, &ctx()) {
+            Classified::Verdict(r) => {
+                assert_eq!(r.error_code, Some(VerdictCode::CudaFault));
+                assert!(r.error_message.unwrap().contains("SIGABRT"));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
