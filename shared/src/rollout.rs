@@ -264,13 +264,6 @@ pub struct RolloutResultsPage {
     pub total: usize,
 }
 
-/// How many cursor positions a batch has: one per distinct task (identical completions share
-/// a task) plus one for all rollouts without a kernel together.
-pub fn cursor_end(records: &[RolloutRecord]) -> u64 {
-    let tasks: HashSet<&TaskId> = records.iter().filter_map(|r| r.task_id.as_ref()).collect();
-    tasks.len() as u64 + u64::from(records.iter().any(|r| r.task_id.is_none()))
-}
-
 /// Where a page that starts at cursor `after` reads: whether it includes the rollouts without
 /// a kernel (cursor position 0 when there are any), and from which entry of the batch's log
 /// of finished tasks it goes on.
@@ -432,7 +425,6 @@ mod tests {
             record("c", None, "no code"),
             record("d", Some("t2"), TAGGED),
         ];
-        assert_eq!(cursor_end(&records), 3);
         let page = rollout_results(
             &records,
             true,

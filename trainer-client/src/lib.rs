@@ -137,16 +137,17 @@ impl Client {
         &self,
         batch: &RolloutBatchRequest,
     ) -> Result<RolloutBatchResponse, ClientError> {
-        if batch.idempotency_key.is_some() {
-            return self
-                .send(reqwest::Method::POST, "/rollouts", Some(batch))
-                .await;
-        }
-        let keyed = RolloutBatchRequest {
-            idempotency_key: Some(format!("rb-{}", uuid::Uuid::new_v4().simple())),
-            ..batch.clone()
+        let keyed;
+        let batch = if batch.idempotency_key.is_some() {
+            batch
+        } else {
+            keyed = RolloutBatchRequest {
+                idempotency_key: Some(format!("rb-{}", uuid::Uuid::new_v4().simple())),
+                ..batch.clone()
+            };
+            &keyed
         };
-        self.send(reqwest::Method::POST, "/rollouts", Some(&keyed))
+        self.send(reqwest::Method::POST, "/rollouts", Some(batch))
             .await
     }
 

@@ -8,6 +8,7 @@ sends, sleeps and waits in its own way.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
@@ -266,6 +267,24 @@ class _Base:
         self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
         self._retry = retry
 
+    def _settle(
+        self,
+        outcome: httpx.Response | Exception,
+        answers: frozenset[int],
+        attempt: int,
+        started: float,
+    ) -> tuple[bool, Any]:
+        """What one attempt comes to: ``(True, decoded answer)``, or ``(False, seconds to wait
+        before the next attempt)``; raises once the retry policy gives up."""
+        if isinstance(outcome, httpx.Response) and (
+            outcome.status_code in answers or outcome.status_code not in RETRYABLE_STATUS
+        ):
+            return True, _decode(outcome, answers)
+        delay = self._retry.next_delay(attempt, time.monotonic() - started)
+        if delay is None:
+            raise _exhausted(outcome, attempt)
+        return False, delay
+
 
 class Client(_Base):
     """Blocking client; one per thread or shared (``httpx.Client`` is thread-safe).
@@ -309,12 +328,10 @@ class Client(_Base):
         answers: frozenset[int] = _OK,
     ) -> Any:
         started = time.monotonic()
-        attempt = 0
-        while True:
-            attempt += 1
-            failure: httpx.Response | Exception
+        for attempt in itertools.count(1):
+            outcome: httpx.Response | Exception
             try:
-                response = self._http.request(
+                outcome = self._http.request(
                     method,
                     path,
                     params=params,
@@ -322,15 +339,12 @@ class Client(_Base):
                     timeout=_read_timeout(self._timeout, wait_s),
                 )
             except RETRYABLE_ERRORS as e:
-                failure = e
-            else:
-                if response.status_code in answers or response.status_code not in RETRYABLE_STATUS:
-                    return _decode(response, answers)
-                failure = response
-            delay = self._retry.next_delay(attempt, time.monotonic() - started)
-            if delay is None:
-                raise _exhausted(failure, attempt)
-            time.sleep(delay)
+                outcome = e
+            done, value = self._settle(outcome, answers, attempt, started)
+            if done:
+                return value
+            time.sleep(value)
+        raise AssertionError("unreachable: itertools.count never ends")
 
     def health(self) -> dict[str, Any]:
         """``GET /health``: ``status`` ``ok``, ``degraded`` (no worker ready) or
@@ -502,12 +516,10 @@ class AsyncClient(_Base):
         answers: frozenset[int] = _OK,
     ) -> Any:
         started = time.monotonic()
-        attempt = 0
-        while True:
-            attempt += 1
-            failure: httpx.Response | Exception
+        for attempt in itertools.count(1):
+            outcome: httpx.Response | Exception
             try:
-                response = await self._http.request(
+                outcome = await self._http.request(
                     method,
                     path,
                     params=params,
@@ -515,15 +527,12 @@ class AsyncClient(_Base):
                     timeout=_read_timeout(self._timeout, wait_s),
                 )
             except RETRYABLE_ERRORS as e:
-                failure = e
-            else:
-                if response.status_code in answers or response.status_code not in RETRYABLE_STATUS:
-                    return _decode(response, answers)
-                failure = response
-            delay = self._retry.next_delay(attempt, time.monotonic() - started)
-            if delay is None:
-                raise _exhausted(failure, attempt)
-            await asyncio.sleep(delay)
+                outcome = e
+            done, value = self._settle(outcome, answers, attempt, started)
+            if done:
+                return value
+            await asyncio.sleep(value)
+        raise AssertionError("unreachable: itertools.count never ends")
 
     async def health(self) -> dict[str, Any]:
         """See ``Client.health``."""
