@@ -129,6 +129,8 @@ def _load_sibling(file_name, module_name):
 
 _screen = _load_sibling("screen.py", "crucible_screen")
 _transport = _load_sibling("transport.py", "crucible_transport")
+_sandbox = _load_sibling("sandbox.py", "crucible_sandbox")
+_selftest = _load_sibling("selftest.py", "crucible_selftest")
 SCREENING_ACTIONS = ("reject", "flag", "off")
 MAX_FLAGS = 64
 MAX_FLAG_CHARS = 256
@@ -144,9 +146,12 @@ SPEC_DEFAULTS = {
     "backend": "triton", "device": "cuda", "num_correct_trials": 5, "num_perf_trials": 100,
     "num_warmup": 3, "measure_performance": True, "atol": 0.01, "rtol": 0.01, "seed": 42,
     "reference_timing": None, "screening": {}, "stage": "evaluate", "cuda_arch": None,
-    "prebuilt": [], "max_speedup": 10.0, "integrity_checks": True,
+    "prebuilt": [], "max_speedup": 10.0, "integrity_checks": True, "sandbox": None,
+    "selftest": None,
 }
-STAGES = ("evaluate", "prepare")
+# evaluate: the device stage; prepare: the CPU stage (import and builds, no device);
+# selftest: the worker's start-up proof that the sandbox holds on this host.
+STAGES = ("evaluate", "prepare", "selftest")
 # Bump when what decides a load_inline build changes: the worker keys its build cache on it too.
 BUILD_PROTOCOL = "build-v1"
 MAX_BUILDS = 16
@@ -164,6 +169,15 @@ CAUGHT = (Exception, SystemExit)
 
 class SetupError(Exception):
     """The evaluation cannot start for reasons that are not the candidate's (exit 3)."""
+
+
+RUNNER_KILLED_EXIT = 4
+
+
+class RunnerKilled(BaseException):
+    """The runner was killed by SIGKILL from outside it (exit 4, no result): out of memory
+    when the task's cgroup says so, else a fault of this node. A BaseException, so that no
+    `except Exception` on the way swallows it."""
 
 
 class Verdict(Exception):
@@ -826,15 +840,17 @@ class RunnerLink:
     exists, so the candidate's process never holds the input seeds, the reference outputs or
     the comparison, nor the protocol channel (fd 3) and the gate (fd 4)."""
 
-    def __init__(self, taskdir):
+    def __init__(self, taskdir, plan):
         import socket
         judge_end, runner_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         _flush_std()
         pid = os.fork()
         if pid == 0:
             judge_end.close()
-            runner_main(runner_end, taskdir)   # never returns
+            runner_main(runner_end, taskdir, plan)   # never returns
         runner_end.close()
+        if plan is not None:
+            _sandbox.close_ruleset(plan)   # the runner was the last process to need it
         self.sock = judge_end
         self.pid = pid
         self.status = None
@@ -971,6 +987,11 @@ class Evaluation:
         try:
             reply = self.runner.call(op, **fields)
         except RunnerGone:
+            if not self.candidate_loaded:
+                # Nothing of the candidate has run in it: the runner failed to start (its
+                # sandbox, its imports), a fault of this node.
+                raise SetupError(f"the runner ended during {op} before the candidate was "
+                                 f"loaded (wait status {self.runner.reap()})")
             raise self.runner_died()
         except _transport.TransportError as e:
             # Only the candidate can have written that: the runner's harness code sends whole
@@ -978,6 +999,9 @@ class Evaluation:
             self.add_finding("protocol-tampered", f"during {op}: {e}")
             raise Verdict("RUNTIME", f"the candidate's process broke its channel to the judge "
                           f"during {op}: {e}")
+        failed = reply.get("sandbox_failed")
+        if isinstance(failed, dict) and not self.candidate_loaded:
+            raise _sandbox.SandboxError(str(failed.get("layer")), str(failed.get("error")))
         for f in reply.get("findings") or []:
             if isinstance(f, dict) and f.get("rule") in RUNTIME_RULES:
                 self.add_finding(f["rule"], f.get("detail", ""))
@@ -996,6 +1020,12 @@ class Evaluation:
         import signal
         status = self.runner.reap()
         stage = self._stage or "unknown"
+        if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL and \
+                self.spec.get("sandbox") and self.spec["sandbox"].get("seccomp"):
+            # Its seccomp filter refuses sending SIGKILL, and the judge sends it only at the
+            # end: the kernel (out of memory) or the worker killed it. Not a verdict the judge
+            # can give: the worker decides from the task's cgroup (RunnerKilled).
+            return RunnerKilled(stage)
         if os.WIFSIGNALED(status):
             sig = os.WTERMSIG(status)
             try:
@@ -1070,6 +1100,9 @@ class Evaluation:
         self.setup()
         if self.spec["stage"] == "prepare":
             self.prepare()
+            return
+        if self.spec["stage"] == "selftest":
+            self.selftest()
             return
         self.begin("load_reference")
         self.load_reference()
@@ -1160,21 +1193,20 @@ class Evaluation:
         }
 
         if spec["stage"] == "prepare":
-            # No device: the worker hides the GPU from this stage.
+            # No device: the worker hides the GPU from this stage. The candidate is imported
+            # (and its extensions built) in a runner, like everywhere else.
             self.result["device"] = {"kind": "cpu", "name": cpu_model_name()}
-            self.builds = ExtensionBuilds(self.taskdir, str(torch.__version__),
-                                          spec["cuda_arch"], [], building=True)
+            self.start_runner()
+            self.ask("setup", device="cpu", backend=spec["backend"], cuda_arch=spec["cuda_arch"],
+                     prebuilt=[], building=True)
+            self.check_runner()
             return
         if spec["backend"] == "cuda" and self.device == "cpu":
             self.result["device"] = {"kind": "cpu", "name": cpu_model_name()}
             raise Verdict("UNSUPPORTED", "backend 'cuda' (nvcc / load_inline) needs a CUDA "
                           "device; this worker evaluates on CPU (Triton interpreter only)",
                           compiled=False)
-        os.makedirs(self.xfer_dir, mode=0o700, exist_ok=True)
-        # Before CUDA exists here (a forked child cannot use it) and before any secret does.
-        self.runner = RunnerLink(self.taskdir)
-        # No process of our uid (the runner included) may ptrace us or read our memory.
-        _prctl(PR_SET_DUMPABLE, 0)
+        self.start_runner()
         self.exporter = _transport.Exporter(torch, self.xfer_dir, "in")
         # The input seeds: drawn here, after the fork, never sent to the runner.
         import secrets
@@ -1197,6 +1229,23 @@ class Evaluation:
                              "integrity checks (a benchmark setting)")
         self.ask("setup", device=self.device, backend=spec["backend"],
                  cuda_arch=spec["cuda_arch"], prebuilt=spec["prebuilt"])
+        self.check_runner()
+
+    def start_runner(self):
+        """Forks the runner: before CUDA exists here (a forked child cannot use it) and before
+        any secret does."""
+        os.makedirs(self.xfer_dir, mode=0o700, exist_ok=True)
+        self.runner = RunnerLink(self.taskdir, self.spec["sandbox"])
+        # No process of our uid (the runner included) may ptrace us or read our memory.
+        _prctl(PR_SET_DUMPABLE, 0)
+
+    def check_runner(self):
+        """The runner's sandbox as the kernel shows it, before any candidate code runs in it."""
+        if self.spec["sandbox"] is not None:
+            try:
+                _sandbox.check_runner(self.runner.pid, self.spec["sandbox"])
+            except (_sandbox.SandboxError, OSError, KeyError, ValueError) as e:
+                raise SetupError(str(e))
 
     def load_reference(self):
         """Import reference.py, then remove the file: the candidate's process never finds the
@@ -1255,36 +1304,47 @@ class Evaluation:
 
     def prepare(self):
         """The CPU stage the worker runs before the task takes the GPU: the syntax check,
-        screening and the import of the candidate with no GPU visible, building its
+        screening, then the runner imports the candidate with no GPU visible, building its
         load_inline extensions. Final here: SYNTAX, SCREENED and a compiler failure
         (COMPILATION); the builds are reported in a `prepared` line. Anything else the import
         raised is left for the GPU stage to judge (module-level code may need the GPU).
         Nothing secret exists in this process: it only builds."""
         self.begin("load_candidate")
-        import_error = None
-        try:
-            source = self.check_source()
-            self.screen(source)
-            self.candidate_loaded = True
-            self.builds.install()
-            try:
-                import_file(CANDIDATE_MODULE, self.cand_path)
-            except CAUGHT as e:
-                raise Verdict(classify(e, "IMPORT"), format_error(
-                    e, self.cand_path, self.taskdir), compiled=False)
-        except Verdict as v:
-            if self.builds.failure is not None:
-                self._end_stage()
-                raise Verdict("COMPILATION", format_error(
-                    self.builds.failure, self.cand_path, self.taskdir,
-                    "load_inline failed to build"), compiled=False)
-            if v.code in ("SYNTAX", "SCREENED"):
-                raise
-            import_error = v.message[:MAX_ERROR_CHARS]
+        source = self.check_source()
+        self.screen(source)
+        self.candidate_loaded = True
+        reply = self.ask("prepare")
         self._end_stage()
-        emit({"event": "prepared", "builds": self.builds.builds, "import_error": import_error,
+        self.runner.stop()
+        if reply.get("build_failure"):
+            raise Verdict("COMPILATION", str(reply["build_failure"])[:MAX_ERROR_CHARS],
+                          compiled=False)
+        builds = reply.get("builds")
+        import_error = reply.get("import_error")
+        # The worker checks every field again (protocol.rs); here only the shape.
+        if not isinstance(builds, list) or len(builds) > MAX_BUILDS or not all(
+                isinstance(b, dict) for b in builds):
+            raise Verdict("RUNTIME", "the candidate's process answered the prepare request "
+                          "with a malformed build list")
+        emit({"event": "prepared", "builds": builds,
+              "import_error": None if import_error is None else str(import_error)[
+                  :MAX_ERROR_CHARS],
               "stage_ms": self.stage_ms, "software": self.result["software"],
               "flags": self.result["flags"]})
+
+    def selftest(self):
+        """The worker's start-up proof (no reference, no candidate): the runner tries what its
+        sandbox must refuse and, on a GPU, maps a tensor shared from here (CUDA IPC)."""
+        self.candidate_loaded = True   # the runner runs probe code from here on
+        tensor = None
+        if self.device == "cuda":
+            torch = Trusted.torch
+            descs, self.selftest_inputs = self.share_inputs([torch.ones(1024, device="cuda")])
+            tensor = descs[0]["tensor"]
+        reply = self.ask("selftest", targets=self.spec["selftest"], tensor=tensor)
+        self.runner.stop()
+        emit({"event": "selftest", "runner": reply.get("report"),
+              "judge": _selftest.identity()})
 
     def screen(self, source):
         """Static screening (screen.py) before the candidate is imported: every finding goes
@@ -1890,7 +1950,8 @@ class Runner:
             set_cpu_threads(torch)
         self.exporter = _transport.Exporter(torch, self.xfer_dir, "out")
         self.builds = ExtensionBuilds(self.taskdir, str(torch.__version__), msg.get("cuda_arch"),
-                                      msg.get("prebuilt") or [], building=False)
+                                      msg.get("prebuilt") or [],
+                                      building=bool(msg.get("building")))
         self.current_frames = sys._current_frames
         return {}
 
@@ -1911,6 +1972,33 @@ class Runner:
             raise RunnerVerdict(code, format_error(e, self.cand_path, self.taskdir), False)
         self.kernels = self.find_kernels()
         return {"builds_reused": self.builds.reused}
+
+    def op_prepare(self, msg):
+        """The CPU stage's import: builds load_inline extensions into the task directory and
+        reports them, a compiler failure, or what else the import raised (for the device stage
+        to judge)."""
+        self.builds.install()
+        import_error = None
+        try:
+            import_file(CANDIDATE_MODULE, self.cand_path)
+        except CAUGHT as e:
+            import_error = format_error(e, self.cand_path, self.taskdir)
+        failure = None
+        if self.builds.failure is not None:
+            failure = format_error(self.builds.failure, self.cand_path, self.taskdir,
+                                   "load_inline failed to build")
+        return {"builds": self.builds.builds, "build_failure": failure,
+                "import_error": import_error}
+
+    def op_selftest(self, msg):
+        """The worker's start-up check: tries what the sandbox must refuse (selftest.py)."""
+        report = _selftest.probe(msg.get("targets") or {})
+        desc = msg.get("tensor")
+        if desc is not None:   # a CUDA tensor the judge shared: IPC through the sandbox
+            torch = Trusted.torch
+            t = _transport.import_tensor(torch, desc, self.xfer_dir, torch.cuda.current_device())
+            report["ipc_sum"] = float(t.sum().item())
+        return {"report": report}
 
     def find_kernels(self):
         """The Triton kernels the candidate's file defines (unwrapping autotune/heuristics),
@@ -2117,9 +2205,9 @@ class Runner:
         del held
 
 
-def runner_main(sock, taskdir):
-    """The forked runner: drops the protocol channel and the gate, dies with the judge, and
-    serves requests until told to finish; never returns."""
+def runner_main(sock, taskdir, plan):
+    """The forked runner: drops the protocol channel and the gate, enters its own sandbox
+    layer, dies with the judge, and serves requests until told to finish; never returns."""
     code = 0
     try:
         for fd in (3, GATE_FD):
@@ -2127,6 +2215,17 @@ def runner_main(sock, taskdir):
                 os.close(fd)
             except OSError:
                 pass
+        if plan is not None:
+            try:
+                _sandbox.enter_runner(plan)
+                _sandbox.close_ruleset(plan)
+            except _sandbox.SandboxError as e:
+                # Told to the judge as the answer to its first request (nothing of the
+                # candidate has run yet, so this is still our own code speaking).
+                _transport.recv(sock)
+                _transport.send(sock, {"sandbox_failed": {"layer": e.layer,
+                                                          "error": str(e.message)[:2000]}})
+                _os_exit(3)
         import signal
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         Runner(sock, taskdir).serve()
@@ -2149,6 +2248,14 @@ def main(taskdir=None):
         taskdir = sys.argv[1]
     _bind_channel()
     _bind_gate()
+    plan = _sandbox_plan(taskdir)
+    if plan is not None:
+        # From here on this process is the judge, inside every layer of the plan; the
+        # process the worker started waits for it (sandbox.py).
+        try:
+            emit({"event": "sandbox", "layers": _sandbox.enter_task(plan)})
+        except _sandbox.SandboxError as e:
+            _sandbox_failed(e)
     ev = Evaluation(taskdir)
     try:
         try:
@@ -2159,6 +2266,13 @@ def main(taskdir=None):
             sys.stderr.write(f"crucible harness: setup failed: {e}\n")
             _flush_std()
             _os_exit(3)
+        except _sandbox.SandboxError as e:
+            _sandbox_failed(e)
+        except RunnerKilled as e:
+            sys.stderr.write(f"crucible harness: the candidate's process was killed by SIGKILL "
+                             f"from outside (stage {e})\n")
+            _flush_std()
+            _os_exit(RUNNER_KILLED_EXIT)
         except BaseException as e:   # a harness bug, or the candidate broke the harness
             detail = "".join(traceback.format_exception(type(e), e, e.__traceback__))
             sys.stderr.write("crucible harness: internal error\n" + detail)
@@ -2174,6 +2288,33 @@ def main(taskdir=None):
         _os_exit(1)
     _flush_std()
     _os_exit(0)
+
+
+def _sandbox_failed(e):
+    """A layer of the plan could not be entered: say which on fd 3 (the worker's start-up
+    self-test drops an optional layer that fails, and refuses to serve without a required
+    one) and end as a fault of this node."""
+    try:
+        emit({"event": "sandbox_failed", "layer": e.layer, "error": str(e.message)[:2000]})
+    finally:
+        sys.stderr.write(f"crucible harness: sandbox: {e}\n")
+        _flush_std()
+        _os_exit(3)
+
+
+def _sandbox_plan(taskdir):
+    """The worker's sandbox plan from spec.json (null: the worker runs unsandboxed). Read
+    before anything else, as the process the worker started; exit 3 if unusable."""
+    try:
+        with open(os.path.join(taskdir, "spec.json"), encoding="utf-8") as f:
+            plan = json.load(f).get("sandbox")
+        if plan is not None and (not isinstance(plan, dict) or _sandbox is None):
+            raise ValueError("unusable sandbox plan (or sandbox.py missing)")
+        return plan
+    except (OSError, ValueError, AttributeError) as e:
+        sys.stderr.write(f"crucible harness: cannot read the sandbox plan: {e}\n")
+        _flush_std()
+        _os_exit(3)
 
 
 def _flush_std():

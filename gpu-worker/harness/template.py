@@ -2,10 +2,12 @@
 never initialised CUDA, and forks one fresh child per task.
 
 Run by the worker as ``python -I -B template.py <harness.py>`` with file descriptor 4 a
-SOCK_SEQPACKET Unix socket to the worker. Requests (one JSON object per message) carry three
-file descriptors (the task's stdout, stderr and result pipe, and optionally its gate, fd 4):
+SOCK_SEQPACKET Unix socket to the worker. Requests (one JSON object per message) carry the
+child's file descriptors, and `fds` the number each gets in the child (1, 2, 3: stdout,
+stderr, the result pipe; optionally 4, the gate, and 5, the sandbox's Landlock ruleset):
 
-    {"op": "spawn", "id": N, "taskdir": "...", "env": {...}, "rlimits": {"NOFILE": n, ...}}
+    {"op": "spawn", "id": N, "taskdir": "...", "env": {...}, "fds": [1, 2, 3, 4, 5],
+     "rlimits": {"NOFILE": n, ...}}
 
 Replies and events (one JSON object per message):
 
@@ -15,9 +17,9 @@ Replies and events (one JSON object per message):
     {"event": "exited", "pid": C, "status": S}   (S: the raw wait status)
 
 The child then lives exactly as a freshly started harness would: its own session, the worker's
-death (through ours) kills it, the task's environment only, its rlimits, cwd = taskdir, fds
-1/2/3(/4) = the pipes it was given; then harness.main(taskdir). A child is never reused. The
-template exits when the worker closes the socket.
+death (through ours) kills it, the task's environment only, its rlimits, cwd = taskdir, its
+descriptors at their numbers; then harness.main(taskdir), which enters the task's sandbox
+first. A child is never reused. The template exits when the worker closes the socket.
 """
 import os
 import sys
@@ -100,7 +102,7 @@ def _child(harness, request, fds, template_pid, closing):
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0 or os.getppid() != template_pid:
             os._exit(70)
-        targets = (1, 2, 3, 4)[:len(fds)]
+        targets = request["fds"]
         # Moved above the targets first, so that no dup2 overwrites a descriptor still to be
         # placed (the received ones may have any numbers, 4 included, once fd 4 is closed).
         moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in fds]
@@ -174,7 +176,10 @@ def main():
             if not data:
                 os._exit(0)   # the worker is gone or wants us gone
             request = json.loads(data)
-            if request.get("op") != "spawn" or len(fds) not in (3, 4):
+            targets = request.get("fds")
+            if request.get("op") != "spawn" or not isinstance(targets, list) or \
+                    len(targets) != len(fds) or targets[:3] != [1, 2, 3] or \
+                    not all(t in (4, 5) for t in targets[3:]):
                 for fd in fds:
                     os.close(fd)
                 send({"event": "spawn_failed", "id": request.get("id"),

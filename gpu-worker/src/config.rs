@@ -1,7 +1,10 @@
 //! Worker settings, parsed from environment-style lookups by pure functions.
 
 use crate::device::DeviceSlot;
+use crate::sandbox::Sandbox;
+use crate::sandbox::config::SandboxSettings;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Limits applied to every task child.
@@ -9,8 +12,9 @@ use std::time::Duration;
 pub struct ChildLimits {
     /// RLIMIT_NOFILE.
     pub max_open_files: u64,
-    /// RLIMIT_NPROC (enforced by the kernel only for non-root workers) and the watchdog's cap
-    /// on processes in the child's group (enforced always).
+    /// The watchdog's cap on processes in the child's group (and, with threads, the task
+    /// cgroup's `pids.max`); RLIMIT_NPROC is a per-user backstop above it
+    /// ([`ChildLimits::nproc_rlimit`]).
     pub max_processes: u64,
     /// RLIMIT_FSIZE: largest file the child may write.
     pub max_file_bytes: u64,
@@ -21,6 +25,15 @@ pub struct ChildLimits {
     pub max_output_bytes: u64,
     /// How often the watchdog samples the group.
     pub watchdog_interval: Duration,
+}
+
+impl ChildLimits {
+    /// RLIMIT_NPROC counts every process and thread of the child's user on the host, and
+    /// children of several tasks may share a user: far above one task's cap, against a fork
+    /// storm only.
+    pub fn nproc_rlimit(&self) -> u64 {
+        self.max_processes.saturating_mul(16)
+    }
 }
 
 impl Default for ChildLimits {
@@ -75,6 +88,9 @@ pub struct WorkerConfig {
     /// The harness's runtime integrity checks (docs/INTEGRITY.md). Off only to measure what
     /// they cost: results then carry the flag `integrity-checks-off`.
     pub integrity_checks: bool,
+    /// The OS boundary around every child (settings, and once proven, the layers in force);
+    /// shared by the clones of this configuration.
+    pub sandbox: Arc<Sandbox>,
 }
 
 impl WorkerConfig {
@@ -84,7 +100,8 @@ impl WorkerConfig {
     /// `CRUCIBLE_TEMPLATE_MAX_FORKS`, `CRUCIBLE_COMPILE_POOL` (0/1; on by default for GPUs),
     /// `CRUCIBLE_COMPILE_JOBS` (default half the cores), `CRUCIBLE_BUILD_CACHE` (directory),
     /// `CRUCIBLE_BUILD_CACHE_ENTRIES`, `CRUCIBLE_PREFETCH` (default 4 with the pool, else 0),
-    /// `CRUCIBLE_INTEGRITY_CHECKS` (0 only to measure their cost).
+    /// `CRUCIBLE_INTEGRITY_CHECKS` (0 only to measure their cost), and the sandbox's
+    /// (`CRUCIBLE_SANDBOX*`, see [`SandboxSettings::from_lookup`]).
     pub fn from_lookup(
         device: DeviceSlot,
         lookup: impl Fn(&str) -> Option<String>,
@@ -168,6 +185,7 @@ impl WorkerConfig {
             build_cache_entries,
             prefetch,
             integrity_checks: switch("CRUCIBLE_INTEGRITY_CHECKS").unwrap_or(true),
+            sandbox: Arc::new(Sandbox::new(SandboxSettings::from_lookup(&lookup)?)),
         })
     }
 

@@ -7,6 +7,7 @@ use crate::device::DeviceSlot;
 use crate::harness::{HARNESS_FILE, HARNESS_MODULES, HARNESS_SOURCE};
 use crate::protocol::BuiltExtension;
 use crate::protocol::SoftwareReport;
+use crate::sandbox::{ChildSandbox, Ready, SandboxError};
 use crate::reference_cache::NUM_WARMUP;
 use crate::supervisor::{ChildOutcome, ChildSpec, GateChild, Launcher, run_child};
 use crate::task_dir::TaskDir;
@@ -167,73 +168,110 @@ pub struct Evaluated {
     pub software: Option<SoftwareReport>,
 }
 
-/// A task directory with everything a harness stage reads.
-fn task_dir_for(
+/// The private directory of one harness stage and the sandbox its child will enter.
+pub struct StageDir {
+    pub dir: TaskDir,
+    pub sandbox: Option<ChildSandbox>,
+}
+
+/// Makes a stage directory: the harness, what `fill` writes (returning the stage's spec),
+/// the child's sandbox (`sandbox_for`, which hands the directory to the child's user), and
+/// `spec.json` with the sandbox plan in it.
+pub fn stage_dir(
     cfg: &WorkerConfig,
-    spec: &TaskSpec,
     label: &str,
-    stage: &str,
-    inputs: &StageInputs,
-) -> std::io::Result<TaskDir> {
+    fill: impl FnOnce(&TaskDir) -> std::io::Result<serde_json::Value>,
+    sandbox_for: impl FnOnce(&Path) -> Result<Option<ChildSandbox>, SandboxError>,
+) -> std::io::Result<StageDir> {
     let dir = TaskDir::create(&cfg.work_root, label)?;
     dir.write_new(HARNESS_FILE, HARNESS_SOURCE.as_bytes())?;
     for (file, source) in HARNESS_MODULES {
         dir.write_new(file, source.as_bytes())?;
     }
-    dir.write_new("reference.py", spec.request.reference_code.as_bytes())?;
-    dir.write_new("candidate.py", spec.request.kernel_code.as_bytes())?;
-    let prebuilt = match &inputs.prebuilt {
-        Some(p) => match p.cache.install(&p.entry, &p.digests, dir.path()) {
-            Ok(files) => files,
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                // Changed since it was stored: never hand it out; the child builds itself.
-                tracing::warn!(key = %p.entry.key, error = %e, "build cache entry refused and removed");
-                p.cache.discard(&p.entry.key);
-                Vec::new()
-            }
-            Err(e) => return Err(e),
-        },
-        None => Vec::new(),
+    let mut spec = fill(&dir)?;
+    dir.subdir("tmp")?;
+    dir.subdir("cache")?;
+    let sandbox = sandbox_for(dir.path())?;
+    spec["sandbox"] = match &sandbox {
+        Some(s) => serde_json::to_value(&s.plan).map_err(std::io::Error::other)?,
+        None => serde_json::Value::Null,
     };
-    dir.write_new(
-        "spec.json",
-        harness_spec(
+    let path = dir.write_new("spec.json", spec.to_string().as_bytes())?;
+    if let Some(s) = &sandbox {
+        s.own(&path)?;
+    }
+    Ok(StageDir { dir, sandbox })
+}
+
+/// The stage directory of a task: its reference, candidate and prebuilt extensions.
+fn task_stage_dir(
+    cfg: &WorkerConfig,
+    ready: Option<&Ready>,
+    spec: &TaskSpec,
+    label: &str,
+    stage: &str,
+    inputs: &StageInputs,
+) -> std::io::Result<StageDir> {
+    let fill = |dir: &TaskDir| {
+        dir.write_new("reference.py", spec.request.reference_code.as_bytes())?;
+        dir.write_new("candidate.py", spec.request.kernel_code.as_bytes())?;
+        let prebuilt = match &inputs.prebuilt {
+            Some(p) => match p.cache.install(&p.entry, &p.digests, dir.path()) {
+                Ok(files) => files,
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                    // Changed since it was stored: never hand it out; the child builds itself.
+                    tracing::warn!(key = %p.entry.key, error = %e, "build cache entry refused and removed");
+                    p.cache.discard(&p.entry.key);
+                    Vec::new()
+                }
+                Err(e) => return Err(e),
+            },
+            None => Vec::new(),
+        };
+        Ok(harness_spec(
             spec,
             &cfg.device,
             stage,
             inputs,
             &prebuilt,
             cfg.integrity_checks,
-        )
-        .to_string()
-        .as_bytes(),
-    )?;
-    dir.subdir("tmp")?;
-    dir.subdir("cache")?;
-    Ok(dir)
+        ))
+    };
+    stage_dir(cfg, label, fill, |path| {
+        ready
+            .map(|r| r.host.child(&r.active, cfg, path, label))
+            .transpose()
+    })
 }
 
-fn harness_child(
+/// The child of a harness stage in `stage`'s directory.
+pub fn harness_child(
     cfg: &WorkerConfig,
-    spec: &TaskSpec,
-    dir: &TaskDir,
+    stage: &mut StageDir,
     env: Vec<(String, String)>,
     gate: Option<GateChild>,
+    deadline: std::time::Duration,
 ) -> ChildSpec {
+    let dir = stage.dir.path();
     ChildSpec {
         program: cfg.python.clone(),
         args: vec![
             "-I".into(),
             "-B".into(),
-            dir.path().join(HARNESS_FILE).display().to_string(),
-            dir.path().display().to_string(),
+            dir.join(HARNESS_FILE).display().to_string(),
+            dir.display().to_string(),
         ],
-        cwd: dir.path().to_owned(),
+        cwd: dir.to_owned(),
         env,
         limits: cfg.limits.clone(),
-        deadline: std::time::Duration::from_secs(u64::from(spec.request.timeout_s)),
+        deadline,
         gate,
+        sandbox: stage.sandbox.take(),
     }
+}
+
+fn task_deadline(spec: &TaskSpec) -> std::time::Duration {
+    std::time::Duration::from_secs(u64::from(spec.request.timeout_s))
 }
 
 /// The environment of a prepare-stage child: a task child's, with no GPU visible and CUDA
@@ -267,12 +305,14 @@ pub async fn run_prepare_child(
     cancel: watch::Receiver<bool>,
     inputs: &StageInputs,
 ) -> std::io::Result<(ChildOutcome, TaskDir)> {
-    let dir = task_dir_for(cfg, spec, label, "prepare", inputs)?;
-    let env = prepare_env(cfg, dir.path(), inputs.cuda_arch.as_deref(), |k| {
+    let ready = cfg.sandbox.ready(cfg, launcher).await?;
+    let mut stage = task_stage_dir(cfg, ready, spec, label, "prepare", inputs)?;
+    let env = prepare_env(cfg, stage.dir.path(), inputs.cuda_arch.as_deref(), |k| {
         std::env::var(k).ok()
     });
-    let outcome = run_child(harness_child(cfg, spec, &dir, env, None), launcher, cancel).await?;
-    Ok((outcome, dir))
+    let child = harness_child(cfg, &mut stage, env, None, task_deadline(spec));
+    let outcome = run_child(child, launcher, cancel).await?;
+    Ok((outcome, stage.dir))
 }
 
 /// [`run_evaluation`] with what the worker knows ahead: the reference's cached timing (the
@@ -302,10 +342,12 @@ pub async fn run_evaluation_gated(
 ) -> std::io::Result<Evaluated> {
     let started = Instant::now();
     let gated = gate.is_some();
-    let dir = task_dir_for(cfg, spec, label, "evaluate", &inputs)?;
+    let ready = cfg.sandbox.ready(cfg, launcher).await?;
+    let mut stage = task_stage_dir(cfg, ready, spec, label, "evaluate", &inputs)?;
     let prepare_ms = started.elapsed().as_secs_f64() * 1e3;
-    let env = child_env(cfg, dir.path(), |k| std::env::var(k).ok());
-    let outcome = run_child(harness_child(cfg, spec, &dir, env, gate), launcher, cancel).await?;
+    let env = child_env(cfg, stage.dir.path(), |k| std::env::var(k).ok());
+    let child = harness_child(cfg, &mut stage, env, gate, task_deadline(spec));
+    let outcome = run_child(child, launcher, cancel).await?;
     tracing::debug!(
         label,
         exit = ?outcome.exit,
@@ -347,7 +389,7 @@ pub async fn run_evaluation_gated(
         (Some(r), None) => r.software.clone(),
         _ => None,
     };
-    drop(dir);
+    drop(stage);
     Ok(Evaluated {
         classified,
         software,

@@ -14,9 +14,12 @@ pub const TEMPLATE_SOURCE: &str = include_str!("../harness/template.py");
 pub const TEMPLATE_FILE: &str = "template.py";
 
 /// The harness's own modules, written next to `harness.py`, which loads them from its own
-/// directory: `screen.py` (static screening before the candidate is imported) and
-/// `transport.py` (messages and tensors between the judge and the candidate's process).
-pub const HARNESS_MODULES: [(&str, &str); 2] = [
+/// directory: `screen.py` (static screening before the candidate is imported),
+/// `transport.py` (messages and tensors between the judge and the candidate's process),
+/// `sandbox.py` (entering the sandbox plan) and `selftest.py` (the start-up probes).
+pub const HARNESS_MODULES: [(&str, &str); 4] = [
     ("screen.py", include_str!("../harness/screen.py")),
     ("transport.py", include_str!("../harness/transport.py")),
+    ("sandbox.py", include_str!("../harness/sandbox.py")),
+    ("selftest.py", include_str!("../harness/selftest.py")),
 ];

@@ -5,8 +5,9 @@
 //! pipe; output caps; the memory/process watchdog; the deadline; and the classification of
 //! every way a child can end; the warm template that forks those children; the CPU stage of
 //! each task (syntax, screening, import, CUDA extension builds) run ahead of the device stage,
-//! with the node-wide build cache and compile slots; the reference-timing cache key. The
-//! Python harness and template are embedded here.
+//! with the node-wide build cache and compile slots; the reference-timing cache key; the
+//! sandbox every child runs in (namespaces, an unprivileged user, Landlock, seccomp, a cgroup)
+//! and its start-up self-test. The Python harness and template are embedded here.
 
 pub mod build_cache;
 pub mod config;
@@ -17,6 +18,7 @@ pub mod prepare;
 pub mod probe;
 pub mod protocol;
 pub mod reference_cache;
+pub mod sandbox;
 pub mod supervisor;
 pub mod task_dir;
 pub mod template;
@@ -27,4 +29,4 @@ pub mod worker;
 pub use config::{ChildLimits, WorkerConfig};
 pub use device::{DeviceSlot, discover_devices};
 pub use evaluation::{evaluate_local, run_evaluation};
-pub use worker::Worker;
+pub use worker::{Worker, WorkerError};

@@ -58,11 +58,14 @@ async fn main() -> anyhow::Result<()> {
     let cfg = WorkerConfig::from_env(device).map_err(anyhow::Error::msg)?;
     let worker = Arc::new(Worker::new(broker, cfg));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let run = tokio::spawn(worker.run(stop_rx));
-    shutdown_signal().await;
-    tracing::info!("shutdown requested");
+    let mut run = tokio::spawn(worker.run(stop_rx));
+    tokio::select! {
+        _ = shutdown_signal() => tracing::info!("shutdown requested"),
+        // The worker stopped by itself: it refused to serve.
+        ended = &mut run => return Ok(ended??),
+    }
     let _ = stop_tx.send(true);
-    run.await?;
+    run.await??;
     Ok(())
 }
 

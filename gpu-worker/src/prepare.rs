@@ -307,6 +307,8 @@ mod tests {
             wall: std::time::Duration::from_millis(10),
             peak_rss_bytes: 0,
             peak_processes: 1,
+            oom_kills: 0,
+            sandbox_broken: None,
         }
     }
 

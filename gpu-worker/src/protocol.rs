@@ -4,6 +4,7 @@
 use crucible_shared::{
     DeviceInfo, Flag, RuntimeStats, SEVERITY_FLAG, SEVERITY_HACK, SEVERITY_REJECT, VerdictCode,
 };
+use crate::sandbox::selftest::SelftestReport;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -101,12 +102,35 @@ pub struct Prepared {
 pub const MAX_BUILDS: usize = 16;
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(tag = "event", rename_all = "lowercase")]
+#[serde(tag = "event", rename_all = "snake_case")]
 pub enum HarnessEvent {
-    Stage { stage: String },
+    Stage {
+        stage: String,
+    },
     Result(Box<HarnessResult>),
     Prepared(Box<Prepared>),
+    /// The judge has entered its sandbox (the layers it applied, informational: the worker
+    /// checks the judge itself, `sandbox::verify`).
+    Sandbox {
+        layers: Vec<String>,
+    },
+    /// A layer of the sandbox plan could not be entered; the child exits as a fault of this
+    /// node.
+    SandboxFailed(SandboxFailure),
+    /// The start-up self-test's findings (`sandbox::selftest`).
+    Selftest(Box<SelftestReport>),
 }
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxFailure {
+    pub layer: String,
+    pub error: String,
+}
+
+/// Bounds on what a child says about its sandbox.
+const MAX_LAYERS: usize = 16;
+const MAX_SANDBOX_ERROR: usize = 4096;
 
 /// Everything read from the pipe of one child.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -115,11 +139,26 @@ pub struct Transcript {
     pub result: Option<HarnessResult>,
     /// The end of a prepare stage (instead of a result).
     pub prepared: Option<Prepared>,
+    /// The layers the judge said it entered.
+    pub sandbox: Option<Vec<String>>,
+    /// The layer that could not be entered (the end of the child).
+    pub sandbox_failed: Option<SandboxFailure>,
+    /// The end of a self-test stage.
+    pub selftest: Option<SelftestReport>,
     /// The first protocol violation, if any; later lines are ignored once one is seen.
     pub violation: Option<String>,
 }
 
 impl Transcript {
+    /// Whether the child has said its last word (a result, a prepared stage, a self-test
+    /// report, or a sandbox failure).
+    pub fn ended(&self) -> bool {
+        self.result.is_some()
+            || self.prepared.is_some()
+            || self.selftest.is_some()
+            || self.sandbox_failed.is_some()
+    }
+
     /// The stage the child was in when it last spoke.
     pub fn last_stage(&self) -> Option<&str> {
         self.stages.last().map(String::as_str)
@@ -142,7 +181,7 @@ impl Transcript {
         if line.iter().all(u8::is_ascii_whitespace) {
             return;
         }
-        if self.result.is_some() || self.prepared.is_some() {
+        if self.ended() {
             self.violation = Some("output after the result".to_owned());
             return;
         }
@@ -166,6 +205,29 @@ impl Transcript {
                 Ok(()) => self.prepared = Some(*prepared),
                 Err(why) => self.violation = Some(why),
             },
+            Ok(HarnessEvent::Sandbox { layers }) => {
+                let plain = |l: &String| l.len() <= 16 && l.bytes().all(|b| b.is_ascii_lowercase());
+                if self.sandbox.is_some() || layers.len() > MAX_LAYERS || !layers.iter().all(plain)
+                {
+                    self.violation = Some("malformed sandbox line".to_owned());
+                } else {
+                    self.sandbox = Some(layers);
+                }
+            }
+            Ok(HarnessEvent::SandboxFailed(failure)) => {
+                if failure.layer.len() > 16 || failure.error.len() > MAX_SANDBOX_ERROR {
+                    self.violation = Some("oversized sandbox failure".to_owned());
+                } else {
+                    self.sandbox_failed = Some(failure);
+                }
+            }
+            Ok(HarnessEvent::Selftest(report)) => {
+                if report.runner.visible_pids.len() > 64 || report.runner.cgroup.len() > 8192 {
+                    self.violation = Some("oversized self-test report".to_owned());
+                } else {
+                    self.selftest = Some(*report);
+                }
+            }
             Err(e) => self.violation = Some(format!("unparseable protocol line: {e}")),
         }
     }

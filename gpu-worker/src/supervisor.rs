@@ -1,9 +1,13 @@
-//! Runs one task child and watches it until it is gone: spawn with isolation, read the result
-//! pipe and the capped output, enforce the deadline and the watchdog's limits, obey
-//! cancellation, and kill the whole group at the end whatever happened.
+//! Runs one task child and watches it until it is gone: spawn with isolation (the sandbox's
+//! ruleset on fd 5, its plan in spec.json), read the result pipe and the capped output, check
+//! the judge's sandbox from /proc once it says it is in, enforce the deadline and the
+//! watchdog's limits, obey cancellation, and kill the whole group (and the task's cgroup) at
+//! the end whatever happened.
 
 use crate::config::ChildLimits;
 use crate::protocol::{MAX_LINE_BYTES, Transcript};
+use crate::sandbox::plan::RULESET_FD;
+use crate::sandbox::{ChildSandbox, verify};
 use crate::template::Template;
 use crate::watchdog;
 use nix::sys::resource::{Resource, setrlimit};
@@ -37,6 +41,8 @@ pub struct ChildSpec {
     pub deadline: Duration,
     /// A gate on fd 4 (see [`gate`]); without one the child runs straight through.
     pub gate: Option<GateChild>,
+    /// The sandbox the child enters (`None`: the worker runs unsandboxed).
+    pub sandbox: Option<ChildSandbox>,
 }
 
 /// What the child's supervision reports as it happens (for a gated child).
@@ -117,6 +123,8 @@ pub enum KillReason {
     Memory,
     Processes,
     Cancelled,
+    /// The judge was not in the sandbox its plan promised (`sandbox::verify`).
+    SandboxBroken,
 }
 
 /// How the child's main process ended.
@@ -137,6 +145,11 @@ pub struct ChildOutcome {
     pub wall: Duration,
     pub peak_rss_bytes: u64,
     pub peak_processes: u64,
+    /// OOM kills the kernel made in the task's cgroup: evidence that a SIGKILL from outside
+    /// was the task's own memory use.
+    pub oom_kills: u64,
+    /// Why the worker found the judge outside its sandbox, if it did.
+    pub sandbox_broken: Option<String>,
 }
 
 #[derive(Default)]
@@ -157,6 +170,7 @@ impl OutputCapture {
 }
 
 /// How the child process comes to exist.
+#[derive(Clone, Copy)]
 pub enum Launcher<'a> {
     /// `fork`+`exec` of `ChildSpec::program` by the worker (pays the interpreter's start-up).
     Direct,
@@ -182,12 +196,22 @@ pub async fn run_child(
         Some(GateChild { rx, events, opened }) => (Some(rx), Some(events), Some(opened)),
         None => (None, None, None),
     };
+    let mut sandbox = spec.sandbox.take();
+    let ruleset = sandbox.as_mut().and_then(ChildSandbox::take_ruleset);
     let (pid, wait): (i32, ExitFuture) = match launcher {
         Launcher::Direct => {
-            let mut child = spawn(&spec, out_write, err_write, &pipe_write, gate_fd.as_ref())?;
-            // Our copy of the write end must go, or the pipe never reaches EOF.
+            let mut child = spawn(
+                &spec,
+                out_write,
+                err_write,
+                &pipe_write,
+                gate_fd.as_ref(),
+                ruleset.as_ref(),
+            )?;
+            // Our copies must go, or the pipe never reaches EOF.
             drop(pipe_write);
             drop(gate_fd);
+            drop(ruleset);
             let pid = child.id().map(|p| p as i32).unwrap_or(-1);
             (
                 pid,
@@ -195,8 +219,9 @@ pub async fn run_child(
             )
         }
         Launcher::Template(template) => {
-            let mut fds = vec![out_write, err_write, pipe_write];
-            fds.extend(gate_fd);
+            let mut fds = vec![(out_write, 1), (err_write, 2), (pipe_write, 3)];
+            fds.extend(gate_fd.map(|fd| (fd, 4)));
+            fds.extend(ruleset.map(|fd| (fd, RULESET_FD)));
             let forked = template
                 .fork(&spec.cwd, &spec.env, &spec.limits, fds)
                 .await?;
@@ -227,7 +252,11 @@ pub async fn run_child(
             max_output,
         )));
     }
-    let transcript_task = tokio::spawn(read_transcript(pipe_read, events));
+    let (entered_tx, mut entered) = tokio::sync::oneshot::channel();
+    let transcript_task = tokio::spawn(read_transcript(pipe_read, events, entered_tx));
+    let expect = sandbox.as_ref().map(|s| s.expect.clone());
+    let mut entered_open = true;
+    let mut sandbox_broken = None;
 
     let budget = spec.deadline;
     let deadline = async move {
@@ -256,6 +285,26 @@ pub async fn run_child(
                 Ok(()) => None,
                 Err(_) => { cancel_open = false; None }
             },
+            said = &mut entered, if entered_open => {
+                entered_open = false;
+                match (said, expect.clone()) {
+                    (Ok(()), Some(expect)) if killed_for.is_none() => {
+                        let checked =
+                            tokio::task::spawn_blocking(move || check_judge(pid, &expect))
+                                .await
+                                .unwrap_or_else(|e| Err(e.to_string()));
+                        match checked {
+                            Ok(()) => None,
+                            Err(why) => {
+                                tracing::error!(pid, why, "task child outside its sandbox, killing it");
+                                sandbox_broken = Some(why);
+                                Some(KillReason::SandboxBroken)
+                            }
+                        }
+                    }
+                    _ => None,
+                }
+            }
             _ = tick.tick() => {
                 let limits = spec.limits.clone();
                 let usage = tokio::task::spawn_blocking(move || {
@@ -282,6 +331,21 @@ pub async fn run_child(
     };
     // Whatever the main process did, nothing it started may outlive it.
     kill_everything(pid, false).await;
+    // Its cgroup too (a process that left the group and the parent chain is still in it); the
+    // sandbox goes with it (the cgroup is removed, the user given back).
+    let oom_kills = match sandbox {
+        Some(sandbox) => tokio::task::spawn_blocking(move || {
+            let oom = sandbox.cgroup.as_ref().map_or(0, |c| {
+                c.kill_all();
+                c.oom_kills()
+            });
+            drop(sandbox);
+            oom
+        })
+        .await
+        .unwrap_or(0),
+        None => 0,
+    };
 
     for reader in readers {
         let _ = tokio::time::timeout(DRAIN_DEADLINE, reader).await;
@@ -304,7 +368,21 @@ pub async fn run_child(
         wall: started.elapsed(),
         peak_rss_bytes: peak_rss,
         peak_processes: peak_procs,
+        oom_kills,
+        sandbox_broken,
     })
+}
+
+/// The worker's own check of the judge (the shim's child) against the plan; a judge already
+/// gone has nothing left to check.
+fn check_judge(shim: i32, expect: &verify::Expectation) -> Result<(), String> {
+    let Some(judge) = verify::judge_of(&watchdog::read_table(), shim) else {
+        return Ok(());
+    };
+    match std::fs::read_to_string(format!("/proc/{judge}/status")) {
+        Ok(status) => verify::check_status(&status, expect),
+        Err(_) => Ok(()),
+    }
 }
 
 fn spawn(
@@ -313,6 +391,7 @@ fn spawn(
     stderr: OwnedFd,
     result_pipe: &OwnedFd,
     gate: Option<&OwnedFd>,
+    ruleset: Option<&OwnedFd>,
 ) -> std::io::Result<tokio::process::Child> {
     let mut cmd = tokio::process::Command::new(&spec.program);
     cmd.args(&spec.args)
@@ -325,6 +404,7 @@ fn spawn(
         .kill_on_drop(true);
     let pipe_fd = result_pipe.as_raw_fd();
     let gate_fd = gate.map(|g| g.as_raw_fd());
+    let ruleset_fd = ruleset.map(|r| r.as_raw_fd());
     let limits = spec.limits.clone();
     let parent = std::process::id() as i32;
     // SAFETY: the closure runs in the forked child before exec and only makes
@@ -336,9 +416,12 @@ fn spawn(
             if let Some(fd) = gate_fd {
                 place_fd(fd, 4)?;
             }
+            if let Some(fd) = ruleset_fd {
+                place_fd(fd, RULESET_FD)?;
+            }
             let set = |r, v: u64| setrlimit(r, v, v).map_err(std::io::Error::from);
             set(Resource::RLIMIT_NOFILE, limits.max_open_files)?;
-            set(Resource::RLIMIT_NPROC, limits.max_processes)?;
+            set(Resource::RLIMIT_NPROC, limits.nproc_rlimit())?;
             set(Resource::RLIMIT_FSIZE, limits.max_file_bytes)?;
             set(Resource::RLIMIT_CORE, 0)?;
             Ok(())
@@ -458,7 +541,12 @@ async fn read_output(
 
 type EventFeed = Box<dyn Fn(ChildEvent) + Send + Sync>;
 
-async fn read_transcript(fd: OwnedFd, events: Option<EventFeed>) -> Transcript {
+async fn read_transcript(
+    fd: OwnedFd,
+    events: Option<EventFeed>,
+    entered: tokio::sync::oneshot::Sender<()>,
+) -> Transcript {
+    let mut entered = Some(entered);
     let mut transcript = Transcript::default();
     let Ok(mut rx) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
         transcript.violation = Some("cannot read the result pipe".to_owned());
@@ -478,16 +566,20 @@ async fn read_transcript(fd: OwnedFd, events: Option<EventFeed>) -> Transcript {
                     transcript.violate(format!("protocol line over {MAX_LINE_BYTES} bytes"));
                 } else {
                     let stages = transcript.stages.len();
-                    let ended = transcript.result.is_some() || transcript.prepared.is_some();
+                    let ended = transcript.ended();
                     transcript.push_line(&line);
+                    if transcript.sandbox.is_some()
+                        && let Some(tx) = entered.take()
+                    {
+                        let _ = tx.send(());
+                    }
                     if let Some(feed) = &events {
                         if transcript.stages.len() > stages
                             && let Some(stage) = transcript.last_stage()
                         {
                             feed(ChildEvent::Stage(stage.to_owned()));
                         }
-                        if !ended && (transcript.result.is_some() || transcript.prepared.is_some())
-                        {
+                        if !ended && transcript.ended() {
                             feed(ChildEvent::Result);
                         }
                     }

@@ -29,6 +29,8 @@ use tokio::sync::oneshot;
 const CONTROL_FD: i32 = 4;
 /// How long a template may take to import torch and triton.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// Most descriptors a child is handed (1, 2, 3, the gate, the ruleset).
+const MAX_FDS: usize = 5;
 
 #[derive(Debug, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -208,19 +210,20 @@ impl Template {
         self.forks.load(Ordering::SeqCst)
     }
 
-    /// Forks a child for `taskdir` with the given environment and limits; `pipes` become its
-    /// stdout, stderr, fd 3 and, when a fourth is given, fd 4 (the gate); they are closed
-    /// here once handed over.
+    /// Forks a child for `taskdir` with the given environment and limits; each descriptor
+    /// becomes the number paired with it in the child (1, 2, 3 always; 4 the gate, 5 the
+    /// sandbox's ruleset when given); they are closed here once handed over.
     pub async fn fork(
         &self,
         taskdir: &Path,
         env: &[(String, String)],
         limits: &ChildLimits,
-        pipes: Vec<OwnedFd>,
+        fds: Vec<(OwnedFd, i32)>,
     ) -> std::io::Result<ForkedChild> {
-        if !(3..=4).contains(&pipes.len()) {
+        let targets: Vec<i32> = fds.iter().map(|(_, t)| *t).collect();
+        if !targets.starts_with(&[1, 2, 3]) || targets.len() > MAX_FDS {
             return Err(std::io::Error::other(
-                "a child takes three or four descriptors",
+                "a child takes stdout, stderr, fd 3 and optional extras",
             ));
         }
         let id = self.next_id.fetch_add(1, Ordering::SeqCst) + 1;
@@ -229,9 +232,10 @@ impl Template {
             "id": id,
             "taskdir": taskdir,
             "env": env.iter().cloned().collect::<HashMap<_, _>>(),
+            "fds": targets,
             "rlimits": {
                 "NOFILE": limits.max_open_files,
-                "NPROC": limits.max_processes,
+                "NPROC": limits.nproc_rlimit(),
                 "FSIZE": limits.max_file_bytes,
                 "CORE": 0,
             },
@@ -243,15 +247,15 @@ impl Template {
             .expect("routing lock")
             .spawns
             .insert(id, tx);
-        let fds: Vec<i32> = pipes.iter().map(|p| p.as_raw_fd()).collect();
+        let raw: Vec<i32> = fds.iter().map(|(fd, _)| fd.as_raw_fd()).collect();
         sendmsg::<()>(
             self.control.as_raw_fd(),
             &[IoSlice::new(request.as_bytes())],
-            &[ControlMessage::ScmRights(&fds)],
+            &[ControlMessage::ScmRights(&raw)],
             MsgFlags::empty(),
             None,
         )?;
-        drop(pipes);
+        drop(fds);
         self.forks.fetch_add(1, Ordering::SeqCst);
         match tokio::time::timeout(Duration::from_secs(30), rx).await {
             Ok(Ok(Ok(child))) => Ok(child),

@@ -19,6 +19,24 @@ const CUDA_FAULT_MARKERS: &[&str] = &[
     "cudaErrorIllegalAddress",
 ];
 
+/// The harness's exit status when its runner was killed by SIGKILL from outside it (the
+/// runner's seccomp filter refuses it sending SIGKILL, so it did not do it itself).
+pub const RUNNER_KILLED_EXIT: i32 = 4;
+
+/// Signals a process raises on itself by what it runs (a fault, an abort, a limit of its own):
+/// a death by one of them is the task's doing. Any other signal came from outside the task.
+const SELF_INFLICTED: &[i32] = &[
+    nix::libc::SIGSEGV,
+    nix::libc::SIGBUS,
+    nix::libc::SIGILL,
+    nix::libc::SIGFPE,
+    nix::libc::SIGABRT,
+    nix::libc::SIGTRAP,
+    nix::libc::SIGSYS,
+    nix::libc::SIGXCPU,
+    nix::libc::SIGXFSZ,
+];
+
 /// What the worker does with a finished child.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Classified {
@@ -60,9 +78,45 @@ fn stage_rank(stage: Option<&str>) -> usize {
         .unwrap_or(0)
 }
 
+/// An end caused from outside the task (a judge outside its sandbox, a kill nobody in the
+/// task sent that the kernel's OOM killer does not account for): a fault of the service to
+/// retry, never a verdict and never cached.
+fn outside_cause(outcome: &ChildOutcome) -> Option<String> {
+    if outcome.killed_for == Some(KillReason::SandboxBroken) {
+        return Some(format!(
+            "the task child was outside its sandbox: {}",
+            outcome.sandbox_broken.as_deref().unwrap_or("unknown")
+        ));
+    }
+    if outcome.killed_for.is_some() || outcome.transcript.result.is_some() {
+        return None;
+    }
+    let oom = outcome.oom_kills > 0;
+    match outcome.exit {
+        ExitKind::Code(RUNNER_KILLED_EXIT) if !oom => Some(
+            "the candidate's process was killed by SIGKILL from outside the task (not by the kernel's OOM killer)"
+                .to_owned(),
+        ),
+        ExitKind::Signal(sig) if sig == nix::libc::SIGKILL && !oom => Some(
+            "the harness was killed by SIGKILL from outside the task (not by the kernel's OOM killer)"
+                .to_owned(),
+        ),
+        ExitKind::Signal(sig) if sig != nix::libc::SIGKILL && !SELF_INFLICTED.contains(&sig) => {
+            Some(format!(
+                "the harness was killed by {} from outside the task",
+                signal_name(sig)
+            ))
+        }
+        _ => None,
+    }
+}
+
 pub fn classify(outcome: &ChildOutcome, ctx: &VerdictContext) -> Classified {
     if outcome.killed_for == Some(KillReason::Cancelled) {
         return Classified::Cancelled;
+    }
+    if let Some(why) = outside_cause(outcome) {
+        return Classified::ServiceFault(why);
     }
     let tail = tail_excerpt(&outcome.output_tail);
     if let (Some(result), None) = (&outcome.transcript.result, &outcome.transcript.violation) {
@@ -132,7 +186,9 @@ pub fn classify(outcome: &ChildOutcome, ctx: &VerdictContext) -> Classified {
                 ctx.max_processes
             ),
         ),
-        (Some(KillReason::Cancelled), _) => unreachable!("handled above"),
+        (Some(KillReason::Cancelled | KillReason::SandboxBroken), _) => {
+            unreachable!("handled above")
+        }
         (None, _) if outcome.transcript.violation.is_some() => (
             VerdictCode::Runtime,
             format!(
@@ -147,10 +203,11 @@ pub fn classify(outcome: &ChildOutcome, ctx: &VerdictContext) -> Classified {
                 signal_name(sig)
             ),
         ),
-        (None, ExitKind::Signal(sig)) if sig == nix::libc::SIGKILL => (
+        // Only with the cgroup's word for it (outside_cause took the rest).
+        (None, ExitKind::Signal(nix::libc::SIGKILL) | ExitKind::Code(RUNNER_KILLED_EXIT)) => (
             VerdictCode::Resource,
             format!(
-                "killed by SIGKILL from outside the worker, likely out of memory (stage: {stage_name})"
+                "killed by the kernel's OOM killer: the task ran out of memory (stage: {stage_name})"
             ),
         ),
         (None, ExitKind::Signal(sig)) => (
@@ -272,15 +329,16 @@ mod tests {
             killed_for: killed,
             transcript: Transcript {
                 stages: stages.iter().map(|s| s.to_string()).collect(),
-                result: None,
-                prepared: None,
                 violation: None,
+                ..Transcript::default()
             },
             output_tail: String::new(),
             output_bytes: 0,
             wall: Duration::from_secs(1),
             peak_rss_bytes: 0,
             peak_processes: 1,
+            oom_kills: 0,
+            sandbox_broken: None,
         }
     }
 
@@ -346,6 +404,35 @@ mod tests {
         cuda.output_tail =
             "RuntimeError: CUDA error: an illegal memory access was encountered".into();
         assert_eq!(code_of(classify(&cuda, &c)), VerdictCode::CudaFault);
+    }
+
+    #[test]
+    fn a_kill_from_outside_the_task_is_a_service_fault_unless_the_cgroup_saw_an_oom_kill() {
+        let c = ctx();
+        let fault = |o: &ChildOutcome| matches!(classify(o, &c), Classified::ServiceFault(_));
+        let sigkill = outcome(RUNNING, ExitKind::Signal(nix::libc::SIGKILL), None);
+        assert!(fault(&sigkill), "a judge killed by someone else");
+        let runner_killed = outcome(RUNNING, ExitKind::Code(RUNNER_KILLED_EXIT), None);
+        assert!(fault(&runner_killed), "a runner killed by someone else");
+        assert!(fault(&outcome(RUNNING, ExitKind::Signal(nix::libc::SIGTERM), None)));
+        for mut o in [sigkill, runner_killed] {
+            o.oom_kills = 1;
+            assert_eq!(code_of(classify(&o, &c)), VerdictCode::Resource);
+        }
+        let mut broken = outcome(RUNNING, ExitKind::Signal(9), Some(KillReason::SandboxBroken));
+        broken.sandbox_broken = Some("uids [0, 0, 0, 0]".into());
+        match classify(&broken, &c) {
+            Classified::ServiceFault(why) => assert!(why.contains("outside its sandbox"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // Its own faults stay its own.
+        assert_eq!(
+            code_of(classify(
+                &outcome(RUNNING, ExitKind::Signal(nix::libc::SIGBUS), None),
+                &c
+            )),
+            VerdictCode::Crash
+        );
     }
 
     #[test]

@@ -24,6 +24,14 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 
+/// Why a worker stopped without being asked to.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// The sandbox this worker is configured to require is not in place: it refuses to serve.
+    #[error("refusing to serve: {0}")]
+    Sandbox(#[from] crate::sandbox::SandboxError),
+}
+
 /// Consecutive service faults after which the worker stops claiming for a while.
 const FAULTS_BEFORE_BACKOFF: u32 = 3;
 const UNHEALTHY_RECHECK: Duration = Duration::from_secs(30);
@@ -126,6 +134,7 @@ impl Worker {
             tasks_done: s.tasks_done,
             started_at: self.started_at,
             last_heartbeat: Utc::now(),
+            sandbox: self.cfg.sandbox.status(),
         }
     }
 
@@ -142,7 +151,10 @@ impl Worker {
     /// stage as soon as it is claimed; the device loop (here) takes prepared tasks one at a
     /// time, so the device stage is exclusive while the CPU stages of the next tasks overlap
     /// with it.
-    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+    ///
+    /// Before its first claim it proves its sandbox (`sandbox::selftest`); without the layers
+    /// it requires it registers as unhealthy, deregisters and returns the reason.
+    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) -> Result<(), WorkerError> {
         tracing::info!(worker_id = %self.id, device = ?self.cfg.device, compile_pool = self.cfg.compile_pool, prefetch = self.cfg.prefetch, "worker starting");
         let registry = {
             let me = self.clone();
@@ -161,8 +173,23 @@ impl Worker {
         let mut healthy = self.ensure_healthy().await;
         if healthy {
             // Warm the template before the first claim, so the first task does not wait for
-            // `import torch` either.
-            self.ready_template().await;
+            // `import torch` either; the sandbox's self-test forks from it like a task.
+            let template = self.ready_template().await;
+            let launcher = template
+                .as_deref()
+                .map_or(Launcher::Direct, Launcher::Template);
+            if let Err(e) = self.cfg.sandbox.ready(&self.cfg, launcher).await {
+                tracing::error!(worker_id = %self.id, error = %e, "refusing to serve: the sandbox is not in place");
+                registry.abort();
+                self.set(WorkerState::Unhealthy, None);
+                self.publish().await;
+                if let Err(e) = self.broker.deregister_worker(&self.id).await {
+                    tracing::warn!(worker_id = %self.id, error = %e, "deregister failed");
+                }
+                return Err(e.into());
+            }
+            // The registry shows the layers in force from now on.
+            self.publish().await;
         }
         let places = Arc::new(Semaphore::new(1 + self.cfg.prefetch as usize));
         let (ready_tx, mut ready_rx) = mpsc::unbounded_channel::<ReadyTask>();
@@ -263,6 +290,7 @@ impl Worker {
             tracing::warn!(worker_id = %self.id, error = %e, "deregister failed");
         }
         tracing::info!(worker_id = %self.id, "worker stopped");
+        Ok(())
     }
 
     /// Claims while there is room in the pipeline and claiming is allowed, and starts each

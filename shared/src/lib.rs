@@ -9,6 +9,7 @@ pub mod problem;
 pub mod request;
 pub mod reward;
 pub mod rollout;
+pub mod sandbox;
 pub mod status;
 pub mod task;
 pub mod worker;
@@ -21,6 +22,7 @@ pub use request::{
     Backend, BatchRequest, EvaluateRequest, MAX_BATCH_TASKS, MAX_CODE_BYTES, Priority,
     ScreeningAction, TaskSpec,
 };
+pub use sandbox::{LayerState, LayerStatus, SandboxLayer, SandboxStatus};
 pub use status::{BatchStatus, HealthStatus, QueueStatus, StatusCounts};
 pub use task::{
     BuildSource, DeviceInfo, DeviceKind, EvalResult, Flag, RuntimeStats, SEVERITY_FLAG,

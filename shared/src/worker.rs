@@ -1,6 +1,7 @@
 //! Workers as the registry reports them.
 
 use crate::ids::{TaskId, WorkerId};
+use crate::sandbox::SandboxStatus;
 use crate::task::DeviceInfo;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -33,4 +34,8 @@ pub struct WorkerInfo {
     pub tasks_done: u64,
     pub started_at: DateTime<Utc>,
     pub last_heartbeat: DateTime<Utc>,
+    /// The sandbox layers in force for this worker's task children (absent until its
+    /// start-up self-test has run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxStatus>,
 }

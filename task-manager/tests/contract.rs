@@ -269,6 +269,7 @@ fn worker_info(id: &WorkerId, state: WorkerState) -> WorkerInfo {
         tasks_done: 3,
         started_at: Utc::now(),
         last_heartbeat: Utc::now(),
+        sandbox: None,
     }
 }
 

@@ -316,10 +316,17 @@ async fn up(
         Duration::from_secs(1),
         stop_rx.clone(),
     )));
+    // A worker that refuses to serve (its sandbox is not in place) stops `up` with its reason.
+    let (refused_tx, mut refused) = tokio::sync::mpsc::channel::<String>(1);
     for device in devices {
         let wcfg = WorkerConfig::from_env(device).map_err(anyhow::Error::msg)?;
         let worker = Arc::new(Worker::new(broker.clone(), wcfg));
-        tasks.push(tokio::spawn(worker.run(stop_rx.clone())));
+        let (stop, refused_tx) = (stop_rx.clone(), refused_tx.clone());
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = worker.run(stop).await {
+                let _ = refused_tx.send(e.to_string()).await;
+            }
+        }));
     }
     let listener = tokio::net::TcpListener::bind(&bind)
         .await
@@ -339,15 +346,19 @@ async fn up(
         },
     ));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
+    let refusal = tokio::select! {
+        _ = tokio::signal::ctrl_c() => None,
+        _ = term.recv() => None,
+        why = refused.recv() => why,
+    };
     tracing::info!("shutdown requested");
     let _ = stop_tx.send(true);
     server.await??;
     for t in tasks {
         t.await?;
     }
-    Ok(())
+    match refusal {
+        Some(why) => Err(anyhow::anyhow!("a worker {why}")),
+        None => Ok(()),
+    }
 }

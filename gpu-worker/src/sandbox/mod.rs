@@ -1,0 +1,365 @@
+//! The OS boundary around every process that runs a task's code: the CPU-stage child that
+//! imports the candidate and builds its extensions, the judge (which runs the problem's
+//! reference) and the runner (the candidate), and anything they start. The code is hostile
+//! model output; static screening is a reward-hacking signal, this is the security boundary.
+//!
+//! The worker decides and builds the policy; the child enters it (harness/sandbox.py) before
+//! any untrusted line runs. One module per step:
+//!
+//! - [`config`]: what the operator asks (layers required, sandbox users, tmpfs sizes);
+//! - [`identity`]: who a child becomes (a sandbox user, or a user namespace);
+//! - [`paths`]: what it may see (system and Python read-only, its task directory, private
+//!   /tmp and /dev/shm, masked homes);
+//! - [`landlock`]: the ruleset, handed over as a descriptor;
+//! - [`seccomp`]: the filters, compiled here;
+//! - [`cgroup`]: a cgroup per task (limits, kill, OOM evidence) where the host allows;
+//! - [`plan`]: the plan the child enters, in spec.json;
+//! - [`selftest`]: the start-up proof: a child enters every layer and tries what each must
+//!   refuse; a layer that fails is dropped if optional, and the worker refuses to serve if it
+//!   was required;
+//! - [`verify`]: the worker's own check of a judge's identity and filters from /proc.
+
+pub mod cgroup;
+pub mod config;
+pub mod identity;
+pub mod landlock;
+pub mod paths;
+pub mod plan;
+pub mod seccomp;
+pub mod selftest;
+pub mod verify;
+
+use crate::config::WorkerConfig;
+use crate::supervisor::Launcher;
+use base64::Engine;
+use cgroup::{Cgroups, TaskCgroup};
+use config::SandboxSettings;
+use crucible_shared::{LayerState, LayerStatus, SandboxLayer, SandboxStatus};
+use identity::{Identities, Identity, IdentityLease};
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("sandbox configuration: {0}")]
+    Config(String),
+    #[error("sandbox: {0}")]
+    Host(String),
+    #[error("landlock: {0}")]
+    Landlock(String),
+    #[error("seccomp: {0}")]
+    Seccomp(String),
+    /// A layer the worker must have is not in force on this host: it refuses to serve.
+    #[error(
+        "required sandbox layer `{layer}` is not available on this host: {why} (fix the host, or drop it from CRUCIBLE_SANDBOX_REQUIRE knowing what that layer stops: docs/SECURITY.md)"
+    )]
+    Refused { layer: &'static str, why: String },
+    #[error("sandbox self-test: {0}")]
+    Selftest(String),
+}
+
+impl From<SandboxError> for std::io::Error {
+    fn from(e: SandboxError) -> Self {
+        std::io::Error::other(e.to_string())
+    }
+}
+
+/// The sandbox of one worker: its settings and, once the start-up self-test has run, what is
+/// in force. Shared by every child the worker starts.
+#[derive(Debug)]
+pub struct Sandbox {
+    settings: SandboxSettings,
+    ready: tokio::sync::OnceCell<Ready>,
+}
+
+/// The host's facts and the layers proven in force on it.
+#[derive(Debug)]
+pub struct Ready {
+    pub host: Host,
+    pub active: BTreeSet<SandboxLayer>,
+    pub status: SandboxStatus,
+}
+
+impl Sandbox {
+    pub fn new(settings: SandboxSettings) -> Self {
+        Self {
+            settings,
+            ready: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    pub fn settings(&self) -> &SandboxSettings {
+        &self.settings
+    }
+
+    /// What a report says about this worker's sandbox (`None` until the self-test ran).
+    pub fn status(&self) -> Option<SandboxStatus> {
+        if !self.settings.enabled {
+            return Some(SandboxStatus {
+                layers: SandboxLayer::ALL
+                    .iter()
+                    .map(|&layer| LayerStatus {
+                        layer,
+                        state: LayerState::Off,
+                        required: false,
+                        detail: "CRUCIBLE_SANDBOX=off".into(),
+                    })
+                    .collect(),
+                identity: "the worker's own".into(),
+                selftest_ms: 0.0,
+            });
+        }
+        self.ready.get().map(|r| r.status.clone())
+    }
+
+    /// The layers in force, finding them with the self-test on first use (`None`: off). An
+    /// error means the worker must not serve: a required layer is missing or the host could
+    /// not be examined.
+    pub async fn ready(
+        &self,
+        cfg: &WorkerConfig,
+        launcher: Launcher<'_>,
+    ) -> Result<Option<&Ready>, SandboxError> {
+        if !self.settings.enabled {
+            return Ok(None);
+        }
+        self.ready
+            .get_or_try_init(|| selftest::establish(cfg, &self.settings, launcher))
+            .await
+            .map(Some)
+    }
+
+    /// The sandbox of one child whose directory is `task_dir` (`None` when off).
+    pub async fn for_child(
+        &self,
+        cfg: &WorkerConfig,
+        launcher: Launcher<'_>,
+        task_dir: &Path,
+        label: &str,
+    ) -> Result<Option<ChildSandbox>, SandboxError> {
+        match self.ready(cfg, launcher).await? {
+            None => Ok(None),
+            Some(ready) => ready
+                .host
+                .child(&ready.active, cfg, task_dir, label)
+                .map(Some),
+        }
+    }
+}
+
+/// What the worker found on its host, once, before any child.
+#[derive(Debug)]
+pub struct Host {
+    identities: Identities,
+    cgroups: Option<Cgroups>,
+    /// Directories every child may read: the system, the Python, the CUDA toolkit.
+    read_only: Vec<PathBuf>,
+    devices: Vec<PathBuf>,
+    judge_programs: Vec<String>,
+    runner_programs_netns: Vec<String>,
+    runner_programs_no_netns: Vec<String>,
+    /// Layers this host cannot give at all, and why (before any self-test).
+    pub unavailable: BTreeMap<SandboxLayer, String>,
+}
+
+fn b64(programs: Vec<Vec<u8>>) -> Vec<String> {
+    programs
+        .iter()
+        .map(|p| base64::engine::general_purpose::STANDARD.encode(p))
+        .collect()
+}
+
+impl Host {
+    /// Examines the host: users, cgroups, the Python's directories, Landlock and seccomp.
+    pub async fn detect(
+        settings: &SandboxSettings,
+        cfg: &WorkerConfig,
+    ) -> Result<Host, SandboxError> {
+        let root = nix::unistd::geteuid().is_root();
+        let identities = if root {
+            Identities::users(&settings.users)?
+        } else {
+            Identities::own_namespace()
+        };
+        let mut unavailable = BTreeMap::new();
+        if let Err(e) = landlock::available() {
+            unavailable.insert(SandboxLayer::Landlock, e.to_string());
+        }
+        if let Err(e) = seccomp::available() {
+            unavailable.insert(SandboxLayer::Seccomp, e.to_string());
+        }
+        let cgroups = Cgroups::detect();
+        if cgroups.is_none() {
+            unavailable.insert(
+                SandboxLayer::Cgroup,
+                "no cgroup hierarchy this worker may write (delegate one, e.g. systemd Delegate=yes)"
+                    .into(),
+            );
+        }
+        let mut read_only: Vec<PathBuf> = paths::SYSTEM_READ_ONLY.iter().map(PathBuf::from).collect();
+        read_only.extend(paths::python_dirs(&cfg.python).await?);
+        read_only.extend(paths::toolchain_dirs(|k| std::env::var(k).ok()));
+        let mut devices: Vec<PathBuf> = paths::COMMON_DEVICES.iter().map(PathBuf::from).collect();
+        if cfg.device.index().is_some() {
+            devices.extend(paths::gpu_devices());
+        }
+        Ok(Host {
+            identities,
+            cgroups,
+            read_only: paths::existing_dirs(read_only),
+            devices,
+            judge_programs: b64(seccomp::judge_programs()?),
+            runner_programs_netns: b64(seccomp::runner_programs(true)?),
+            runner_programs_no_netns: b64(seccomp::runner_programs(false)?),
+            unavailable,
+        })
+    }
+
+    pub fn identities(&self) -> &Identities {
+        &self.identities
+    }
+
+    pub fn cgroups(&self) -> Option<&Cgroups> {
+        self.cgroups.as_ref()
+    }
+
+    /// The sandbox of one child with `active` layers: its identity, cgroup, ruleset and plan;
+    /// the task directory is handed to the child's user.
+    pub fn child(
+        &self,
+        active: &BTreeSet<SandboxLayer>,
+        cfg: &WorkerConfig,
+        task_dir: &Path,
+        label: &str,
+    ) -> Result<ChildSandbox, SandboxError> {
+        let on = |l| active.contains(&l);
+        let lease = self.identities.acquire();
+        let (uid, gid) = lease.identity.ids();
+        let setuid = on(SandboxLayer::User) && matches!(lease.identity, Identity::User { .. });
+        if setuid {
+            chown_tree(task_dir, uid, gid)?;
+        }
+        let cgroup = match (&self.cgroups, on(SandboxLayer::Cgroup)) {
+            (Some(cgroups), true) => Some(cgroups.for_task(
+                &format!("{label}-{}", uuid::Uuid::new_v4().simple()),
+                cfg.limits.max_memory_bytes.saturating_mul(5) / 4,
+                // Threads count: a task's torch and CUDA start dozens.
+                cfg.limits.max_processes.saturating_mul(8).max(1024),
+            )?),
+            _ => None,
+        };
+        let fresh_mounts = on(SandboxLayer::Mount);
+        let private_mounts = paths::private_mounts(
+            task_dir,
+            &self.read_only,
+            |p| paths::traversable_by(p, uid, gid),
+            cfg.sandbox.settings().shm_bytes,
+            cfg.sandbox.settings().tmp_bytes,
+        );
+        let ruleset = if on(SandboxLayer::Landlock) {
+            let mut rules: Vec<_> = self
+                .read_only
+                .iter()
+                .map(|p| (p.clone(), landlock::read_only_access()))
+                .collect();
+            rules.push((task_dir.to_path_buf(), landlock::read_write_access()));
+            rules.extend(
+                self.devices
+                    .iter()
+                    .map(|p| (p.clone(), landlock::device_access())),
+            );
+            if !fresh_mounts {
+                // No private mounts: the host's /dev/shm (CUDA IPC) and /proc it is.
+                rules.push(("/dev/shm".into(), landlock::read_write_access()));
+                rules.push(("/proc".into(), landlock::proc_access()));
+            } else if !on(SandboxLayer::Pid) {
+                rules.push(("/proc".into(), landlock::proc_access()));
+            }
+            Some(landlock::ruleset(&rules)?)
+        } else {
+            None
+        };
+        let plan = plan::build(plan::PlanInputs {
+            active,
+            identity: &lease.identity,
+            cgroup_procs: cgroup.as_ref().map(TaskCgroup::procs_files).unwrap_or_default(),
+            private_mounts,
+            landlock: ruleset.as_ref().map(|_| plan::LandlockPlan {
+                fd: plan::RULESET_FD,
+                rw_access: landlock::read_write_access().bits(),
+                proc_access: landlock::proc_access().bits(),
+            }),
+            seccomp: Some(plan::SeccompPlan {
+                judge: self.judge_programs.clone(),
+                runner: if on(SandboxLayer::Network) {
+                    self.runner_programs_netns.clone()
+                } else {
+                    self.runner_programs_no_netns.clone()
+                },
+            }),
+        });
+        Ok(ChildSandbox {
+            expect: verify::Expectation {
+                uid: setuid.then_some(uid),
+                seccomp: plan.seccomp.is_some(),
+                pid_namespace: plan.namespaces.contains(&"pid"),
+            },
+            owner: setuid.then_some((uid, gid)),
+            plan,
+            ruleset,
+            cgroup,
+            _identity: lease,
+        })
+    }
+}
+
+/// Everything one child's sandbox holds until the child is gone: the plan it enters, the
+/// ruleset descriptor it inherits, its cgroup (killed and removed when dropped) and its user.
+#[derive(Debug)]
+pub struct ChildSandbox {
+    pub plan: plan::Plan,
+    ruleset: Option<OwnedFd>,
+    pub cgroup: Option<TaskCgroup>,
+    /// What the worker checks of the judge from /proc once it says it is in.
+    pub expect: verify::Expectation,
+    /// The task directory's owner, for files the worker adds after the plan was made.
+    owner: Option<(u32, u32)>,
+    _identity: IdentityLease,
+}
+
+impl ChildSandbox {
+    /// The ruleset, to be placed at [`plan::RULESET_FD`] in the child.
+    pub fn take_ruleset(&mut self) -> Option<OwnedFd> {
+        self.ruleset.take()
+    }
+
+    /// The name of the task's cgroup directory, when it has one.
+    pub fn cgroup_name(&self) -> Option<String> {
+        self.cgroup.as_ref().and_then(TaskCgroup::name)
+    }
+
+    /// Hands a file the worker wrote into the task directory to the child's user.
+    pub fn own(&self, path: &Path) -> Result<(), SandboxError> {
+        match self.owner {
+            Some((uid, gid)) => chown_tree(path, uid, gid),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Gives `path` and everything under it to `uid:gid`, never following a link.
+pub fn chown_tree(path: &Path, uid: u32, gid: u32) -> Result<(), SandboxError> {
+    let meta = std::fs::symlink_metadata(path)
+        .map_err(|e| SandboxError::Host(format!("{}: {e}", path.display())))?;
+    std::os::unix::fs::lchown(path, Some(uid), Some(gid))
+        .map_err(|e| SandboxError::Host(format!("chown {}: {e}", path.display())))?;
+    if meta.is_dir() {
+        let entries = std::fs::read_dir(path)
+            .map_err(|e| SandboxError::Host(format!("{}: {e}", path.display())))?;
+        for entry in entries.flatten() {
+            chown_tree(&entry.path(), uid, gid)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,506 @@
+//! The start-up proof that the sandbox holds on this host. A child is run exactly as a task's
+//! would be (same launcher, same plan, same harness), with the `selftest` stage: its runner
+//! tries what each layer must refuse (harness/selftest.py) while the worker listens on a TCP
+//! port and keeps a canary file the child must not reach. The answer decides each layer:
+//! a layer the host refuses, or that does not stop its probe, is dropped when it is optional
+//! and makes the worker refuse to serve when it is required.
+
+use super::config::SandboxSettings;
+use super::{Host, Ready, SandboxError};
+use crate::config::WorkerConfig;
+use crate::evaluation::{child_env, harness_child, stage_dir};
+use crate::supervisor::{Launcher, run_child};
+use crucible_shared::{LayerState, LayerStatus, SandboxLayer, SandboxStatus};
+use serde::Deserialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Instant;
+
+/// Self-test runs before giving up: each may drop one optional layer the host refused.
+const MAX_ROUNDS: usize = SandboxLayer::ALL.len() + 1;
+/// Where the canary file goes when it exists: world-writable on Debian and Ubuntu, outside
+/// everything a child may reach.
+const CANARY_DIR: &str = "/var/tmp";
+/// Long enough for a child started without a template to import torch and start CUDA.
+const SELFTEST_DEADLINE: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// `/proc/<pid>/status` fields as the harness reports them.
+pub type StatusFields = BTreeMap<String, Vec<String>>;
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Identity {
+    pub pid: i64,
+    pub status: StatusFields,
+}
+
+/// What the runner's probes found (each attempt: `ok` or the errno's name).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunnerReport {
+    pub pid: i64,
+    pub status: StatusFields,
+    pub ppid: i64,
+    #[serde(default)]
+    pub tcp_worker: Option<String>,
+    pub tcp_socket: String,
+    #[serde(default)]
+    pub read_canary: Option<String>,
+    #[serde(default)]
+    pub write_outside: Option<String>,
+    pub visible_pids: Vec<i64>,
+    pub kill_all: String,
+    pub ptrace_judge: String,
+    pub unshare_user: String,
+    pub sigkill: String,
+    pub cgroup: String,
+    pub mounts: BTreeMap<String, String>,
+    #[serde(default)]
+    pub ipc_sum: Option<f64>,
+}
+
+/// The `selftest` line of the harness.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SelftestReport {
+    pub runner: RunnerReport,
+    pub judge: Identity,
+}
+
+/// What the worker set up to be found, and what it expects of the child.
+pub struct Targets {
+    pub tcp_port: u16,
+    pub canary_file: std::path::PathBuf,
+    pub canary_dir: std::path::PathBuf,
+    /// The uid children take (root worker), to be seen in the runner.
+    pub uid: Option<u32>,
+    pub worker_uid: u32,
+    /// The name of the task's cgroup directory, to be seen in the runner's /proc/self/cgroup.
+    pub cgroup_name: Option<String>,
+    /// A GPU worker: the runner must have mapped the judge's tensor (1024 ones).
+    pub gpu: bool,
+}
+
+/// How a self-test child ended.
+pub enum Outcome {
+    Report(Box<SelftestReport>),
+    /// A layer of the plan could not be entered (the harness's `sandbox_failed`).
+    LayerFailed { layer: String, error: String },
+    /// Anything else: the child's own words.
+    Broken(String),
+}
+
+/// Decides each active layer from the report (pure): `Ok(how it holds)` or `Err(why not)`.
+pub fn judge_layers(
+    report: &SelftestReport,
+    active: &BTreeSet<SandboxLayer>,
+    targets: &Targets,
+) -> BTreeMap<SandboxLayer, Result<String, String>> {
+    let r = &report.runner;
+    let field = |name: &str| r.status.get(name).cloned().unwrap_or_default();
+    let refused = |outcome: &Option<String>| outcome.as_deref().is_some_and(|o| o != "ok");
+    let mut out = BTreeMap::new();
+    for &layer in active {
+        let verdict = match layer {
+            SandboxLayer::Network => match refused(&r.tcp_worker) {
+                true => Ok(format!(
+                    "own network namespace, loopback only (the worker's port: {})",
+                    r.tcp_worker.as_deref().unwrap_or("-")
+                )),
+                false => Err("a child reached the worker's TCP port".into()),
+            },
+            SandboxLayer::Pid => {
+                if r.ppid == 1 && r.kill_all == "ESRCH" && r.visible_pids.len() <= 4 {
+                    Ok(format!(
+                        "own pid namespace (runner pid {}, sees {:?})",
+                        r.pid, r.visible_pids
+                    ))
+                } else {
+                    Err(format!(
+                        "the runner sees pids {:?} (parent {}, kill(-1): {})",
+                        r.visible_pids, r.ppid, r.kill_all
+                    ))
+                }
+            }
+            SandboxLayer::Mount => {
+                let tmpfs = |p: &str| r.mounts.get(p).map(String::as_str) == Some("tmpfs");
+                if tmpfs("/tmp") && tmpfs("/dev/shm") {
+                    Ok("private /proc, /tmp and /dev/shm; private homes masked".into())
+                } else {
+                    Err(format!("mounts seen by the runner: {:?}", r.mounts))
+                }
+            }
+            SandboxLayer::User => {
+                let uids = field("Uid");
+                let caps_clear = field("CapEff")
+                    .iter()
+                    .all(|c| u64::from_str_radix(c, 16) == Ok(0));
+                let uid_ok = match targets.uid {
+                    Some(uid) => uids.iter().all(|u| u.parse() == Ok(uid)) && uids.len() == 4,
+                    None => true,
+                };
+                let not_worker = targets.uid.is_none()
+                    || !uids.iter().any(|u| u.parse() == Ok(targets.worker_uid));
+                if uid_ok && not_worker && caps_clear {
+                    Ok(format!("uids {uids:?}, no capabilities"))
+                } else {
+                    Err(format!(
+                        "runner uids {uids:?}, capabilities {:?}",
+                        field("CapEff")
+                    ))
+                }
+            }
+            SandboxLayer::Landlock => {
+                let read = r.read_canary.as_deref().unwrap_or("-");
+                let write = r.write_outside.as_deref().unwrap_or("-");
+                if read == "EACCES" && write != "ok" {
+                    Ok(format!(
+                        "ABI {}: a file outside the task ({read}), writing beside it ({write})",
+                        super::landlock::TARGET_ABI as i32
+                    ))
+                } else {
+                    Err(format!(
+                        "reading a file outside the task: {read}, writing there: {write}"
+                    ))
+                }
+            }
+            SandboxLayer::Seccomp => {
+                if field("Seccomp") == ["2"] && r.unshare_user == "EPERM" && r.sigkill == "EPERM"
+                {
+                    Ok(format!(
+                        "{} filters on the runner (unshare: {}, sending SIGKILL: {}, ptrace: {})",
+                        field("Seccomp_filters").join(""),
+                        r.unshare_user,
+                        r.sigkill,
+                        r.ptrace_judge
+                    ))
+                } else {
+                    Err(format!(
+                        "seccomp {:?}, unshare {}, SIGKILL {}",
+                        field("Seccomp"),
+                        r.unshare_user,
+                        r.sigkill
+                    ))
+                }
+            }
+            SandboxLayer::Cgroup => match &targets.cgroup_name {
+                Some(name) if r.cgroup.contains(name.as_str()) => {
+                    Ok("the task in a cgroup of its own".into())
+                }
+                _ => Err(format!("the runner's cgroups: {}", r.cgroup.trim())),
+            },
+        };
+        out.insert(layer, verdict);
+    }
+    out
+}
+
+/// Finds the layers in force: detects the host, then runs self-tests until every layer that
+/// is left holds (see the module documentation).
+pub async fn establish(
+    cfg: &WorkerConfig,
+    settings: &SandboxSettings,
+    launcher: Launcher<'_>,
+) -> Result<Ready, SandboxError> {
+    let started = Instant::now();
+    let host = Host::detect(settings, cfg).await?;
+    let mut notes: BTreeMap<SandboxLayer, String> = host.unavailable.clone();
+    let required = &settings.required;
+    let refuse = |layer: SandboxLayer, why: &str| SandboxError::Refused {
+        layer: layer.name(),
+        why: why.to_owned(),
+    };
+    if let Some((layer, why)) = notes.iter().find(|(l, _)| required.contains(l)) {
+        return Err(refuse(*layer, why));
+    }
+    let mut active: BTreeSet<SandboxLayer> = SandboxLayer::ALL
+        .into_iter()
+        .filter(|l| !notes.contains_key(l))
+        .collect();
+    let mut held = BTreeMap::new();
+    for round in 0.. {
+        if round == MAX_ROUNDS {
+            return Err(SandboxError::Selftest(format!(
+                "no stable set of layers after {MAX_ROUNDS} rounds"
+            )));
+        }
+        // A pid namespace needs the mount namespace for its /proc.
+        if !active.contains(&SandboxLayer::Mount) && active.remove(&SandboxLayer::Pid) {
+            notes.insert(SandboxLayer::Pid, "needs the mount layer for its /proc".into());
+            if required.contains(&SandboxLayer::Pid) {
+                return Err(refuse(SandboxLayer::Pid, &notes[&SandboxLayer::Pid]));
+            }
+        }
+        let (outcome, targets) = run_selftest(cfg, &host, &active, launcher).await?;
+        let report = match outcome {
+            Outcome::LayerFailed { layer, error } => {
+                let Some(layer) = SandboxLayer::from_name(&layer).filter(|l| active.contains(l))
+                else {
+                    return Err(SandboxError::Selftest(format!("{layer}: {error}")));
+                };
+                tracing::warn!(layer = layer.name(), error, "sandbox layer refused by this host");
+                if required.contains(&layer) {
+                    return Err(refuse(layer, &error));
+                }
+                active.remove(&layer);
+                notes.insert(layer, error);
+                continue;
+            }
+            Outcome::Broken(why) => return Err(SandboxError::Selftest(why)),
+            Outcome::Report(report) => report,
+        };
+        if targets.gpu && report.runner.ipc_sum != Some(1024.0) {
+            return Err(SandboxError::Selftest(format!(
+                "CUDA IPC through the sandbox failed (the runner mapped {:?})",
+                report.runner.ipc_sum
+            )));
+        }
+        let mut failed = false;
+        for (layer, verdict) in judge_layers(&report, &active, &targets) {
+            match verdict {
+                Ok(how) => {
+                    held.insert(layer, how);
+                }
+                Err(why) => {
+                    tracing::warn!(layer = layer.name(), why, "sandbox layer did not hold");
+                    if required.contains(&layer) {
+                        return Err(refuse(layer, &why));
+                    }
+                    active.remove(&layer);
+                    notes.insert(layer, why);
+                    failed = true;
+                }
+            }
+        }
+        if !failed {
+            break;
+        }
+    }
+    let identity = host.identities().describe();
+    let layers = SandboxLayer::ALL
+        .into_iter()
+        .map(|layer| LayerStatus {
+            layer,
+            state: if active.contains(&layer) {
+                LayerState::Active
+            } else {
+                LayerState::Unavailable
+            },
+            required: required.contains(&layer),
+            detail: match (active.contains(&layer), layer) {
+                (true, SandboxLayer::Cgroup) => format!(
+                    "{} ({})",
+                    held.get(&layer).cloned().unwrap_or_default(),
+                    host.cgroups().map(|c| c.describe()).unwrap_or_default()
+                ),
+                (true, _) => held.get(&layer).cloned().unwrap_or_default(),
+                (false, _) => notes.get(&layer).cloned().unwrap_or_default(),
+            },
+        })
+        .collect();
+    let status = SandboxStatus {
+        layers,
+        identity,
+        selftest_ms: started.elapsed().as_secs_f64() * 1e3,
+    };
+    tracing::info!(
+        active = ?active.iter().map(|l| l.name()).collect::<Vec<_>>(),
+        unavailable = ?notes.keys().map(|l| l.name()).collect::<Vec<_>>(),
+        selftest_ms = status.selftest_ms as u64,
+        "sandbox in force"
+    );
+    Ok(Ready {
+        host,
+        active,
+        status,
+    })
+}
+
+/// One self-test child with `active` layers.
+async fn run_selftest(
+    cfg: &WorkerConfig,
+    host: &Host,
+    active: &BTreeSet<SandboxLayer>,
+    launcher: Launcher<'_>,
+) -> Result<(Outcome, Targets), SandboxError> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| SandboxError::Host(format!("self-test listener: {e}")))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| SandboxError::Host(e.to_string()))?
+        .port();
+    std::fs::create_dir_all(&cfg.work_root)
+        .map_err(|e| SandboxError::Host(format!("{}: {e}", cfg.work_root.display())))?;
+    // Somewhere the child's mounts leave visible (not /tmp, private to it), so that only
+    // Landlock stands between it and the file.
+    let canary_dir = [Path::new(CANARY_DIR), cfg.work_root.as_path()]
+        .into_iter()
+        .find(|d| d.is_dir())
+        .unwrap_or(cfg.work_root.as_path())
+        .to_path_buf();
+    let canary = tempfile::Builder::new()
+        .prefix("crucible-selftest-canary-")
+        .tempfile_in(&canary_dir)
+        .map_err(|e| SandboxError::Host(format!("self-test canary: {e}")))?;
+    std::fs::write(canary.path(), b"a child must not read this")
+        .map_err(|e| SandboxError::Host(e.to_string()))?;
+    // Readable by anyone: only Landlock stands between the child and this file.
+    std::fs::set_permissions(
+        canary.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .map_err(|e| SandboxError::Host(e.to_string()))?;
+    let mut targets = Targets {
+        tcp_port: port,
+        canary_file: canary.path().to_path_buf(),
+        canary_dir,
+        uid: None,
+        worker_uid: nix::unistd::geteuid().as_raw(),
+        cgroup_name: None,
+        gpu: cfg.device.index().is_some(),
+    };
+    let spec = serde_json::json!({
+        "stage": "selftest",
+        "device": if targets.gpu { "cuda" } else { "cpu" },
+        "backend": "triton",
+        "selftest": {
+            "tcp": ["127.0.0.1", port],
+            "canary_file": targets.canary_file,
+            "canary_dir": targets.canary_dir,
+        },
+    });
+    let mut stage = stage_dir(
+        cfg,
+        "selftest",
+        |_| Ok(spec),
+        |path| host.child(active, cfg, path, "selftest").map(Some),
+    )
+    .map_err(|e| SandboxError::Selftest(format!("self-test directory: {e}")))?;
+    if let Some(child) = &stage.sandbox {
+        targets.uid = child.expect.uid;
+        targets.cgroup_name = child.cgroup_name();
+    }
+    let env = child_env(cfg, stage.dir.path(), |k| std::env::var(k).ok());
+    let child = harness_child(cfg, &mut stage, env, None, SELFTEST_DEADLINE);
+    let (_keep_cancel, cancel) = tokio::sync::watch::channel(false);
+    let outcome = run_child(child, launcher, cancel)
+        .await
+        .map_err(|e| SandboxError::Selftest(format!("could not run the self-test child: {e}")))?;
+    drop(listener);
+    let t = &outcome.transcript;
+    let result = if let Some(failed) = &t.sandbox_failed {
+        Outcome::LayerFailed {
+            layer: failed.layer.clone(),
+            error: failed.error.clone(),
+        }
+    } else if let Some(report) = &t.selftest {
+        Outcome::Report(Box::new(report.clone()))
+    } else {
+        Outcome::Broken(format!(
+            "the self-test child ended {:?} without a report{}; its output: {}",
+            outcome.exit,
+            t.violation
+                .as_ref()
+                .map(|v| format!(" (protocol: {v})"))
+                .unwrap_or_default(),
+            outcome.output_tail.trim()
+        ))
+    };
+    Ok((result, targets))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> SelftestReport {
+        let status = |uid: &str| -> StatusFields {
+            [
+                ("Uid", vec![uid; 4]),
+                ("CapEff", vec!["0000000000000000"]),
+                ("Seccomp", vec!["2"]),
+                ("Seccomp_filters", vec!["3"]),
+                ("NoNewPrivs", vec!["1"]),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.into_iter().map(str::to_owned).collect()))
+            .collect()
+        };
+        SelftestReport {
+            runner: RunnerReport {
+                pid: 2,
+                status: status("65534"),
+                ppid: 1,
+                tcp_worker: Some("ECONNREFUSED".into()),
+                tcp_socket: "ok".into(),
+                read_canary: Some("EACCES".into()),
+                write_outside: Some("EACCES".into()),
+                visible_pids: vec![1, 2],
+                kill_all: "ESRCH".into(),
+                ptrace_judge: "EPERM".into(),
+                unshare_user: "EPERM".into(),
+                sigkill: "EPERM".into(),
+                cgroup: "0::/crucible-w1/selftest-abc\n".into(),
+                mounts: [("/tmp", "tmpfs"), ("/dev/shm", "tmpfs"), ("/proc", "proc")]
+                    .into_iter()
+                    .map(|(a, b)| (a.to_owned(), b.to_owned()))
+                    .collect(),
+                ipc_sum: None,
+            },
+            judge: Identity {
+                pid: 1,
+                status: status("65534"),
+            },
+        }
+    }
+
+    fn targets() -> Targets {
+        Targets {
+            tcp_port: 1,
+            canary_file: "/w/canary".into(),
+            canary_dir: "/w".into(),
+            uid: Some(65534),
+            worker_uid: 0,
+            cgroup_name: Some("selftest-abc".into()),
+            gpu: false,
+        }
+    }
+
+    #[test]
+    fn a_report_where_every_probe_was_refused_proves_every_layer() {
+        let all: BTreeSet<_> = SandboxLayer::ALL.into_iter().collect();
+        let verdicts = judge_layers(&report(), &all, &targets());
+        assert_eq!(verdicts.len(), 7);
+        for (layer, v) in verdicts {
+            assert!(v.is_ok(), "{layer:?}: {v:?}");
+        }
+    }
+
+    #[test]
+    fn a_probe_that_got_through_fails_its_layer() {
+        let all: BTreeSet<_> = SandboxLayer::ALL.into_iter().collect();
+        let mut r = report();
+        r.runner.tcp_worker = Some("ok".into());
+        r.runner.read_canary = Some("ok".into());
+        r.runner.visible_pids = (1..40).collect();
+        r.runner.sigkill = "ok".into();
+        r.runner.mounts.insert("/tmp".into(), "ext4".into());
+        r.runner.status.insert("Uid".into(), vec!["0".into(); 4]);
+        r.runner.cgroup = "0::/\n".into();
+        let verdicts = judge_layers(&r, &all, &targets());
+        for layer in SandboxLayer::ALL {
+            assert!(verdicts[&layer].is_err(), "{layer:?} should fail");
+        }
+    }
+
+    #[test]
+    fn only_active_layers_are_judged() {
+        let some: BTreeSet<_> = [SandboxLayer::Landlock].into_iter().collect();
+        assert_eq!(
+            judge_layers(&report(), &some, &targets())
+                .keys()
+                .collect::<Vec<_>>(),
+            vec![&SandboxLayer::Landlock]
+        );
+    }
+}
