@@ -69,8 +69,9 @@ fn spec(kernel: String) -> TaskSpec {
 }
 
 /// A worker config for a GPU slot: the CPU stage never touches the device (its child sees no
-/// GPU), so it runs on a machine without one.
-fn config(work: &Path, cache: &Path) -> WorkerConfig {
+/// GPU), so it runs on a machine without one. The sandbox (shared by the clones of a config)
+/// is proven through a CPU slot's self-test: a GPU slot's would need the device.
+async fn config(work: &Path, cache: &Path) -> WorkerConfig {
     let mut cfg = WorkerConfig::from_env(DeviceSlot::Gpu {
         index: 0,
         name: "test".into(),
@@ -78,6 +79,14 @@ fn config(work: &Path, cache: &Path) -> WorkerConfig {
     .unwrap();
     cfg.work_root = work.to_owned();
     cfg.build_cache_dir = cache.to_owned();
+    let mut cpu = cfg.clone();
+    cpu.device = DeviceSlot::Cpu {
+        name: "test".into(),
+    };
+    cpu.sandbox
+        .ready(&cpu, Launcher::Direct)
+        .await
+        .expect("the sandbox holds on the test machine");
     cfg
 }
 
@@ -130,7 +139,7 @@ fn ready(end: PrepareEnd) -> crucible_gpu_worker::prepare::Ready {
 async fn identical_sources_build_once_and_distinct_sources_build_apart() {
     let work = tempfile::tempdir().unwrap();
     let cache_dir = tempfile::tempdir().unwrap();
-    let cfg = config(work.path(), cache_dir.path());
+    let cfg = config(work.path(), cache_dir.path()).await;
     let cache = BuildCache::open(cache_dir.path(), 2, 100).unwrap();
     let broker = MemoryBroker::new(BrokerConfig::default());
     let sw = software(&cfg.python);
@@ -267,7 +276,7 @@ print(json.dumps({"reused": builds.reused, "out": out.tolist()}))
 async fn a_compiler_failure_is_a_verdict_of_the_cpu_stage() {
     let work = tempfile::tempdir().unwrap();
     let cache_dir = tempfile::tempdir().unwrap();
-    let cfg = config(work.path(), cache_dir.path());
+    let cfg = config(work.path(), cache_dir.path()).await;
     let cache = BuildCache::open(cache_dir.path(), 1, 100).unwrap();
     let broker = MemoryBroker::new(BrokerConfig::default());
     let end = run_prepare(

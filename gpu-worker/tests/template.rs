@@ -24,13 +24,19 @@ fn read(rel: &str) -> String {
     std::fs::read_to_string(repo().join(rel)).unwrap()
 }
 
-fn config(work: &Path) -> WorkerConfig {
+/// A CPU worker's configuration whose sandbox is proven already (by a child started
+/// directly), so that the forks counted below are the tasks' own.
+async fn config(work: &Path) -> WorkerConfig {
     let mut cfg = WorkerConfig::from_env(DeviceSlot::Cpu {
         name: "test".into(),
     })
     .unwrap();
     cfg.work_root = work.to_owned();
     cfg.cpu_threads = Some(1);
+    cfg.sandbox
+        .ready(&cfg, Launcher::Direct)
+        .await
+        .expect("the sandbox holds on the test machine");
     cfg
 }
 
@@ -69,7 +75,7 @@ fn verdict(c: Classified) -> crucible_shared::EvalResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forked_children_evaluate_like_fresh_ones_and_templates_are_recycled() {
     let work = tempfile::tempdir().unwrap();
-    let cfg = config(work.path());
+    let cfg = config(work.path()).await;
     let mut slot = TemplateSlot::default();
     let (_keep, cancel) = watch::channel(false);
     let good = spec(read("tests/candidates/softmax__correct.py"));
@@ -122,7 +128,7 @@ async fn forked_children_evaluate_like_fresh_ones_and_templates_are_recycled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_template_killed_under_a_task_is_a_service_fault_and_is_replaced() {
     let work = tempfile::tempdir().unwrap();
-    let cfg = config(work.path());
+    let cfg = config(work.path()).await;
     let mut slot = TemplateSlot::default();
     let (_keep, cancel) = watch::channel(false);
     let slow = spec(format!(
@@ -190,7 +196,7 @@ async fn a_template_killed_under_a_task_is_a_service_fault_and_is_replaced() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_that_attacks_the_template_channel_only_hurts_itself() {
     let work = tempfile::tempdir().unwrap();
-    let cfg = config(work.path());
+    let cfg = config(work.path()).await;
     let mut slot = TemplateSlot::default();
     let (_keep, cancel) = watch::channel(false);
     // Writes garbage to every descriptor it can find except its own stdio and result pipe,
@@ -239,7 +245,7 @@ async fn a_child_that_attacks_the_template_channel_only_hurts_itself() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_successor_template_imports_while_the_current_serves_its_last_forks() {
     let work = tempfile::tempdir().unwrap();
-    let cfg = config(work.path());
+    let cfg = config(work.path()).await;
     let mut slot = TemplateSlot::default();
     let (_keep, cancel) = watch::channel(false);
     let good = spec(read("tests/candidates/softmax__correct.py"));
