@@ -177,10 +177,12 @@ async fn main() -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&probe::run_probe(0))?);
         return Ok(());
     }
+    // Logs on stderr: stdout carries the commands' JSON.
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
+        .with_writer(std::io::stderr)
         .init();
     match cli.command {
         Command::Up {
