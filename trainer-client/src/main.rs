@@ -144,7 +144,8 @@ pub struct Remote {
     #[arg(long, env = "CRUCIBLE_URL", default_value = "http://127.0.0.1:10907")]
     url: String,
     /// Bearer token: a tenant's, or the admin token for `crucible tenants`. Not needed by a
-    /// server with authentication off (`crucible up` on a loopback address).
+    /// server with authentication off (`crucible up` on a loopback address). Prefer the
+    /// environment variable: an argument shows in the process list.
     #[arg(long, env = "CRUCIBLE_TOKEN", hide_env_values = true)]
     token: Option<String>,
 }
