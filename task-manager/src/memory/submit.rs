@@ -228,7 +228,7 @@ impl MemoryBroker {
 }
 
 impl TaskRec {
-    /// A queued task of `tenant` submitted at `now`; `cache` is its scoped cache key and its
+    /// A queued task of `tenant` submitted at `now`, with its scoped cache key and its
     /// tenant's cache namespace.
     fn new(
         spec: TaskSpec,
