@@ -22,6 +22,12 @@ impl IntoResponse for HttpError {
                 .headers_mut()
                 .insert("retry-after", axum::http::HeaderValue::from_static("1"));
         }
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+        }
         response
     }
 }
@@ -34,15 +40,25 @@ impl From<ApiError> for HttpError {
 
 impl From<BrokerError> for HttpError {
     fn from(e: BrokerError) -> Self {
-        let code = match &e {
-            BrokerError::QueueFull { .. } => ApiErrorCode::QueueFull,
-            BrokerError::Unavailable(_) => ApiErrorCode::BrokerUnavailable,
-            BrokerError::Corrupt(_) => ApiErrorCode::Internal,
+        let (code, message) = match &e {
+            BrokerError::QueueFull { .. } => (ApiErrorCode::QueueFull, e.to_string()),
+            BrokerError::QuotaExceeded { .. } => (
+                ApiErrorCode::QuotaExceeded,
+                format!("{e}; retry when some of your tasks have started"),
+            ),
+            // The tenant was deleted between authentication and this request's write.
+            BrokerError::UnknownTenant(_) => (
+                ApiErrorCode::Unauthorized,
+                "the bearer token's tenant was deleted".to_owned(),
+            ),
+            BrokerError::TenantExists(_) => (ApiErrorCode::Conflict, e.to_string()),
+            BrokerError::Unavailable(_) => (ApiErrorCode::BrokerUnavailable, e.to_string()),
+            BrokerError::Corrupt(_) => (ApiErrorCode::Internal, e.to_string()),
         };
         if code == ApiErrorCode::Internal {
             tracing::error!(error = %e, "broker data error");
         }
-        HttpError(ApiError::new(code, e.to_string()))
+        HttpError(ApiError::new(code, message))
     }
 }
 

@@ -1,8 +1,11 @@
 //! The HTTP API: routes, request validation, the OpenAPI document and Swagger UI, Prometheus
 //! metrics, the health check, the problem registry and the rollout endpoints that turn
-//! model completions into rewards. Stateless: everything another replica would need lives in
-//! the broker, so any number of replicas can serve the same queue.
+//! model completions into rewards, authentication of tenants (`auth`) and their admin
+//! endpoints (`admin`). Stateless: everything another replica would need lives in the broker,
+//! so any number of replicas can serve the same queue.
 
+pub mod admin;
+pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod metrics;
@@ -12,6 +15,7 @@ pub mod rollouts;
 pub mod routes;
 pub mod state;
 
+pub use auth::{Auth, AuthMode};
 pub use routes::router;
 pub use state::AppState;
 

@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use clap::Parser;
-use crucible_api_server::{AppState, serve};
+use crucible_api_server::{AppState, Auth, serve};
 use crucible_shared::BrokerConfig;
 use crucible_task_manager::{Broker, RedisBroker, run_reaper};
 use std::sync::Arc;
@@ -31,6 +31,13 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let cfg = BrokerConfig::from_env()?;
+    let listener = tokio::net::TcpListener::bind(&args.bind)
+        .await
+        .with_context(|| format!("binding {}", args.bind))?;
+    let addr = listener.local_addr()?;
+    // Decided from the address actually bound; a public one without an admin token is refused
+    // before anything else starts.
+    let auth = Auth::from_env(addr)?;
     let broker: Arc<dyn Broker> =
         Arc::new(RedisBroker::connect(&args.redis_url, cfg).context("connecting to redis")?);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -41,13 +48,10 @@ async fn main() -> anyhow::Result<()> {
             stop_rx.clone(),
         ))
     });
-    let listener = tokio::net::TcpListener::bind(&args.bind)
-        .await
-        .with_context(|| format!("binding {}", args.bind))?;
-    tracing::info!(addr = %listener.local_addr()?, "api listening");
+    crucible_api_server::auth::log_mode(&auth, addr);
     let mut stop = stop_rx.clone();
     let problems = crucible_api_server::problems::load_from_env().context("problem registry")?;
-    let state = AppState::new(broker).with_problems(problems);
+    let state = AppState::new(broker, auth).with_problems(problems);
     let server = tokio::spawn(serve(listener, state, async move {
         let _ = stop.wait_for(|s| *s).await;
     }));

@@ -1,7 +1,15 @@
-//! The OpenAPI document: the contract clients are written against.
+//! The OpenAPI document: the contract clients are written against. Authentication is added to
+//! it in one place ([`doc`]), from the same list of public paths the middleware uses, so no
+//! protected path can go undocumented.
 
+use crate::auth::{PUBLIC_PATHS, is_public};
 use crate::routes;
 use utoipa::OpenApi;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+
+/// The name of the bearer scheme in `components.securitySchemes`.
+pub const BEARER_SCHEME: &str = "bearer";
 
 #[derive(OpenApi)]
 #[openapi(
@@ -18,6 +26,9 @@ use utoipa::OpenApi;
         routes::get_problem,
         routes::workers_status,
         routes::queue_status,
+        crate::admin::create_tenant,
+        crate::admin::list_tenants,
+        crate::admin::delete_tenant,
         routes::health,
         routes::metrics,
     ),
@@ -51,10 +62,80 @@ use utoipa::OpenApi;
         crucible_shared::reward::RewardProfile,
         crucible_shared::reward::WeightsOverride,
         crucible_shared::reward::RewardComponents,
+        crucible_shared::CreateTenantRequest,
+        crucible_shared::CreatedTenant,
+        crucible_shared::TenantInfo,
+        crucible_shared::TenantList,
+        crucible_shared::DeletedTenant,
+        crucible_shared::TenantCounts,
         routes::BatchSubmitResponse,
         routes::CancelResponse,
         routes::WorkersResponse,
     )),
-    tags((name = "tasks", description = "Submit, follow and cancel evaluations"), (name = "rollouts", description = "Model completions in, rewards and next-turn feedback out"), (name = "problems", description = "The problem registry requests may name by level and id"), (name = "status", description = "Workers, queue, health, metrics"))
+    tags((name = "tasks", description = "Submit, follow and cancel evaluations"), (name = "rollouts", description = "Model completions in, rewards and next-turn feedback out"), (name = "problems", description = "The problem registry requests may name by level and id"), (name = "status", description = "Workers, queue, health, metrics"), (name = "admin", description = "Tenants and their tokens (admin token only)"))
 )]
 pub struct ApiDoc;
+
+/// The document with its bearer scheme: every path but [`PUBLIC_PATHS`] requires it and
+/// documents 401, and the admin paths document 403.
+pub fn doc() -> utoipa::openapi::OpenApi {
+    let mut doc = ApiDoc::openapi();
+    let scheme = HttpBuilder::new()
+        .scheme(HttpAuthScheme::Bearer)
+        .bearer_format("opaque")
+        .description(Some(
+            "A tenant's token from `POST /admin/tenants`, or the admin token \
+             (`CRUCIBLE_ADMIN_TOKEN`). Not needed when the server runs with `CRUCIBLE_AUTH=off` \
+             (the default on a loopback address).",
+        ))
+        .build();
+    doc.components
+        .get_or_insert_with(Default::default)
+        .add_security_scheme(BEARER_SCHEME, SecurityScheme::Http(scheme));
+    let error = |description: &str| {
+        ResponseBuilder::new()
+            .description(description)
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("ApiError")))
+                    .build(),
+            )
+            .build()
+    };
+    for (path, item) in doc.paths.paths.iter_mut() {
+        if is_public(path) {
+            debug_assert!(PUBLIC_PATHS.contains(&path.as_str()));
+            continue;
+        }
+        let admin = path.starts_with("/admin/");
+        for op in [
+            &mut item.get,
+            &mut item.post,
+            &mut item.put,
+            &mut item.delete,
+            &mut item.patch,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            op.security = Some(vec![SecurityRequirement::new(
+                BEARER_SCHEME,
+                Vec::<String>::new(),
+            )]);
+            let responses = &mut op.responses.responses;
+            responses.insert(
+                "401".to_owned(),
+                error("No bearer token, or one that names no tenant (`UNAUTHORIZED`)").into(),
+            );
+            if admin {
+                responses.insert(
+                    "403".to_owned(),
+                    error("A tenant's token: admin endpoints need the admin token (`FORBIDDEN`)")
+                        .into(),
+                );
+            }
+        }
+    }
+    doc
+}

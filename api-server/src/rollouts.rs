@@ -1,21 +1,24 @@
 //! `POST /rollouts` and `GET /batches/{id}/results`: completions in, rewards out. A rollout
 //! batch is an evaluation batch in the broker plus, in the broker's key-value cache, one
 //! [`RolloutRecord`] per rollout (what scoring needs, none of the text); rewards and feedback
-//! are computed when results are read, from the records and the finished tasks.
+//! are computed when results are read, from the records and the finished tasks. A rollout
+//! batch is its tenant's: its records are read only after the batch's owner is checked, and
+//! batch idempotency keys are kept per tenant.
 
+use crate::auth::{Caller, authorize_batch};
 use crate::error::HttpError;
 use crate::extract::{ApiJson, ApiQuery};
 use crate::problems::ProblemRegistry;
 use crate::state::AppState;
-use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::{Extension, Json};
 use crucible_shared::reward::parse_completion;
 use crucible_shared::rollout::{
     MAX_RESULTS_PAGE, RolloutBatchRequest, RolloutBatchResponse, RolloutRecord, RolloutResultsPage,
     page_start, rollout_results,
 };
-use crucible_shared::{ApiError, BatchId, EvaluateRequest, problem_hash};
+use crucible_shared::{ApiError, BatchId, EvaluateRequest, TenantId, problem_hash};
 use serde::Deserialize;
 use std::time::Duration;
 use utoipa::IntoParams;
@@ -24,6 +27,12 @@ use utoipa::IntoParams;
 const RECORDS_NAMESPACE: &str = "rollouts";
 /// Key-value namespace of batch idempotency keys (value: batch id).
 const BATCH_KEYS_NAMESPACE: &str = "rollout-batch-keys";
+/// The key-value key of a tenant's batch idempotency key: tenant ids hold no ':', so no two
+/// (tenant, key) pairs spell the same key and one tenant's key never finds another's batch.
+fn batch_key(tenant: &TenantId, key: &str) -> String {
+    format!("{tenant}:{key}")
+}
+
 /// Records outlive the result TTL by this factor: a batch's tasks expire `result_ttl` after
 /// they finish, and a batch may take a while to finish.
 const RECORDS_TTL_FACTOR: u32 = 2;
@@ -100,12 +109,13 @@ pub fn plan(
         (status = 400, description = "Malformed JSON", body = ApiError),
         (status = 413, description = "Body too large", body = ApiError),
         (status = 422, description = "A field is out of range, or an unknown problem", body = ApiError),
-        (status = 429, description = "Queue full (no rollout was accepted)", body = ApiError),
+        (status = 429, description = "Queue full (`QUEUE_FULL`) or the tenant's `max_queued` reached (`QUOTA_EXCEEDED`); no rollout was accepted", body = ApiError),
         (status = 503, description = "Broker unavailable", body = ApiError),
     )
 )]
 pub async fn submit_rollouts(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiJson(batch): ApiJson<RolloutBatchRequest>,
 ) -> Result<(StatusCode, Json<RolloutBatchResponse>), HttpError> {
     let mut plan = plan(&batch, &state.problems)?;
@@ -118,7 +128,12 @@ pub async fn submit_rollouts(
         evaluated,
         deduplicated,
     };
-    if let Some(key) = &batch.idempotency_key
+    let tenant = caller.tenant_id();
+    let idempotency_key = batch
+        .idempotency_key
+        .as_deref()
+        .map(|k| batch_key(tenant, k));
+    if let Some(key) = &idempotency_key
         && let Some(earlier) = broker.kv_get(BATCH_KEYS_NAMESPACE, key).await?
     {
         return Ok((StatusCode::ACCEPTED, Json(answer(BatchId(earlier), true))));
@@ -128,7 +143,7 @@ pub async fn submit_rollouts(
         .map(crate::routes::spec_of)
         .collect();
     // A batch even when nothing is evaluated: its results are read the same way.
-    let (batch_id, submitted) = broker.submit_batch(specs).await?;
+    let (batch_id, submitted) = broker.submit_batch(tenant, specs).await?;
     for (k, s) in submitted.iter().enumerate() {
         plan.records[plan.evaluated[k]].task_id = Some(s.task_id.clone());
     }
@@ -142,7 +157,7 @@ pub async fn submit_rollouts(
             ttl * RECORDS_TTL_FACTOR,
         )
         .await?;
-    if let Some(key) = &batch.idempotency_key {
+    if let Some(key) = &idempotency_key {
         broker
             .kv_put(BATCH_KEYS_NAMESPACE, key, batch_id.as_str(), ttl)
             .await?;
@@ -150,6 +165,7 @@ pub async fn submit_rollouts(
     state.metrics.rollouts_submitted.inc_by(rollouts as u64);
     tracing::info!(
         batch_id = %batch_id,
+        tenant = %caller.tenant.name,
         rollouts,
         evaluated,
         cached = submitted.iter().filter(|s| s.cached).count(),
@@ -177,12 +193,13 @@ pub struct ResultsQuery {
     params(("id" = String, Path, description = "Batch id of `POST /rollouts`"), ResultsQuery),
     responses(
         (status = 200, description = "The next results", body = RolloutResultsPage),
-        (status = 404, description = "Unknown or expired rollout batch", body = ApiError),
+        (status = 404, description = "Unknown or expired rollout batch, or another tenant's", body = ApiError),
         (status = 422, description = "A parameter is out of range", body = ApiError),
     )
 )]
 pub async fn batch_results(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     ApiQuery(query): ApiQuery<ResultsQuery>,
 ) -> Result<Json<RolloutResultsPage>, HttpError> {
@@ -197,6 +214,7 @@ pub async fn batch_results(
     }
     let after = query.after.unwrap_or(0);
     let batch_id = BatchId(id);
+    authorize_batch(&state, &caller, &batch_id, "rollout batch").await?;
     let not_found = || ApiError::not_found(format!("rollout batch {batch_id}"));
     let records: Vec<RolloutRecord> = match state
         .broker

@@ -1,5 +1,8 @@
 //! Route handlers. Each validates, calls the broker, and shapes the answer; none keeps state.
+//! Every handler but the public ones acts for the [`Caller`] that `auth::authenticate` found:
+//! its submissions are its own, and another tenant's task or batch is answered 404.
 
+use crate::auth::{Caller, authorize_batch, authorize_task};
 use crate::error::{HttpError, not_found};
 use crate::extract::{ApiJson, ApiQuery};
 use crate::problems::ProblemRegistry;
@@ -7,17 +10,17 @@ use crate::state::AppState;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::routing::{delete, get, post};
+use axum::{Extension, Json, Router};
 use crucible_shared::{
     ApiError, ApiErrorCode, BatchId, BatchRequest, BatchStatus, EvaluateRequest, HealthStatus,
     Problem, ProblemList, ProblemRef, QueueStatus, SubmitResponse, TaskId, TaskSpec, TaskStatus,
-    TaskView, WorkerInfo, WorkerState,
+    TaskView, TenantCounts, WorkerInfo, WorkerState,
 };
 use crucible_task_manager::CancelOutcome;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
-use utoipa::{IntoParams, OpenApi, ToSchema};
+use utoipa::{IntoParams, ToSchema};
 use utoipa_swagger_ui::SwaggerUi;
 
 /// Largest `POST /evaluate` body: two codes at the limit, JSON-escaped, plus the fields.
@@ -50,12 +53,22 @@ pub fn router(state: AppState) -> Router {
         .route("/problems/{level}/{id}", get(get_problem))
         .route("/workers/status", get(workers_status))
         .route("/queue/status", get(queue_status))
+        .route(
+            "/admin/tenants",
+            post(crate::admin::create_tenant).get(crate::admin::list_tenants),
+        )
+        .route("/admin/tenants/{name}", delete(crate::admin::delete_tenant))
         .route("/health", get(health))
         .route("/metrics", get(metrics));
     Router::new()
         .merge(api)
-        .merge(SwaggerUi::new("/docs").url("/openapi.json", crate::openapi::ApiDoc::openapi()))
+        .merge(SwaggerUi::new(crate::auth::DOCS_PATH).url("/openapi.json", crate::openapi::doc()))
         .fallback(not_found)
+        // Innermost, so traces and metrics count the requests it refuses.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::auth::authenticate,
+        ))
         // Longer than the longest `?wait=`; a request stuck past it is cut, not kept forever.
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
@@ -133,12 +146,13 @@ fn resolve_problem(
         (status = 400, description = "Malformed JSON", body = ApiError),
         (status = 413, description = "Body too large", body = ApiError),
         (status = 422, description = "A field is out of range", body = ApiError),
-        (status = 429, description = "Queue full", body = ApiError),
+        (status = 429, description = "Queue full (`QUEUE_FULL`) or the tenant's `max_queued` reached (`QUOTA_EXCEEDED`)", body = ApiError),
         (status = 503, description = "Broker unavailable", body = ApiError),
     )
 )]
 pub async fn evaluate(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiQuery(query): ApiQuery<WaitQuery>,
     ApiJson(mut request): ApiJson<EvaluateRequest>,
 ) -> Result<Response, HttpError> {
@@ -152,7 +166,10 @@ pub async fn evaluate(
             .unwrap_or_default(),
         request.priority.as_str().to_owned(),
     ];
-    let submitted = state.broker.submit(spec_of(request)).await?;
+    let submitted = state
+        .broker
+        .submit(caller.tenant_id(), spec_of(request))
+        .await?;
     // Only a new task counts; a cached answer is one (already done), a joined task is not.
     if !submitted.deduplicated && !submitted.coalesced {
         state
@@ -163,6 +180,7 @@ pub async fn evaluate(
     }
     tracing::info!(
         task_id = %submitted.task_id,
+        tenant = %caller.tenant.name,
         deduplicated = submitted.deduplicated,
         coalesced = submitted.coalesced,
         cached = submitted.cached,
@@ -201,11 +219,12 @@ pub struct BatchSubmitResponse {
         (status = 400, description = "Malformed JSON", body = ApiError),
         (status = 413, description = "Body too large", body = ApiError),
         (status = 422, description = "A field is out of range", body = ApiError),
-        (status = 429, description = "Queue full", body = ApiError),
+        (status = 429, description = "Queue full (`QUEUE_FULL`) or the tenant's `max_queued` reached (`QUOTA_EXCEEDED`); no task was accepted", body = ApiError),
     )
 )]
 pub async fn evaluate_batch(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiJson(mut batch): ApiJson<BatchRequest>,
 ) -> Result<(StatusCode, Json<BatchSubmitResponse>), HttpError> {
     for (i, request) in batch.tasks.iter_mut().enumerate() {
@@ -214,10 +233,17 @@ pub async fn evaluate_batch(
     batch.validate()?;
     let n = batch.tasks.len();
     let specs = batch.tasks.into_iter().map(spec_of).collect();
-    let (batch_id, submitted) = state.broker.submit_batch(specs).await?;
+    let (batch_id, submitted) = state.broker.submit_batch(caller.tenant_id(), specs).await?;
     let cached = submitted.iter().filter(|s| s.cached).count();
     let coalesced = submitted.iter().filter(|s| s.coalesced).count();
-    tracing::info!(batch_id = %batch_id, tasks = n, cached, coalesced, "batch submitted");
+    tracing::info!(
+        batch_id = %batch_id,
+        tenant = %caller.tenant.name,
+        tasks = n,
+        cached,
+        coalesced,
+        "batch submitted"
+    );
     Ok((
         StatusCode::ACCEPTED,
         Json(BatchSubmitResponse {
@@ -233,16 +259,19 @@ pub async fn evaluate_batch(
     params(("id" = String, Path, description = "Task id"), WaitQuery),
     responses(
         (status = 200, description = "The task", body = TaskView),
-        (status = 404, description = "Unknown (or expired) task", body = ApiError),
+        (status = 404, description = "Unknown (or expired) task, or another tenant's", body = ApiError),
     )
 )]
 pub async fn get_task(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     ApiQuery(query): ApiQuery<WaitQuery>,
 ) -> Result<Json<TaskView>, HttpError> {
     let id = TaskId(id);
-    let view = match wait_duration(query.wait)? {
+    let wait = wait_duration(query.wait)?;
+    authorize_task(&state, &caller, &id).await?;
+    let view = match wait {
         Some(wait) => state.broker.wait_terminal(&id, wait).await?,
         None => state.broker.get_task(&id).await?,
     };
@@ -264,15 +293,17 @@ pub struct CancelResponse {
     params(("id" = String, Path, description = "Task id")),
     responses(
         (status = 200, description = "Cancelled", body = CancelResponse),
-        (status = 404, description = "Unknown task", body = ApiError),
+        (status = 404, description = "Unknown task, or another tenant's", body = ApiError),
         (status = 409, description = "Already finished", body = ApiError),
     )
 )]
 pub async fn cancel_task(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<CancelResponse>, HttpError> {
     let id = TaskId(id);
+    authorize_task(&state, &caller, &id).await?;
     match state.broker.cancel(&id).await? {
         CancelOutcome::Cancelled { was } => {
             tracing::info!(task_id = %id, was = was.as_str(), "task cancelled");
@@ -303,11 +334,12 @@ pub struct BatchQuery {
     params(("id" = String, Path, description = "Batch id"), BatchQuery),
     responses(
         (status = 200, description = "The batch", body = BatchStatus),
-        (status = 404, description = "Unknown batch", body = ApiError),
+        (status = 404, description = "Unknown batch, or another tenant's", body = ApiError),
     )
 )]
 pub async fn get_batch(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     ApiQuery(query): ApiQuery<BatchQuery>,
 ) -> Result<Json<BatchStatus>, HttpError> {
@@ -321,6 +353,7 @@ pub async fn get_batch(
         }
     };
     let id = BatchId(id);
+    authorize_batch(&state, &caller, &id, "batch").await?;
     state
         .broker
         .batch_status(&id, include_tasks)
@@ -376,35 +409,55 @@ pub struct WorkersResponse {
     pub total: usize,
     /// Workers with a recent heartbeat (not `lost`).
     pub alive: usize,
+    /// Open tasks of every tenant that has any (admin only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenants: Option<Vec<TenantCounts>>,
 }
 
-/// Every worker on every node, as the shared registry knows them.
+/// Every worker on every node, as the shared registry knows them. A tenant sees no worker's
+/// `current_task` (it may be another tenant's); the admin also sees every tenant's counts.
 #[utoipa::path(
     get, path = "/workers/status", tag = "status",
     responses((status = 200, description = "Workers", body = WorkersResponse), (status = 503, body = ApiError))
 )]
 pub async fn workers_status(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
 ) -> Result<Json<WorkersResponse>, HttpError> {
-    let workers = state.broker.list_workers().await?;
+    let mut workers = state.broker.list_workers().await?;
     let alive = workers
         .iter()
         .filter(|w| w.state != WorkerState::Lost)
         .count();
+    let tenants = if caller.admin {
+        Some(crate::admin::visible_counts(&state, &caller).await?)
+    } else {
+        for w in &mut workers {
+            w.current_task = None;
+        }
+        None
+    };
     Ok(Json(WorkersResponse {
         total: workers.len(),
         alive,
         workers,
+        tenants,
     }))
 }
 
-/// Queue depth by priority, running tasks and lifetime counters.
+/// Queue depth by priority, running tasks and lifetime counters of the whole service, and the
+/// open tasks per tenant: every tenant's for the admin, the caller's own for a tenant.
 #[utoipa::path(
     get, path = "/queue/status", tag = "status",
     responses((status = 200, description = "Queue", body = QueueStatus), (status = 503, body = ApiError))
 )]
-pub async fn queue_status(State(state): State<AppState>) -> Result<Json<QueueStatus>, HttpError> {
-    Ok(Json(state.broker.queue_status().await?))
+pub async fn queue_status(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<QueueStatus>, HttpError> {
+    let mut status = state.broker.queue_status().await?;
+    status.tenants = Some(crate::admin::visible_counts(&state, &caller).await?);
+    Ok(Json(status))
 }
 
 /// Whether the broker answers and how many workers are alive. 200 when the broker is up

@@ -1,6 +1,7 @@
 //! What every handler shares. Only handles and read-only configuration: the broker holds the
 //! state.
 
+use crate::auth::Auth;
 use crate::metrics::Metrics;
 use crate::problems::ProblemRegistry;
 use crucible_task_manager::Broker;
@@ -12,14 +13,17 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Problems requests may name by level and id; empty when none was configured.
     pub problems: Arc<ProblemRegistry>,
+    /// Who may call what (`auth.rs`).
+    pub auth: Arc<Auth>,
 }
 
 impl AppState {
-    pub fn new(broker: Arc<dyn Broker>) -> Self {
+    pub fn new(broker: Arc<dyn Broker>, auth: Auth) -> Self {
         Self {
             broker,
             metrics: Arc::new(Metrics::new()),
             problems: Arc::new(ProblemRegistry::default()),
+            auth: Arc::new(auth),
         }
     }
 

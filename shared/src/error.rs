@@ -15,12 +15,18 @@ pub enum ApiErrorCode {
     PayloadTooLarge,
     /// The content type is not `application/json`.
     UnsupportedMediaType,
-    /// No such task, batch or route.
+    /// No bearer token, or one that names no tenant (`Authorization: Bearer <token>`).
+    Unauthorized,
+    /// The token is valid but may not do this (an admin endpoint with a tenant's token).
+    Forbidden,
+    /// No such task, batch, tenant or route, or one that belongs to another tenant.
     NotFound,
     /// The request conflicts with the current state (e.g. cancelling a finished task).
     Conflict,
     /// The queue is at its cap; retry later.
     QueueFull,
+    /// The tenant has `max_queued` tasks queued already; retry when some have started.
+    QuotaExceeded,
     /// The broker cannot be reached; retry later.
     BrokerUnavailable,
     /// A bug on our side.
@@ -35,9 +41,11 @@ impl ApiErrorCode {
             ApiErrorCode::Validation => 422,
             ApiErrorCode::PayloadTooLarge => 413,
             ApiErrorCode::UnsupportedMediaType => 415,
+            ApiErrorCode::Unauthorized => 401,
+            ApiErrorCode::Forbidden => 403,
             ApiErrorCode::NotFound => 404,
             ApiErrorCode::Conflict => 409,
-            ApiErrorCode::QueueFull => 429,
+            ApiErrorCode::QueueFull | ApiErrorCode::QuotaExceeded => 429,
             ApiErrorCode::BrokerUnavailable => 503,
             ApiErrorCode::Internal => 500,
         }

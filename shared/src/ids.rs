@@ -64,3 +64,24 @@ string_id!(
     LeaseToken,
     "l_"
 );
+string_id!(
+    /// A tenant: who submitted a task or batch. Chosen by the broker when the tenant is
+    /// created and never reused, so a tenant created again under a deleted one's name owns
+    /// none of the deleted one's tasks. Internal: the API names tenants by name.
+    TenantId,
+    "tn_"
+);
+
+/// Id of the built-in tenant; random ids are `tn_` and 32 hex digits, so none can equal it.
+const BUILTIN_TENANT_ID: &str = "tn_admin";
+
+impl TenantId {
+    /// The built-in tenant: the admin, and every caller when authentication is off.
+    pub fn builtin() -> Self {
+        Self(BUILTIN_TENANT_ID.to_owned())
+    }
+
+    pub fn is_builtin(&self) -> bool {
+        self.0 == BUILTIN_TENANT_ID
+    }
+}

@@ -1,5 +1,5 @@
 //! Wire types shared by every Crucible process: requests, task views, results, worker and
-//! queue views, problems, rollouts and rewards (all serde + utoipa schemas), the API error codes with their one HTTP mapping,
+//! queue views, tenants, problems, rollouts and rewards (all serde + utoipa schemas), the API error codes with their one HTTP mapping,
 //! request validation and configuration parsing. Nothing here does I/O.
 
 pub mod config;
@@ -12,11 +12,12 @@ pub mod rollout;
 pub mod sandbox;
 pub mod status;
 pub mod task;
+pub mod tenant;
 pub mod worker;
 
 pub use config::{BrokerConfig, ConfigError};
 pub use error::{ApiError, ApiErrorCode};
-pub use ids::{BatchId, LeaseToken, TaskId, WorkerId};
+pub use ids::{BatchId, LeaseToken, TaskId, TenantId, WorkerId};
 pub use problem::{Problem, ProblemInfo, ProblemList, ProblemRef, problem_hash};
 pub use request::{
     Backend, BatchRequest, EvaluateRequest, MAX_BATCH_TASKS, MAX_CODE_BYTES, Priority,
@@ -27,5 +28,9 @@ pub use status::{BatchStatus, HealthStatus, QueueStatus, StatusCounts};
 pub use task::{
     BuildSource, DeviceInfo, DeviceKind, EvalResult, Flag, RuntimeStats, SEVERITY_FLAG,
     SEVERITY_HACK, SEVERITY_REJECT, SubmitResponse, TaskStatus, TaskView, Verdict, VerdictCode,
+};
+pub use tenant::{
+    BUILTIN_TENANT_NAME, CreateTenantRequest, CreatedTenant, DeletedTenant, TenantCounts,
+    TenantInfo, TenantList,
 };
 pub use worker::{WorkerInfo, WorkerState};

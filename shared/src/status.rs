@@ -2,6 +2,7 @@
 
 use crate::ids::{BatchId, TaskId};
 use crate::task::TaskView;
+use crate::tenant::TenantCounts;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -58,6 +59,10 @@ pub struct QueueStatus {
     /// Reference cache lookups that found nothing, so the worker timed the reference.
     #[serde(default)]
     pub ref_cache_misses_total: u64,
+    /// Open tasks per tenant: every tenant for the admin, the caller's own for a tenant.
+    /// Filled in by the API (the broker's view has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenants: Option<Vec<TenantCounts>>,
 }
 
 impl QueueStatus {

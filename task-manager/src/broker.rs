@@ -1,9 +1,11 @@
-//! The queue contract both brokers implement; `tests/contract.rs` runs one suite against both.
+//! The queue contract both brokers implement; `tests/contract.rs` runs one suite against both
+//! (`tests/tenants.rs` the tenant part of it).
 
+use crate::tenants::TenantRegistry;
 use async_trait::async_trait;
 use crucible_shared::{
     BatchId, BatchStatus, BrokerConfig, EvalResult, LeaseToken, QueueStatus, TaskId, TaskSpec,
-    TaskStatus, TaskView, WorkerId, WorkerInfo,
+    TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo,
 };
 use std::time::Duration;
 
@@ -12,6 +14,15 @@ pub enum BrokerError {
     /// Accepting the submission would take the queue past its cap.
     #[error("queue is full ({queued} queued, cap {cap})")]
     QueueFull { queued: u64, cap: u64 },
+    /// Accepting the submission would take the tenant past its `max_queued`.
+    #[error("tenant quota reached ({queued} queued, max_queued {max_queued})")]
+    QuotaExceeded { queued: u64, max_queued: u64 },
+    /// The submitting tenant does not exist (it was deleted).
+    #[error("unknown tenant {0}")]
+    UnknownTenant(TenantId),
+    /// A tenant of this name exists already.
+    #[error("a tenant named {0:?} exists already")]
+    TenantExists(String),
     /// The broker's backing store cannot be reached.
     #[error("broker unavailable: {0}")]
     Unavailable(String),
@@ -100,7 +111,7 @@ pub struct ReapReport {
 }
 
 #[async_trait]
-pub trait Broker: Send + Sync + 'static {
+pub trait Broker: TenantRegistry + Send + Sync + 'static {
     fn config(&self) -> &BrokerConfig;
 
     /// `"redis"` or `"memory"`.
@@ -108,18 +119,22 @@ pub trait Broker: Send + Sync + 'static {
 
     async fn ping(&self) -> Result<(), BrokerError>;
 
-    /// Queues one task, in this order of precedence: the task its idempotency key already
-    /// names is returned; unless `force_refresh`, a fresh cached result for its
-    /// [`result_cache_key`](crucible_shared::EvaluateRequest::result_cache_key) (within
-    /// [`BrokerConfig::cache_scope`]) becomes a new task that is `done` at once, and an
-    /// identical queued or running task is returned (`coalesced`); otherwise a new task is
-    /// queued. A task that ends `done` leaves its result in the cache for `result_ttl`.
-    async fn submit(&self, spec: TaskSpec) -> Result<Submitted, BrokerError>;
+    /// Queues one task of `tenant`, in this order of precedence: the task the tenant's
+    /// idempotency key already names is returned; unless `force_refresh`, a fresh cached result
+    /// for its [`result_cache_key`](crucible_shared::EvaluateRequest::result_cache_key) (within
+    /// [`BrokerConfig::cache_scope`] and the tenant's cache namespace) becomes a new task that
+    /// is `done` at once, and an identical queued or running task of the same tenant is
+    /// returned (`coalesced`); otherwise a new task is queued, within the global queue cap and
+    /// the tenant's `max_queued`. A task that ends `done` leaves its result in its tenant's
+    /// cache namespace for `result_ttl`. [`BrokerError::UnknownTenant`] when the tenant is gone.
+    async fn submit(&self, tenant: &TenantId, spec: TaskSpec) -> Result<Submitted, BrokerError>;
 
-    /// Submits all tasks of a batch as `submit` would, one after the other, atomically with
-    /// respect to the queue cap: either every task is accepted or none is.
+    /// Submits all tasks of a batch of `tenant` as `submit` would, one after the other,
+    /// atomically with respect to the queue cap and the tenant's quota: either every task is
+    /// accepted or none is.
     async fn submit_batch(
         &self,
+        tenant: &TenantId,
         specs: Vec<TaskSpec>,
     ) -> Result<(BatchId, Vec<Submitted>), BrokerError>;
 
@@ -150,8 +165,9 @@ pub trait Broker: Send + Sync + 'static {
 
     async fn queue_status(&self) -> Result<QueueStatus, BrokerError>;
 
-    /// Takes the next task for `worker`, waiting up to `wait` for one to arrive. High before
-    /// normal before low, but low is guaranteed a share of claims so it never starves.
+    /// Takes the next task for `worker`, waiting up to `wait` for one to arrive. Tenants are
+    /// served in a weighted fair share; within a tenant, high before normal before low, but
+    /// low is guaranteed a share of claims so it never starves (`fair.rs`).
     async fn claim(&self, worker: &WorkerId, wait: Duration) -> Result<Option<Lease>, BrokerError>;
 
     /// Heartbeat of a lease: extends its expiry by `lease_ttl` if the token is current.

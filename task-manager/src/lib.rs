@@ -1,13 +1,16 @@
 //! The task queue. Owns every Redis key and Lua script, the [`Broker`] trait and its two
 //! implementations ([`RedisBroker`] for deployments, [`MemoryBroker`] for a single process),
 //! leases with fencing tokens, retries, the reaper, cancellation, idempotency keys, batches and their logs of finished tasks,
-//! result TTLs, the worker registry, the result cache with coalescing, and a small key-value
-//! cache (reference timings). It knows nothing about HTTP or Python.
+//! result TTLs, the worker registry, the result cache with coalescing, a small key-value
+//! cache (reference timings), tenants (tokens by hash, quotas, per-tenant caches and keys) and
+//! the fair share between them. It knows nothing about HTTP or Python.
 
 pub mod broker;
+pub mod fair;
 pub mod memory;
 pub mod reaper;
 pub mod redis_broker;
+pub mod tenants;
 
 pub use broker::{
     AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, Lease, LeaseState,
@@ -16,3 +19,4 @@ pub use broker::{
 pub use memory::MemoryBroker;
 pub use reaper::run_reaper;
 pub use redis_broker::RedisBroker;
+pub use tenants::{SHARED_CACHE_NAMESPACE, Tenant, TenantLoad, TenantRegistry};

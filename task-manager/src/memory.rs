@@ -1,47 +1,29 @@
 //! [`MemoryBroker`]: the whole queue in one process, behind one mutex. Claimers and waiters are
-//! woken by [`Notify`], never by polling. Also home of the pure helpers both brokers share.
+//! woken by [`Notify`], never by polling. Submission is in `memory/submit.rs`, tenants in
+//! `memory/tenants.rs`. Also home of the pure helpers both brokers share.
+
+mod submit;
+mod tenants;
 
 use crate::broker::{
     AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, Lease, LeaseState,
     REF_CACHE_NAMESPACE, ReapReport, Submitted,
 };
+use crate::fair::FairQueues;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crucible_shared::{
     BatchId, BatchStatus, BrokerConfig, EvalResult, LeaseToken, Priority, QueueStatus,
-    StatusCounts, TaskId, TaskSpec, TaskStatus, TaskView, WorkerId, WorkerInfo, WorkerState,
+    StatusCounts, TaskId, TaskSpec, TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo,
+    WorkerState,
 };
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
-/// The preferred queue of each claim in one turn of the weighted round robin: in every 7
-/// claims 4 prefer high, 2 normal and 1 low, so low gets a guaranteed share and never starves.
-pub const CLAIM_CYCLE: [Priority; 7] = [
-    Priority::High,
-    Priority::Normal,
-    Priority::High,
-    Priority::Low,
-    Priority::High,
-    Priority::Normal,
-    Priority::High,
-];
-
 /// A worker silent for this many liveness windows is dropped from the registry.
 pub const WORKER_RETENTION_FACTOR: u32 = 5;
-
-/// The order in which claim number `seq` (counting successful claims from 0) tries the
-/// queues: its preferred queue first, then the others from high to low.
-pub fn claim_order(seq: u64) -> [Priority; 3] {
-    let preferred = CLAIM_CYCLE[(seq % CLAIM_CYCLE.len() as u64) as usize];
-    let mut order = [preferred; 3];
-    let rest = Priority::ALL.into_iter().filter(|p| *p != preferred);
-    for (slot, prio) in order[1..].iter_mut().zip(rest) {
-        *slot = prio;
-    }
-    order
-}
 
 /// How long a worker may stay silent before the registry forgets it.
 pub fn worker_retention(liveness: Duration) -> Duration {
@@ -77,8 +59,12 @@ struct TaskRec {
     /// an idempotency key (a batch may appear more than once).
     counted_in: Vec<BatchId>,
     idempotency_key: Option<String>,
+    /// Who submitted it.
+    tenant: TenantId,
     /// [`scoped_cache_key`] of the request.
     cache_key: String,
+    /// Its tenant's result cache namespace when it was submitted.
+    cache_ns: String,
     /// Answered from the result cache without running.
     cached: bool,
 }
@@ -100,9 +86,25 @@ impl TaskRec {
             cached: self.cached,
         }
     }
+
+    /// Its entry in the result cache.
+    fn result_key(&self) -> CacheKey {
+        (self.cache_ns.clone(), self.cache_key.clone())
+    }
+
+    /// Its entry in the in-flight map (coalescing never crosses tenants).
+    fn flight_key(&self) -> TenantKey {
+        (self.tenant.clone(), self.cache_key.clone())
+    }
 }
 
+/// A result cache entry: (cache namespace, scoped cache key).
+type CacheKey = (String, String);
+/// Idempotency keys and in-flight entries are a tenant's own: (tenant, key).
+type TenantKey = (TenantId, String);
+
 struct BatchRec {
+    tenant: TenantId,
     task_ids: Vec<TaskId>,
     counts: StatusCounts,
     /// Distinct tasks in the order they finished (see [`FinishedPage`]).
@@ -114,9 +116,9 @@ enum Expiring {
     Task(TaskId),
     Batch(BatchId),
     /// A result cache entry; a newer result for the same key outlives this expiry.
-    Cached(String),
+    Cached(CacheKey),
     /// An idempotency key that joined another task through coalescing, while it maps to it.
-    Idempotency(String, TaskId),
+    Idempotency(TenantKey, TaskId),
 }
 
 #[derive(Default)]
@@ -136,22 +138,22 @@ struct Lifetime {
 #[derive(Default)]
 struct State {
     tasks: HashMap<TaskId, TaskRec>,
-    /// Indexed by [`queue_index`].
-    queues: [VecDeque<TaskId>; 3],
+    /// Queued tasks by tenant and priority, in the fair share's order.
+    queues: FairQueues,
     /// Expiry of every lease held.
     leases: HashMap<TaskId, Instant>,
     batches: HashMap<BatchId, BatchRec>,
-    idempotency: HashMap<String, TaskId>,
-    /// Scoped cache key → last verdict for it and when that entry expires.
-    result_cache: HashMap<String, (EvalResult, Instant)>,
-    /// Scoped cache key → the open task evaluating it; removed when that task finishes.
-    in_flight: HashMap<String, TaskId>,
+    idempotency: HashMap<TenantKey, TaskId>,
+    /// Result cache key → last verdict for it and when that entry expires.
+    result_cache: HashMap<CacheKey, (EvalResult, Instant)>,
+    /// (tenant, scoped cache key) → the open task evaluating it; removed when it finishes.
+    in_flight: HashMap<TenantKey, TaskId>,
     workers: HashMap<WorkerId, (WorkerInfo, Instant)>,
     /// Terminal records in the order they expire: result_ttl is one constant, so expiry order
     /// is the order in which they finished.
     expiries: VecDeque<(Instant, Expiring)>,
     stats: Lifetime,
-    claim_seq: u64,
+    tenants: tenants::Table,
     /// The key-value cache: (namespace, key) → value and when it expires. Entries expire on
     /// read; expired ones are swept when the map has doubled since the last sweep.
     kv: HashMap<(String, String), (String, Instant)>,
@@ -160,14 +162,6 @@ struct State {
 
 /// Size of the key-value cache below which expired entries are never swept.
 const KV_SWEEP_MIN: usize = 1024;
-
-fn queue_index(p: Priority) -> usize {
-    match p {
-        Priority::High => 0,
-        Priority::Normal => 1,
-        Priority::Low => 2,
-    }
-}
 
 fn count_mut(c: &mut StatusCounts, s: TaskStatus) -> &mut u64 {
     match s {
@@ -183,27 +177,6 @@ fn count_mut(c: &mut StatusCounts, s: TaskStatus) -> &mut u64 {
 /// brokers so their keys agree.
 pub fn scoped_cache_key(cfg: &BrokerConfig, spec: &TaskSpec) -> String {
     format!("{}:{}", cfg.cache_scope, spec.request.result_cache_key())
-}
-
-/// How `submit` answers one spec.
-enum Plan {
-    /// An earlier task named by the idempotency key.
-    Deduplicated(TaskId),
-    /// An identical open task.
-    Coalesced(TaskId),
-    /// A new task, done at once with the cached result.
-    Cached(TaskId, Box<EvalResult>),
-    /// A new queued task; `looked_up` is false under `force_refresh`.
-    Fresh { id: TaskId, looked_up: bool },
-}
-
-impl Plan {
-    fn id(&self) -> &TaskId {
-        match self {
-            Plan::Deduplicated(id) | Plan::Coalesced(id) | Plan::Cached(id, _) => id,
-            Plan::Fresh { id, .. } => id,
-        }
-    }
 }
 
 /// What happened to a running task that ended without a verdict.
@@ -223,9 +196,11 @@ impl State {
                 Expiring::Task(id) => {
                     if let Some(rec) = self.tasks.remove(&id)
                         && let Some(key) = rec.idempotency_key
-                        && self.idempotency.get(&key) == Some(&id)
                     {
-                        self.idempotency.remove(&key);
+                        let key = (rec.tenant, key);
+                        if self.idempotency.get(&key) == Some(&id) {
+                            self.idempotency.remove(&key);
+                        }
                     }
                 }
                 Expiring::Batch(id) => {
@@ -268,8 +243,9 @@ impl State {
                 TaskStatus::Cancelled => self.stats.cancelled += 1,
                 TaskStatus::Queued | TaskStatus::Running => {}
             }
-            if self.in_flight.get(&rec.cache_key) == Some(id) {
-                self.in_flight.remove(&rec.cache_key);
+            let flight = rec.flight_key();
+            if self.in_flight.get(&flight) == Some(id) {
+                self.in_flight.remove(&flight);
             }
         }
         for (i, batch_id) in rec.counted_in.iter().enumerate() {
@@ -290,10 +266,6 @@ impl State {
         }
     }
 
-    fn queued(&self) -> u64 {
-        self.queues.iter().map(|q| q.len() as u64).sum()
-    }
-
     /// Another submission reuses task `id`: an open one moves `batch_id`'s counters from now
     /// on as well. Returns its status.
     fn join(&mut self, id: &TaskId, batch_id: Option<&BatchId>) -> Result<TaskStatus, BrokerError> {
@@ -309,8 +281,8 @@ impl State {
         Ok(rec.status)
     }
 
-    /// The open task evaluating `key`, if any.
-    fn in_flight(&self, key: &str) -> Option<&TaskId> {
+    /// The open task evaluating `key` for its tenant, if any.
+    fn in_flight(&self, key: &TenantKey) -> Option<&TaskId> {
         self.in_flight
             .get(key)
             .filter(|id| self.tasks.get(*id).is_some_and(|t| !t.status.is_terminal()))
@@ -336,9 +308,9 @@ impl State {
         rec.worker_id = None;
         rec.token = None;
         rec.started_at = None;
-        let q = queue_index(rec.priority);
+        let (tenant, priority) = (rec.tenant.clone(), rec.priority);
         self.transition(id, TaskStatus::Queued, cfg.result_ttl);
-        self.queues[q].push_front(id.clone());
+        self.queues.push_front(&tenant, priority, id.clone());
         self.stats.requeued += 1;
         Retry::Requeued
     }
@@ -373,12 +345,9 @@ impl MemoryBroker {
     fn try_claim(&self, worker: &WorkerId) -> Option<Lease> {
         let mut guard = self.lock();
         let st = &mut *guard;
-        let order = claim_order(st.claim_seq);
-        let id = order
-            .iter()
-            .find_map(|p| st.queues[queue_index(*p)].pop_front())?;
+        let tenants = &st.tenants;
+        let (_, id) = st.queues.pop(|t| tenants.weight(t))?;
         let rec = st.tasks.get_mut(&id)?;
-        st.claim_seq += 1;
         let token = LeaseToken::random();
         rec.attempts += 1;
         rec.worker_id = Some(worker.clone());
@@ -401,218 +370,6 @@ impl MemoryBroker {
     fn view(&self, id: &TaskId) -> Option<TaskView> {
         self.lock().tasks.get(id).map(|rec| rec.view(id))
     }
-
-    fn submit_all(
-        &self,
-        specs: Vec<TaskSpec>,
-        batch_id: Option<&BatchId>,
-    ) -> Result<Vec<Submitted>, BrokerError> {
-        let ttl = self.cfg.result_ttl;
-        // Hashing up to half a megabyte of source per spec is done before taking the lock.
-        let cache_keys: Vec<String> = specs
-            .iter()
-            .map(|spec| scoped_cache_key(&self.cfg, spec))
-            .collect();
-        let mut st = self.lock();
-        // Plan every spec before writing anything, so a refused submission leaves no trace.
-        // Specs are planned as if submitted one after the other: a key repeated within this
-        // call names the first task that carries it, and an identical request joins the task
-        // an earlier spec of this call queued.
-        let mut seen_keys: HashMap<&str, TaskId> = HashMap::new();
-        let mut queued_here: HashMap<String, TaskId> = HashMap::new();
-        let mut plan: Vec<Plan> = Vec::with_capacity(specs.len());
-        for (spec, cache_key) in specs.iter().zip(&cache_keys) {
-            let key = spec.request.idempotency_key.as_deref();
-            let existing = key.and_then(|k| {
-                seen_keys
-                    .get(k)
-                    .or_else(|| st.idempotency.get(k).filter(|id| st.tasks.contains_key(id)))
-                    .cloned()
-            });
-            if let Some(id) = existing {
-                plan.push(Plan::Deduplicated(id));
-                continue;
-            }
-            let step = if spec.request.force_refresh {
-                Plan::Fresh {
-                    id: TaskId::random(),
-                    looked_up: false,
-                }
-            } else if let Some((result, _)) = st.result_cache.get(cache_key) {
-                Plan::Cached(TaskId::random(), Box::new(result.clone()))
-            } else if let Some(id) = queued_here
-                .get(cache_key)
-                .or_else(|| st.in_flight(cache_key))
-            {
-                Plan::Coalesced(id.clone())
-            } else {
-                Plan::Fresh {
-                    id: TaskId::random(),
-                    looked_up: true,
-                }
-            };
-            if let Plan::Fresh { id, .. } = &step {
-                queued_here.insert(cache_key.clone(), id.clone());
-            }
-            if let Some(k) = key {
-                seen_keys.insert(k, step.id().clone());
-            }
-            plan.push(step);
-        }
-        let fresh = plan
-            .iter()
-            .filter(|p| matches!(p, Plan::Fresh { .. }))
-            .count() as u64;
-        let queued = st.queued();
-        if fresh > 0 && queued + fresh > self.cfg.queue_cap {
-            return Err(BrokerError::QueueFull {
-                queued,
-                cap: self.cfg.queue_cap,
-            });
-        }
-
-        if let Some(b) = batch_id {
-            st.batches.insert(
-                b.clone(),
-                BatchRec {
-                    task_ids: plan.iter().map(|p| p.id().clone()).collect(),
-                    counts: StatusCounts::default(),
-                    finished: Vec::new(),
-                    distinct: plan
-                        .iter()
-                        .map(Plan::id)
-                        .collect::<std::collections::HashSet<_>>()
-                        .len() as u64,
-                },
-            );
-        }
-        let now = Utc::now();
-        let expires = Instant::now() + ttl;
-        let mut created = 0;
-        let mut out = Vec::with_capacity(plan.len());
-        let mut logged = std::collections::HashSet::new();
-        for ((step, spec), cache_key) in plan.into_iter().zip(specs).zip(cache_keys) {
-            let (id, status, deduplicated, coalesced, cached) = match step {
-                Plan::Deduplicated(id) => {
-                    let status = st.join(&id, batch_id)?;
-                    (id, status, true, false, false)
-                }
-                Plan::Coalesced(id) => {
-                    let status = st.join(&id, batch_id)?;
-                    st.stats.coalesced += 1;
-                    // A retry under this key finds the task it joined.
-                    if let Some(k) = spec.request.idempotency_key {
-                        st.idempotency.insert(k.clone(), id.clone());
-                        st.expiries
-                            .push_back((expires, Expiring::Idempotency(k, id.clone())));
-                    }
-                    (id, status, false, true, false)
-                }
-                Plan::Cached(id, result) => {
-                    st.stats.cache_hits += 1;
-                    st.stats.done += 1;
-                    created += 1;
-                    let key = spec.request.idempotency_key.clone();
-                    if let Some(k) = &key {
-                        st.idempotency.insert(k.clone(), id.clone());
-                    }
-                    st.tasks.insert(
-                        id.clone(),
-                        TaskRec {
-                            cache_key,
-                            priority: spec.request.priority,
-                            spec,
-                            status: TaskStatus::Done,
-                            attempts: 0,
-                            worker_id: None,
-                            token: None,
-                            submitted_at: now,
-                            started_at: Some(now),
-                            finished_at: Some(now),
-                            result: Some(*result),
-                            error: None,
-                            batch_id: batch_id.cloned(),
-                            counted_in: batch_id.into_iter().cloned().collect(),
-                            idempotency_key: key,
-                            cached: true,
-                        },
-                    );
-                    st.expiries.push_back((expires, Expiring::Task(id.clone())));
-                    (id, TaskStatus::Done, false, false, true)
-                }
-                Plan::Fresh { id, looked_up } => {
-                    if looked_up {
-                        st.stats.cache_misses += 1;
-                    }
-                    created += 1;
-                    let priority = spec.request.priority;
-                    let key = spec.request.idempotency_key.clone();
-                    if let Some(k) = &key {
-                        st.idempotency.insert(k.clone(), id.clone());
-                    }
-                    // Under force_refresh too: later identical requests join this evaluation.
-                    st.in_flight.insert(cache_key.clone(), id.clone());
-                    st.tasks.insert(
-                        id.clone(),
-                        TaskRec {
-                            spec,
-                            status: TaskStatus::Queued,
-                            attempts: 0,
-                            priority,
-                            worker_id: None,
-                            token: None,
-                            submitted_at: now,
-                            started_at: None,
-                            finished_at: None,
-                            result: None,
-                            error: None,
-                            batch_id: batch_id.cloned(),
-                            counted_in: batch_id.into_iter().cloned().collect(),
-                            idempotency_key: key,
-                            cache_key,
-                            cached: false,
-                        },
-                    );
-                    st.queues[queue_index(priority)].push_back(id.clone());
-                    (id, TaskStatus::Queued, false, false, false)
-                }
-            };
-            if let Some(b) = batch_id
-                && let Some(batch) = st.batches.get_mut(b)
-            {
-                *count_mut(&mut batch.counts, status) += 1;
-                // Finished already: it enters the log now; an open one when it finishes.
-                if status.is_terminal() && logged.insert(id.clone()) {
-                    batch.finished.push(id.clone());
-                }
-            }
-            out.push(Submitted {
-                task_id: id,
-                status,
-                deduplicated,
-                coalesced,
-                cached,
-            });
-        }
-        // A batch made only of finished tasks is finished already.
-        if let Some(b) = batch_id
-            && st
-                .batches
-                .get(b)
-                .is_some_and(|batch| batch.counts.queued + batch.counts.running == 0)
-        {
-            st.expiries.push_back((expires, Expiring::Batch(b.clone())));
-        }
-        st.stats.submitted += created;
-        drop(st);
-        if fresh > 0 {
-            self.task_queued.notify_waiters();
-        }
-        if out.iter().any(|s| s.cached) {
-            self.task_finished.notify_waiters();
-        }
-        Ok(out)
-    }
 }
 
 #[async_trait]
@@ -629,18 +386,19 @@ impl Broker for MemoryBroker {
         Ok(())
     }
 
-    async fn submit(&self, spec: TaskSpec) -> Result<Submitted, BrokerError> {
-        let mut out = self.submit_all(vec![spec], None)?;
+    async fn submit(&self, tenant: &TenantId, spec: TaskSpec) -> Result<Submitted, BrokerError> {
+        let mut out = self.submit_all(tenant, vec![spec], None)?;
         out.pop()
             .ok_or_else(|| BrokerError::Corrupt("submit produced no task".to_owned()))
     }
 
     async fn submit_batch(
         &self,
+        tenant: &TenantId,
         specs: Vec<TaskSpec>,
     ) -> Result<(BatchId, Vec<Submitted>), BrokerError> {
         let batch_id = BatchId::random();
-        let out = self.submit_all(specs, Some(&batch_id))?;
+        let out = self.submit_all(tenant, specs, Some(&batch_id))?;
         Ok((batch_id, out))
     }
 
@@ -664,7 +422,7 @@ impl Broker for MemoryBroker {
                 return Ok(CancelOutcome::AlreadyFinished(was));
             }
             TaskStatus::Queued => {
-                st.queues[queue_index(rec.priority)].retain(|t| t != id);
+                st.queues.remove(&rec.tenant, rec.priority, id);
             }
             TaskStatus::Running => {
                 // The token stays so that its holder learns of the cancellation at renewal.
@@ -742,7 +500,7 @@ impl Broker for MemoryBroker {
 
     async fn queue_status(&self) -> Result<QueueStatus, BrokerError> {
         let st = self.lock();
-        let len = |p| st.queues[queue_index(p)].len() as u64;
+        let [queued_high, queued_normal, queued_low] = st.queues.queued_by_priority();
         let (ref_hits, ref_misses) = st
             .stats
             .kv
@@ -750,9 +508,9 @@ impl Broker for MemoryBroker {
             .copied()
             .unwrap_or_default();
         Ok(QueueStatus {
-            queued_high: len(Priority::High),
-            queued_normal: len(Priority::Normal),
-            queued_low: len(Priority::Low),
+            queued_high,
+            queued_normal,
+            queued_low,
             running: st.leases.len() as u64,
             queue_cap: self.cfg.queue_cap,
             submitted_total: st.stats.submitted,
@@ -765,6 +523,7 @@ impl Broker for MemoryBroker {
             coalesced_total: st.stats.coalesced,
             ref_cache_hits_total: ref_hits,
             ref_cache_misses_total: ref_misses,
+            tenants: None,
         })
     }
 
@@ -806,7 +565,7 @@ impl Broker for MemoryBroker {
             tracing::info!(task_id = %lease.task_id, worker_id = %lease.worker_id, "stale result ignored");
             return Ok(AckOutcome::Stale);
         };
-        let cache_key = rec.cache_key.clone();
+        let cache_key = rec.result_key();
         rec.result = Some(result.clone());
         st.leases.remove(&lease.task_id);
         st.transition(&lease.task_id, TaskStatus::Done, self.cfg.result_ttl);
@@ -973,31 +732,6 @@ impl Broker for MemoryBroker {
             if tokio::time::timeout_at(deadline, finished).await.is_err() {
                 return Ok(self.view(id));
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn claim_order_follows_the_cycle_with_fallback_by_priority() {
-        use Priority::{High, Low, Normal};
-        assert_eq!(claim_order(0), [High, Normal, Low]);
-        assert_eq!(claim_order(1), [Normal, High, Low]);
-        assert_eq!(claim_order(3), [Low, High, Normal]);
-        assert_eq!(claim_order(7), claim_order(0));
-    }
-
-    #[test]
-    fn every_window_of_seven_claims_prefers_each_priority_its_share() {
-        for start in 0..14u64 {
-            let firsts: Vec<Priority> = (start..start + 7).map(|s| claim_order(s)[0]).collect();
-            let count = |p| firsts.iter().filter(|f| **f == p).count();
-            assert_eq!(count(Priority::High), 4);
-            assert_eq!(count(Priority::Normal), 2);
-            assert_eq!(count(Priority::Low), 1);
         }
     }
 }

@@ -68,7 +68,11 @@ mod tests {
             request: EvaluateRequest::new("class Model: pass", "class ModelNew: pass"),
             seed: 1,
         };
-        let id = broker.submit(spec).await.unwrap().task_id;
+        let id = broker
+            .submit(&crucible_shared::TenantId::builtin(), spec)
+            .await
+            .unwrap()
+            .task_id;
         let worker = WorkerId::from("w_reaper");
         broker
             .claim(&worker, Duration::ZERO)

@@ -1,37 +1,52 @@
 //! [`RedisBroker`]: the queue shared by every API replica and worker. Every state transition
 //! is one Lua script (`src/lua/`), so it is atomic, and every timestamp comes from Redis `TIME`,
-//! so all nodes share one clock.
+//! so all nodes share one clock. Submission is in `redis_broker/submit.rs`, reads of tasks and
+//! batch logs in `redis_broker/views.rs`, tenants in `redis_broker/tenants.rs`.
 //!
-//! Keys, all under `{prefix}:`
+//! Keys, all under `{prefix}:` (`{t}` is a tenant id, `tn_...`)
 //! - `task:{id}` hash: status, spec, attempts, priority, worker_id, lease_token, submitted_at,
 //!   started_at, finished_at (ms), result, error, batch_id, batches (every batch counting the
-//!   task), idem, ckey (scoped result cache key), cached (`1` when answered from the cache).
-//!   Expires `result_ttl` after the task finishes.
-//! - `queue:{high|normal|low}` lists of task ids (FIFO), `leases` zset scored by expiry ms,
-//!   `wake` list that blocked claimers BLPOP on.
-//! - `batch:{id}` hash of counters by status and `batch:{id}:tasks` list; `idem:{key}` string.
-//!   Expire `result_ttl` after their tasks finish.
-//! - `rcache:{ckey}` the result JSON of the last `done` task with that key, `inflight:{ckey}`
-//!   the id of the open task evaluating it (deleted when it finishes); both expire after
-//!   `result_ttl`. `ckey` is `{cache_scope}:{sha256}`.
-//! - `stats` hash of lifetime counters (and the claim counter of the round robin); the
-//!   key-value cache counts its lookups in fields `kv:{namespace}:hits` / `misses`.
+//!   task), idem, tenant, ckey (scoped result cache key), cns (its tenant's cache namespace),
+//!   cached (`1` when answered from the cache). Expires `result_ttl` after the task finishes.
+//! - `queue:{t}:{high|normal|low}` lists of task ids (FIFO), `active` zset of tenants with
+//!   queued work scored by their pass in the fair share, `claim_seq` hash of claims per tenant,
+//!   `queued` hash of queued tasks per priority, `tenant_queued` / `tenant_running` hashes per
+//!   tenant, `leases` zset scored by expiry ms, `wake` list that blocked claimers BLPOP on.
+//! - `batch:{id}` hash of counters by status and its tenant, `batch:{id}:tasks` list;
+//!   `idem:{t}:{key}` string. Expire `result_ttl` after their tasks finish.
+//! - `rcache:{ns}:{ckey}` the result JSON of the last `done` task with that key in cache
+//!   namespace `ns` (a tenant id, or `shared`), `inflight:{t}:{ckey}` the id of the tenant's open
+//!   task evaluating it (deleted when it finishes); both expire after `result_ttl`. `ckey` is
+//!   `{cache_scope}:{sha256}`.
+//! - `tenant:{t}` hash (name, token SHA-256, max_queued, weight, share_cache, cache_ns,
+//!   created_at), `tenant_names` hash name → id, `tokens` hash token SHA-256 → id, `purging`
+//!   hash of deleted tenants whose queued tasks are being cancelled → their error. Kept until
+//!   the admin deletes the tenant (`redis_broker/tenants.rs`).
+//! - `stats` hash of lifetime counters; the key-value cache counts its lookups in fields
+//!   `kv:{namespace}:hits` / `misses`.
 //! - `kv:{len(namespace)}:{namespace}:{key}` strings of the key-value cache, each with its TTL.
 //! - `worker:{id}` JSON and `workers` zset of last-seen ms, both expiring when workers go quiet.
 //!
 //! Keys are built inside the scripts from the prefix, so this layout targets a single Redis
 //! node (or a primary with replicas), not Redis Cluster.
 
+mod submit;
+mod tenants;
+mod views;
+
+use views::{VIEW_FIELDS, decode_view};
+
 use crate::broker::{
     AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, Lease, LeaseState, ReapReport,
     Submitted,
 };
-use crate::memory::{CLAIM_CYCLE, scoped_cache_key, worker_retention};
+use crate::fair::{CLAIM_CYCLE, PASS_SCALE};
+use crate::memory::worker_retention;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crucible_shared::{
-    BatchId, BatchStatus, BrokerConfig, EvalResult, LeaseToken, Priority, QueueStatus,
-    StatusCounts, TaskId, TaskSpec, TaskStatus, TaskView, WorkerId, WorkerInfo, WorkerState,
+    BatchId, BatchStatus, BrokerConfig, EvalResult, LeaseToken, QueueStatus, StatusCounts, TaskId,
+    TaskSpec, TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo, WorkerState,
 };
 use deadpool_redis::{Connection, Manager, Pool, Runtime};
 use redis::aio::MultiplexedConnection;
@@ -56,21 +71,6 @@ const MAX_IDLE_BLOCKING: usize = 16;
 /// First and longest pause of `wait_terminal`'s polling.
 const POLL_START: Duration = Duration::from_millis(20);
 const POLL_MAX: Duration = Duration::from_millis(200);
-
-/// Fields of the task hash that make up a [`TaskView`], in [`decode_view`]'s order.
-const VIEW_FIELDS: [&str; 11] = [
-    "status",
-    "attempts",
-    "priority",
-    "worker_id",
-    "submitted_at",
-    "started_at",
-    "finished_at",
-    "result",
-    "error",
-    "batch_id",
-    "cached",
-];
 
 macro_rules! lua {
     ($file:literal) => {
@@ -164,55 +164,6 @@ fn parse_status(s: &str) -> Result<TaskStatus, BrokerError> {
     TaskStatus::parse(s).ok_or_else(|| corrupt(format!("unknown task status {s:?}")))
 }
 
-/// Builds a view from the [`VIEW_FIELDS`] of a task hash; `None` when the task is unknown.
-fn decode_view(id: &TaskId, fields: Vec<Option<String>>) -> Result<Option<TaskView>, BrokerError> {
-    let [
-        status,
-        attempts,
-        priority,
-        worker_id,
-        submitted_at,
-        started_at,
-        finished_at,
-        result,
-        error,
-        batch_id,
-        cached,
-    ]: [Option<String>; 11] = fields
-        .try_into()
-        .map_err(|_| corrupt("task hash reply of the wrong length"))?;
-    let Some(status) = status else {
-        return Ok(None);
-    };
-    let time = |t: Option<String>| t.as_deref().map(time_from_ms).transpose();
-    Ok(Some(TaskView {
-        task_id: id.clone(),
-        status: parse_status(&status)?,
-        result: result
-            .as_deref()
-            .map(serde_json::from_str)
-            .transpose()
-            .map_err(|e| corrupt(format!("result of task {id}: {e}")))?,
-        error,
-        attempts: attempts
-            .as_deref()
-            .unwrap_or("0")
-            .parse()
-            .map_err(|_| corrupt(format!("attempts of task {id}")))?,
-        worker_id: worker_id.map(WorkerId),
-        priority: priority
-            .as_deref()
-            .and_then(Priority::parse)
-            .ok_or_else(|| corrupt(format!("priority of task {id}")))?,
-        batch_id: batch_id.map(BatchId),
-        submitted_at: time(submitted_at)?
-            .ok_or_else(|| corrupt(format!("task {id} has no submitted_at")))?,
-        started_at: time(started_at)?,
-        finished_at: time(finished_at)?,
-        cached: cached.as_deref() == Some("1"),
-    }))
-}
-
 impl RedisBroker {
     /// Builds the connection pool; nothing is sent to Redis until the first call (use
     /// [`Broker::ping`] to check it), so a process can start while Redis is still down.
@@ -259,64 +210,6 @@ impl RedisBroker {
             .map_err(|e| BrokerError::Unavailable(format!("redis pool: {e}")))
     }
 
-    async fn submit_specs(
-        &self,
-        specs: &[TaskSpec],
-        batch: Option<&BatchId>,
-    ) -> Result<Vec<Submitted>, BrokerError> {
-        let mut inv = self.scripts.submit.prepare_invoke();
-        inv.arg(self.prefix())
-            .arg(self.cfg.queue_cap)
-            .arg(batch.map_or("", |b| b.as_str()))
-            .arg(ms(self.cfg.result_ttl))
-            .arg(specs.len());
-        for spec in specs {
-            let json = serde_json::to_string(spec).map_err(|e| corrupt(format!("spec: {e}")))?;
-            inv.arg(TaskId::random().as_str())
-                .arg(spec.request.priority.as_str())
-                .arg(spec.request.idempotency_key.as_deref().unwrap_or(""))
-                .arg(json)
-                .arg(scoped_cache_key(&self.cfg, spec))
-                .arg(if spec.request.force_refresh { "1" } else { "0" });
-        }
-        let mut c = self.conn().await?;
-        let reply: Vec<String> = inv.invoke_async(&mut c).await.map_err(redis_err)?;
-        match reply.first().map(String::as_str) {
-            Some("full") => {
-                let queued = reply
-                    .get(1)
-                    .and_then(|q| q.parse().ok())
-                    .ok_or_else(|| corrupt("submit reply without queue length"))?;
-                Err(BrokerError::QueueFull {
-                    queued,
-                    cap: self.cfg.queue_cap,
-                })
-            }
-            Some("ok") if reply.len() == 1 + 3 * specs.len() => reply[1..]
-                .chunks_exact(3)
-                .map(|t| {
-                    let (deduplicated, coalesced, cached) = match t[2].as_str() {
-                        "new" => (false, false, false),
-                        "dedup" => (true, false, false),
-                        "coalesced" => (false, true, false),
-                        "cached" => (false, false, true),
-                        other => {
-                            return Err(corrupt(format!("unexpected submit outcome {other:?}")));
-                        }
-                    };
-                    Ok(Submitted {
-                        task_id: TaskId(t[0].clone()),
-                        status: parse_status(&t[1])?,
-                        deduplicated,
-                        coalesced,
-                        cached,
-                    })
-                })
-                .collect(),
-            _ => Err(corrupt(format!("unexpected submit reply {reply:?}"))),
-        }
-    }
-
     async fn try_claim(&self, worker: &WorkerId) -> Result<Option<Lease>, BrokerError> {
         let token = LeaseToken::random();
         let mut c = self.conn().await?;
@@ -328,6 +221,7 @@ impl RedisBroker {
             .arg(token.as_str())
             .arg(ms(self.cfg.lease_ttl))
             .arg(&self.claim_cycle)
+            .arg(PASS_SCALE)
             .invoke_async(&mut c)
             .await
             .map_err(redis_err)?;
@@ -406,58 +300,6 @@ impl RedisBroker {
             .map_err(redis_err)?;
         Ok(())
     }
-
-    async fn views(&self, ids: &[TaskId]) -> Result<Vec<TaskView>, BrokerError> {
-        // A finished task may have expired before its batch; it is simply left out.
-        Ok(self.views_by_id(ids).await?.into_iter().flatten().collect())
-    }
-
-    /// The view of each task, None where its record is gone.
-    async fn views_by_id(&self, ids: &[TaskId]) -> Result<Vec<Option<TaskView>>, BrokerError> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut pipe = redis::pipe();
-        for id in ids {
-            pipe.cmd("HMGET")
-                .arg(self.key(&format!("task:{id}")))
-                .arg(&VIEW_FIELDS[..]);
-        }
-        let mut c = self.conn().await?;
-        let rows: Vec<Vec<Option<String>>> = pipe.query_async(&mut c).await.map_err(redis_err)?;
-        ids.iter()
-            .zip(rows)
-            .map(|(id, row)| decode_view(id, row))
-            .collect()
-    }
-
-    /// One read of a batch's finished log: (distinct, log length, the ids from `after` on).
-    async fn finished_log(
-        &self,
-        id: &BatchId,
-        after: u64,
-        limit: usize,
-    ) -> Result<Option<(u64, u64, Vec<TaskId>)>, BrokerError> {
-        let log = self.key(&format!("batch:{id}:finished"));
-        let start = i64::try_from(after).unwrap_or(i64::MAX);
-        let stop = start.saturating_add(i64::try_from(limit).unwrap_or(i64::MAX) - 1);
-        let mut c = self.conn().await?;
-        let (distinct, len, ids): (Option<u64>, u64, Vec<String>) = redis::pipe()
-            .atomic()
-            .cmd("HGET")
-            .arg(self.key(&format!("batch:{id}")))
-            .arg("distinct")
-            .cmd("LLEN")
-            .arg(&log)
-            .cmd("LRANGE")
-            .arg(&log)
-            .arg(start)
-            .arg(stop)
-            .query_async(&mut c)
-            .await
-            .map_err(redis_err)?;
-        Ok(distinct.map(|d| (d, len, ids.into_iter().map(TaskId).collect())))
-    }
 }
 
 #[async_trait]
@@ -479,8 +321,8 @@ impl Broker for RedisBroker {
         Ok(())
     }
 
-    async fn submit(&self, spec: TaskSpec) -> Result<Submitted, BrokerError> {
-        self.submit_specs(std::slice::from_ref(&spec), None)
+    async fn submit(&self, tenant: &TenantId, spec: TaskSpec) -> Result<Submitted, BrokerError> {
+        self.submit_specs(tenant, std::slice::from_ref(&spec), None)
             .await?
             .pop()
             .ok_or_else(|| corrupt("submit produced no task"))
@@ -488,10 +330,11 @@ impl Broker for RedisBroker {
 
     async fn submit_batch(
         &self,
+        tenant: &TenantId,
         specs: Vec<TaskSpec>,
     ) -> Result<(BatchId, Vec<Submitted>), BrokerError> {
         let batch_id = BatchId::random();
-        let out = self.submit_specs(&specs, Some(&batch_id)).await?;
+        let out = self.submit_specs(tenant, &specs, Some(&batch_id)).await?;
         Ok((batch_id, out))
     }
 
@@ -621,41 +464,38 @@ impl Broker for RedisBroker {
 
     async fn queue_status(&self) -> Result<QueueStatus, BrokerError> {
         let mut c = self.conn().await?;
-        let (high, normal, low, running, stats): (u64, u64, u64, u64, Vec<Option<u64>>) =
-            redis::pipe()
-                .atomic()
-                .cmd("LLEN")
-                .arg(self.key("queue:high"))
-                .cmd("LLEN")
-                .arg(self.key("queue:normal"))
-                .cmd("LLEN")
-                .arg(self.key("queue:low"))
-                .cmd("ZCARD")
-                .arg(self.key("leases"))
-                .cmd("HMGET")
-                .arg(self.key("stats"))
-                .arg(
-                    &[
-                        "submitted",
-                        "done",
-                        "failed",
-                        "cancelled",
-                        "requeued",
-                        "cache_hits",
-                        "cache_misses",
-                        "coalesced",
-                        "kv:ref:hits",
-                        "kv:ref:misses",
-                    ][..],
-                )
-                .query_async(&mut c)
-                .await
-                .map_err(redis_err)?;
+        let (queued, running, stats): (Vec<Option<u64>>, u64, Vec<Option<u64>>) = redis::pipe()
+            .atomic()
+            .cmd("HMGET")
+            .arg(self.key("queued"))
+            .arg(&["high", "normal", "low"][..])
+            .cmd("ZCARD")
+            .arg(self.key("leases"))
+            .cmd("HMGET")
+            .arg(self.key("stats"))
+            .arg(
+                &[
+                    "submitted",
+                    "done",
+                    "failed",
+                    "cancelled",
+                    "requeued",
+                    "cache_hits",
+                    "cache_misses",
+                    "coalesced",
+                    "kv:ref:hits",
+                    "kv:ref:misses",
+                ][..],
+            )
+            .query_async(&mut c)
+            .await
+            .map_err(redis_err)?;
         let stat = |i: usize| stats.get(i).copied().flatten().unwrap_or(0);
+        let queued = |i: usize| queued.get(i).copied().flatten().unwrap_or(0);
         Ok(QueueStatus {
-            queued_high: high,
-            queued_normal: normal,
-            queued_low: low,
+            queued_high: queued(0),
+            queued_normal: queued(1),
+            queued_low: queued(2),
             running,
             queue_cap: self.cfg.queue_cap,
             submitted_total: stat(0),
@@ -668,6 +508,7 @@ impl Broker for RedisBroker {
             coalesced_total: stat(7),
             ref_cache_hits_total: stat(8),
             ref_cache_misses_total: stat(9),
+            tenants: None,
         })
     }
 
@@ -771,9 +612,12 @@ impl Broker for RedisBroker {
             report.requeued += requeued;
             report.failed += failed;
             if examined < REAP_CHUNK {
-                return Ok(report);
+                break;
             }
         }
+        // Finishes the deletion of a tenant whose deleting replica stopped half way.
+        self.purge_deleted_tenants().await?;
+        Ok(report)
     }
 
     async fn worker_heartbeat(&self, info: &WorkerInfo) -> Result<(), BrokerError> {
@@ -915,13 +759,6 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(a.timestamp_millis(), 1_712_345_678_901);
         assert!(time_from_ms("soon").is_err());
-    }
-
-    #[test]
-    fn missing_status_means_unknown_task() {
-        let id = TaskId::from("t_x");
-        assert_eq!(decode_view(&id, vec![None; 11]).unwrap(), None);
-        assert!(decode_view(&id, vec![None; 3]).is_err());
     }
 
     #[test]

@@ -1,344 +1,23 @@
 //! The broker contract: one suite, every test run against `MemoryBroker` (module `memory`) and
-//! against `RedisBroker` on a real `redis-server` child process (module `redis`).
-//!
-//! Every wait is bounded: each test runs under [`TEST_DEADLINE`] and every poll has its own
-//! deadline. Sleeps appear only where the passage of time is the thing under test.
+//! against `RedisBroker` on a real `redis-server` child process (module `redis`); the harness
+//! is `common/mod.rs`, the tenant part of the contract `tenants.rs`. Most of it submits as the
+//! built-in tenant, as a single-user deployment does.
+
+mod common;
+
+use common::*;
 
 use chrono::Utc;
 use crucible_shared::{
-    BatchId, BrokerConfig, DeviceInfo, DeviceKind, EvalResult, EvaluateRequest, LeaseToken,
-    Priority, TaskId, TaskSpec, TaskStatus, TaskView, VerdictCode, WorkerId, WorkerInfo,
+    BatchId, BrokerConfig, EvalResult, Priority, TaskId, TaskSpec, TaskStatus, WorkerId,
     WorkerState,
 };
 use crucible_task_manager::{
-    AckOutcome, Broker, BrokerError, CancelOutcome, Lease, LeaseState, MemoryBroker, RedisBroker,
+    AckOutcome, Broker, BrokerError, CancelOutcome, LeaseState, RedisBroker,
 };
 use std::collections::HashSet;
-use std::future::Future;
-use std::pin::Pin;
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 use tokio::time::Instant;
-
-const TEST_DEADLINE: Duration = Duration::from_secs(60);
-/// Bound on any single "eventually" poll.
-const POLL_DEADLINE: Duration = Duration::from_secs(10);
-const POLL_EVERY: Duration = Duration::from_millis(20);
-
-// ---------------------------------------------------------------------------------------------
-// Environment
-// ---------------------------------------------------------------------------------------------
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Backend {
-    Memory,
-    Redis,
-}
-
-/// A throwaway `redis-server` on a free port, killed on drop.
-struct RedisServer {
-    child: Child,
-    url: String,
-}
-
-impl RedisServer {
-    async fn start() -> Self {
-        let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| {
-            if std::path::Path::new("/usr/bin/redis-server").exists() {
-                "/usr/bin/redis-server".to_owned()
-            } else {
-                "redis-server".to_owned()
-            }
-        });
-        // The port is free when probed but another process may take it before redis binds
-        // it; redis then exits at once and another port is tried.
-        for _ in 0..5 {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("bind a probe socket on 127.0.0.1")
-                .port();
-            let child = Command::new(&bin)
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| {
-                    panic!(
-                        "cannot start {bin:?} ({e}): the redis contract tests need a real \
-                         redis-server; install it (apt-get install redis-server) or set \
-                         REDIS_SERVER to its path"
-                    )
-                });
-            let mut server = RedisServer {
-                child,
-                url: format!("redis://127.0.0.1:{port}"),
-            };
-            if server.wait_ready().await {
-                return server;
-            }
-        }
-        panic!("redis-server never became ready on any of 5 ports");
-    }
-
-    /// Polls PING until it answers; false if the server exited (port taken).
-    async fn wait_ready(&mut self) -> bool {
-        let deadline = Instant::now() + POLL_DEADLINE;
-        let client = ::redis::Client::open(self.url.as_str()).expect("valid redis url");
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                eprintln!("redis-server on {} exited early: {status}", self.url);
-                return false;
-            }
-            if let Ok(mut c) = client.get_multiplexed_async_connection().await {
-                let pong: ::redis::RedisResult<String> =
-                    ::redis::cmd("PING").query_async(&mut c).await;
-                if pong.is_ok() {
-                    return true;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "redis-server on {} did not answer PING within {POLL_DEADLINE:?}",
-                self.url
-            );
-            tokio::time::sleep(POLL_EVERY).await;
-        }
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-struct Env {
-    backend: Backend,
-    cfg: BrokerConfig,
-    broker: Arc<dyn Broker>,
-    redis: Option<RedisServer>,
-}
-
-impl Env {
-    async fn start(backend: Backend, mut cfg: BrokerConfig) -> Self {
-        cfg.key_prefix = format!("ct{}", uuid::Uuid::new_v4().simple());
-        match backend {
-            Backend::Memory => Env {
-                backend,
-                broker: Arc::new(MemoryBroker::new(cfg.clone())),
-                cfg,
-                redis: None,
-            },
-            Backend::Redis => {
-                let server = RedisServer::start().await;
-                let broker = RedisBroker::connect(&server.url, cfg.clone()).expect("connect");
-                broker.ping().await.expect("ping the fresh redis");
-                Env {
-                    backend,
-                    broker: Arc::new(broker),
-                    cfg,
-                    redis: Some(server),
-                }
-            }
-        }
-    }
-
-    /// Another node on the same queue: a second `RedisBroker` on the same Redis (as a second
-    /// API replica would be), or the same in-process broker.
-    fn peer(&self) -> Arc<dyn Broker> {
-        match &self.redis {
-            Some(server) => {
-                Arc::new(RedisBroker::connect(&server.url, self.cfg.clone()).expect("connect peer"))
-            }
-            None => self.broker.clone(),
-        }
-    }
-
-    async fn raw(&self) -> Option<::redis::aio::MultiplexedConnection> {
-        let server = self.redis.as_ref()?;
-        let client = ::redis::Client::open(server.url.as_str()).expect("valid url");
-        Some(
-            client
-                .get_multiplexed_async_connection()
-                .await
-                .expect("raw redis connection"),
-        )
-    }
-
-    async fn view(&self, id: &TaskId) -> TaskView {
-        self.broker
-            .get_task(id)
-            .await
-            .expect("get_task")
-            .unwrap_or_else(|| panic!("task {id} not found"))
-    }
-
-    /// Drives `claim` until it is blocked waiting for work: one poll for the memory broker
-    /// (it registers its waker before returning Pending); for Redis, until the server lists a
-    /// client inside BLPOP.
-    async fn block<F: Future>(&self, claim: &mut Pin<Box<F>>) {
-        match self.backend {
-            Backend::Memory => {
-                let polled = std::future::poll_fn(|cx| Poll::Ready(claim.as_mut().poll(cx))).await;
-                assert!(polled.is_pending(), "claim returned with nothing queued");
-            }
-            Backend::Redis => {
-                let mut raw = self.raw().await.expect("redis env");
-                let blocked = async {
-                    let deadline = Instant::now() + POLL_DEADLINE;
-                    loop {
-                        let clients: String = ::redis::cmd("CLIENT")
-                            .arg("LIST")
-                            .query_async(&mut raw)
-                            .await
-                            .expect("client list");
-                        if clients.contains("cmd=blpop") {
-                            return;
-                        }
-                        assert!(Instant::now() < deadline, "claim never blocked in BLPOP");
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
-                };
-                tokio::select! {
-                    _ = claim.as_mut() => panic!("claim returned with nothing queued"),
-                    () = blocked => {}
-                }
-            }
-        }
-    }
-}
-
-fn config() -> BrokerConfig {
-    BrokerConfig {
-        lease_ttl: Duration::from_secs(30),
-        max_attempts: 3,
-        result_ttl: Duration::from_secs(600),
-        queue_cap: 10_000,
-        worker_liveness: Duration::from_secs(15),
-        key_prefix: String::new(),
-        cache_scope: "test-device".to_owned(),
-    }
-}
-
-fn spec(tag: &str) -> TaskSpec {
-    spec_with(tag, Priority::Normal, None)
-}
-
-fn spec_with(tag: &str, priority: Priority, idempotency_key: Option<&str>) -> TaskSpec {
-    let mut request = EvaluateRequest::new(
-        format!("class Model: pass  # {tag}"),
-        "class ModelNew: pass",
-    );
-    request.priority = priority;
-    request.idempotency_key = idempotency_key.map(str::to_owned);
-    TaskSpec { request, seed: 42 }
-}
-
-fn verdict(tag: &str) -> EvalResult {
-    EvalResult::failed_before_trials(
-        VerdictCode::Correctness,
-        tag,
-        true,
-        5,
-        DeviceInfo {
-            kind: DeviceKind::Cpu,
-            name: "test cpu".to_owned(),
-        },
-    )
-}
-
-fn worker(n: u32) -> WorkerId {
-    WorkerId(format!("w_test{n}"))
-}
-
-fn worker_info(id: &WorkerId, state: WorkerState) -> WorkerInfo {
-    WorkerInfo {
-        worker_id: id.clone(),
-        node: "node-a".to_owned(),
-        device: DeviceInfo {
-            kind: DeviceKind::Cuda,
-            name: "NVIDIA H100".to_owned(),
-        },
-        device_index: Some(0),
-        state,
-        current_task: None,
-        tasks_done: 3,
-        started_at: Utc::now(),
-        last_heartbeat: Utc::now(),
-        sandbox: None,
-    }
-}
-
-fn stale(lease: &Lease) -> Lease {
-    Lease {
-        token: LeaseToken::random(),
-        ..lease.clone()
-    }
-}
-
-async fn claim_now(broker: &Arc<dyn Broker>, w: &WorkerId) -> Lease {
-    broker
-        .claim(w, Duration::ZERO)
-        .await
-        .expect("claim")
-        .expect("a task is queued")
-}
-
-/// Polls `check` until it yields a value, for at most [`POLL_DEADLINE`].
-async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + POLL_DEADLINE;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(POLL_EVERY).await;
-    }
-}
-
-/// Calls `reap_expired` until it reports something, returning what it reported.
-async fn reap_until(broker: &Arc<dyn Broker>, what: &str) -> crucible_task_manager::ReapReport {
-    eventually(what, async || {
-        let r = broker.reap_expired().await.expect("reap");
-        (r.requeued + r.failed > 0).then_some(r)
-    })
-    .await
-}
-
-macro_rules! contract {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::run(super::Backend::Memory, super::$name).await;
-                }
-            )*
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::run(super::Backend::Redis, super::$name).await;
-                }
-            )*
-        }
-    };
-}
-
-async fn run<F, Fut>(backend: Backend, test: F)
-where
-    F: FnOnce(Backend) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    tokio::time::timeout(TEST_DEADLINE, test(backend))
-        .await
-        .unwrap_or_else(|_| panic!("test exceeded {TEST_DEADLINE:?} on {backend:?}"));
-}
 
 contract!(
     submit_then_get_task_and_spec,
@@ -394,7 +73,11 @@ async fn submit_then_get_task_and_spec(backend: Backend) {
 
     let s = spec_with("a", Priority::High, None);
     let before = Utc::now() - chrono::Duration::seconds(5);
-    let sub = env.broker.submit(s.clone()).await.expect("submit");
+    let sub = env
+        .broker
+        .submit(&admin(), s.clone())
+        .await
+        .expect("submit");
     assert_eq!(sub.status, TaskStatus::Queued);
     assert!(!sub.deduplicated);
 
@@ -420,8 +103,18 @@ async fn submit_then_get_task_and_spec(backend: Backend) {
 
 async fn claim_leases_with_fresh_token(backend: Backend) {
     let env = Env::start(backend, config()).await;
-    let a = env.broker.submit(spec("a")).await.unwrap().task_id;
-    let b = env.broker.submit(spec("b")).await.unwrap().task_id;
+    let a = env
+        .broker
+        .submit(&admin(), spec("a"))
+        .await
+        .unwrap()
+        .task_id;
+    let b = env
+        .broker
+        .submit(&admin(), spec("b"))
+        .await
+        .unwrap()
+        .task_id;
 
     let w = worker(1);
     let first = claim_now(&env.broker, &w).await;
@@ -471,7 +164,12 @@ async fn claim_wakes_on_submit(backend: Backend) {
     env.block(&mut claim).await;
 
     let t0 = Instant::now();
-    let id = env.broker.submit(spec("a")).await.unwrap().task_id;
+    let id = env
+        .broker
+        .submit(&admin(), spec("a"))
+        .await
+        .unwrap()
+        .task_id;
     let lease = tokio::time::timeout(Duration::from_secs(5), claim)
         .await
         .expect("claim woke up")
@@ -491,7 +189,12 @@ async fn renew_extends_and_reports_lost_and_cancelled(backend: Backend) {
         ..config()
     };
     let env = Env::start(backend, cfg).await;
-    let id = env.broker.submit(spec("a")).await.unwrap().task_id;
+    let id = env
+        .broker
+        .submit(&admin(), spec("a"))
+        .await
+        .unwrap()
+        .task_id;
     let lease = claim_now(&env.broker, &worker(1)).await;
 
     // Renewing every 400 ms keeps a 1 s lease alive well past its first expiry.
@@ -516,7 +219,12 @@ async fn renew_extends_and_reports_lost_and_cancelled(backend: Backend) {
     );
 
     // A finished task is no one's to renew.
-    let id2 = env.broker.submit(spec("b")).await.unwrap().task_id;
+    let id2 = env
+        .broker
+        .submit(&admin(), spec("b"))
+        .await
+        .unwrap()
+        .task_id;
     let lease2 = claim_now(&env.broker, &worker(1)).await;
     assert_eq!(lease2.task_id, id2);
     env.broker.complete(&lease2, verdict("ok")).await.unwrap();
@@ -525,7 +233,12 @@ async fn renew_extends_and_reports_lost_and_cancelled(backend: Backend) {
 
 async fn complete_is_fenced_by_token(backend: Backend) {
     let env = Env::start(backend, config()).await;
-    let id = env.broker.submit(spec("a")).await.unwrap().task_id;
+    let id = env
+        .broker
+        .submit(&admin(), spec("a"))
+        .await
+        .unwrap()
+        .task_id;
     let lease = claim_now(&env.broker, &worker(1)).await;
 
     assert_eq!(
@@ -570,7 +283,12 @@ async fn stale_complete_after_reap_writes_nothing(backend: Backend) {
         ..config()
     };
     let env = Env::start(backend, cfg).await;
-    let id = env.broker.submit(spec("a")).await.unwrap().task_id;
+    let id = env
+        .broker
+        .submit(&admin(), spec("a"))
+        .await
+        .unwrap()
+        .task_id;
     let first = claim_now(&env.broker, &worker(1)).await;
     let r = reap_until(&env.broker, "the first lease to expire").await;
     assert_eq!((r.requeued, r.failed), (1, 0));
@@ -603,7 +321,12 @@ async fn reap_requeues_then_fails_after_max_attempts(backend: Backend) {
         ..config()
     };
     let env = Env::start(backend, cfg).await;
-    let id = env.broker.submit(spec("a")).await.unwrap().task_id;
+    let id = env
+        .broker
+        .submit(&admin(), spec("a"))
+        .await
+        .unwrap()
+        .task_id;
     assert_eq!(env.broker.reap_expired().await.unwrap().requeued, 0);
 
     let first = claim_now(&env.broker, &worker(1)).await;
@@ -642,7 +365,12 @@ async fn release_requeues_then_fails_with_reason(backend: Backend) {
         ..config()
     };
     let env = Env::start(backend, cfg).await;
-    let id = env.broker.submit(spec("a")).await.unwrap().task_id;
+    let id = env
+        .broker
+        .submit(&admin(), spec("a"))
+        .await
+        .unwrap()
+        .task_id;
 
     let first = claim_now(&env.broker, &worker(1)).await;
     assert_eq!(
@@ -686,19 +414,19 @@ async fn high_before_normal_before_low(backend: Backend) {
     let env = Env::start(backend, config()).await;
     let low = env
         .broker
-        .submit(spec_with("l", Priority::Low, None))
+        .submit(&admin(), spec_with("l", Priority::Low, None))
         .await
         .unwrap()
         .task_id;
     let normal = env
         .broker
-        .submit(spec_with("n", Priority::Normal, None))
+        .submit(&admin(), spec_with("n", Priority::Normal, None))
         .await
         .unwrap()
         .task_id;
     let high = env
         .broker
-        .submit(spec_with("h", Priority::High, None))
+        .submit(&admin(), spec_with("h", Priority::High, None))
         .await
         .unwrap()
         .task_id;
@@ -715,10 +443,10 @@ async fn low_is_not_starved(backend: Backend) {
     let specs: Vec<TaskSpec> = (0..20)
         .map(|i| spec_with(&format!("h{i}"), Priority::High, None))
         .collect();
-    env.broker.submit_batch(specs).await.unwrap();
+    env.broker.submit_batch(&admin(), specs).await.unwrap();
     let low = env
         .broker
-        .submit(spec_with("l", Priority::Low, None))
+        .submit(&admin(), spec_with("l", Priority::Low, None))
         .await
         .unwrap()
         .task_id;
@@ -740,7 +468,7 @@ async fn fifo_within_priority(backend: Backend) {
     for i in 0..5 {
         submitted.push(
             env.broker
-                .submit(spec(&format!("t{i}")))
+                .submit(&admin(), spec(&format!("t{i}")))
                 .await
                 .unwrap()
                 .task_id,
@@ -748,7 +476,7 @@ async fn fifo_within_priority(backend: Backend) {
     }
     let (_, in_batch) = env
         .broker
-        .submit_batch((5..8).map(|i| spec(&format!("t{i}"))).collect())
+        .submit_batch(&admin(), (5..8).map(|i| spec(&format!("t{i}"))).collect())
         .await
         .unwrap();
     submitted.extend(in_batch.into_iter().map(|s| s.task_id));
@@ -765,13 +493,13 @@ async fn idempotency_key_returns_same_task(backend: Backend) {
     let env = Env::start(backend, config()).await;
     let first = env
         .broker
-        .submit(spec_with("a", Priority::Normal, Some("k1")))
+        .submit(&admin(), spec_with("a", Priority::Normal, Some("k1")))
         .await
         .unwrap();
     assert!(!first.deduplicated);
     let again = env
         .broker
-        .submit(spec_with("a2", Priority::High, Some("k1")))
+        .submit(&admin(), spec_with("a2", Priority::High, Some("k1")))
         .await
         .unwrap();
     assert_eq!(again.task_id, first.task_id);
@@ -779,7 +507,7 @@ async fn idempotency_key_returns_same_task(backend: Backend) {
     assert_eq!(again.status, TaskStatus::Queued);
     let other = env
         .broker
-        .submit(spec_with("b", Priority::Normal, Some("k2")))
+        .submit(&admin(), spec_with("b", Priority::Normal, Some("k2")))
         .await
         .unwrap();
     assert_ne!(other.task_id, first.task_id);
@@ -787,11 +515,14 @@ async fn idempotency_key_returns_same_task(backend: Backend) {
     // Inside a batch: a known key, a new key, and the new key repeated.
     let (batch, subs) = env
         .broker
-        .submit_batch(vec![
-            spec_with("c", Priority::Normal, Some("k1")),
-            spec_with("d", Priority::Normal, Some("k3")),
-            spec_with("e", Priority::Normal, Some("k3")),
-        ])
+        .submit_batch(
+            &admin(),
+            vec![
+                spec_with("c", Priority::Normal, Some("k1")),
+                spec_with("d", Priority::Normal, Some("k3")),
+                spec_with("e", Priority::Normal, Some("k3")),
+            ],
+        )
         .await
         .unwrap();
     assert_eq!(subs[0].task_id, first.task_id);
@@ -847,7 +578,7 @@ async fn idempotency_key_returns_same_task(backend: Backend) {
     // A finished task is still returned for its key.
     let after = env
         .broker
-        .submit(spec_with("a3", Priority::Normal, Some("k1")))
+        .submit(&admin(), spec_with("a3", Priority::Normal, Some("k1")))
         .await
         .unwrap();
     assert_eq!(after.task_id, first.task_id);
@@ -862,34 +593,38 @@ async fn queue_cap_refuses_submissions(backend: Backend) {
     };
     let env = Env::start(backend, cfg).await;
     env.broker
-        .submit(spec_with("a", Priority::Normal, Some("ka")))
+        .submit(&admin(), spec_with("a", Priority::Normal, Some("ka")))
         .await
         .unwrap();
-    env.broker.submit(spec("b")).await.unwrap();
+    env.broker.submit(&admin(), spec("b")).await.unwrap();
 
-    match env.broker.submit_batch(vec![spec("c"), spec("d")]).await {
+    match env
+        .broker
+        .submit_batch(&admin(), vec![spec("c"), spec("d")])
+        .await
+    {
         Err(BrokerError::QueueFull { queued: 2, cap: 3 }) => {}
         other => panic!("expected QueueFull, got {other:?}"),
     }
     let q = env.broker.queue_status().await.unwrap();
     assert_eq!((q.queued(), q.submitted_total, q.queue_cap), (2, 2, 3));
 
-    env.broker.submit(spec("c")).await.unwrap();
-    match env.broker.submit(spec("d")).await {
+    env.broker.submit(&admin(), spec("c")).await.unwrap();
+    match env.broker.submit(&admin(), spec("d")).await {
         Err(BrokerError::QueueFull { queued: 3, cap: 3 }) => {}
         other => panic!("expected QueueFull, got {other:?}"),
     }
     // A resubmission adds nothing to the queue, so it is answered even at the cap.
     let dup = env
         .broker
-        .submit(spec_with("a", Priority::Normal, Some("ka")))
+        .submit(&admin(), spec_with("a", Priority::Normal, Some("ka")))
         .await
         .unwrap();
     assert!(dup.deduplicated);
 
     claim_now(&env.broker, &worker(1)).await;
     env.broker
-        .submit(spec("d"))
+        .submit(&admin(), spec("d"))
         .await
         .expect("room again after a claim");
     assert_eq!(env.broker.queue_status().await.unwrap().queued(), 3);
@@ -899,11 +634,10 @@ async fn batch_status_counts_every_transition(backend: Backend) {
     let env = Env::start(backend, config()).await;
     let (batch, subs) = env
         .broker
-        .submit_batch(vec![
-            spec("a"),
-            spec_with("b", Priority::High, None),
-            spec("c"),
-        ])
+        .submit_batch(
+            &admin(),
+            vec![spec("a"), spec_with("b", Priority::High, None), spec("c")],
+        )
         .await
         .unwrap();
     let ids: Vec<TaskId> = subs.iter().map(|s| s.task_id.clone()).collect();
@@ -912,7 +646,11 @@ async fn batch_status_counts_every_transition(backend: Backend) {
             .all(|s| s.status == TaskStatus::Queued && !s.deduplicated)
     );
     assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 3);
-    let (other_batch, _) = env.broker.submit_batch(vec![spec("z")]).await.unwrap();
+    let (other_batch, _) = env
+        .broker
+        .submit_batch(&admin(), vec![spec("z")])
+        .await
+        .unwrap();
     assert_ne!(other_batch, batch);
 
     let st = env
@@ -976,7 +714,12 @@ async fn batch_status_counts_every_transition(backend: Backend) {
 
 async fn cancel_in_every_state(backend: Backend) {
     let env = Env::start(backend, config()).await;
-    let queued = env.broker.submit(spec("q")).await.unwrap().task_id;
+    let queued = env
+        .broker
+        .submit(&admin(), spec("q"))
+        .await
+        .unwrap()
+        .task_id;
     assert_eq!(
         env.broker.cancel(&queued).await.unwrap(),
         CancelOutcome::Cancelled {
@@ -992,7 +735,12 @@ async fn cancel_in_every_state(backend: Backend) {
         None
     );
 
-    let running = env.broker.submit(spec("r")).await.unwrap().task_id;
+    let running = env
+        .broker
+        .submit(&admin(), spec("r"))
+        .await
+        .unwrap()
+        .task_id;
     let lease = claim_now(&env.broker, &worker(1)).await;
     assert_eq!(
         env.broker.cancel(&running).await.unwrap(),
@@ -1012,7 +760,12 @@ async fn cancel_in_every_state(backend: Backend) {
     assert_eq!(env.view(&running).await.result, None);
     assert_eq!(env.broker.queue_status().await.unwrap().running, 0);
 
-    let done = env.broker.submit(spec("d")).await.unwrap().task_id;
+    let done = env
+        .broker
+        .submit(&admin(), spec("d"))
+        .await
+        .unwrap()
+        .task_id;
     let lease = claim_now(&env.broker, &worker(1)).await;
     env.broker.complete(&lease, verdict("ok")).await.unwrap();
     assert_eq!(
@@ -1038,10 +791,10 @@ async fn finished_records_expire_after_result_ttl(backend: Backend) {
     let env = Env::start(backend, cfg).await;
     let (batch, subs) = env
         .broker
-        .submit_batch(vec![
-            spec_with("a", Priority::Normal, Some("ka")),
-            spec("b"),
-        ])
+        .submit_batch(
+            &admin(),
+            vec![spec_with("a", Priority::Normal, Some("ka")), spec("b")],
+        )
         .await
         .unwrap();
     let (a, b) = (subs[0].task_id.clone(), subs[1].task_id.clone());
@@ -1066,7 +819,7 @@ async fn finished_records_expire_after_result_ttl(backend: Backend) {
     .await;
     let again = env
         .broker
-        .submit(spec_with("a", Priority::Normal, Some("ka")))
+        .submit(&admin(), spec_with("a", Priority::Normal, Some("ka")))
         .await
         .unwrap();
     assert!(
@@ -1090,15 +843,15 @@ async fn finished_records_all_carry_a_ttl(backend: Backend) {
     let env = Env::start(backend, cfg).await;
     let (batch, subs) = env
         .broker
-        .submit_batch(vec![
-            spec_with("a", Priority::Normal, Some("ka")),
-            spec("b"),
-        ])
+        .submit_batch(
+            &admin(),
+            vec![spec_with("a", Priority::Normal, Some("ka")), spec("b")],
+        )
         .await
         .unwrap();
     let single = env
         .broker
-        .submit(spec_with("c", Priority::Low, Some("kc")))
+        .submit(&admin(), spec_with("c", Priority::Low, Some("kc")))
         .await
         .unwrap();
     let w = worker(1);
@@ -1143,8 +896,22 @@ async fn finished_records_all_carry_a_ttl(backend: Backend) {
         "the verdict is cached: {keys:?}"
     );
     assert!(keys.contains(&format!("{p}:batch:{batch}")), "{keys:?}");
-    assert!(keys.contains(&format!("{p}:idem:ka")), "{keys:?}");
-    let exempt = |k: &str| k == format!("{p}:stats") || k.starts_with(&format!("{p}:queue:"));
+    assert!(
+        keys.contains(&format!("{p}:idem:{}:ka", admin())),
+        "{keys:?}"
+    );
+    // Bookkeeping whose size is bounded by the priorities and tenants, not by the tasks.
+    let bookkeeping = [
+        "stats",
+        "queued",
+        "tenant_queued",
+        "tenant_running",
+        "active",
+        "claim_seq",
+    ];
+    let exempt = |k: &str| {
+        bookkeeping.iter().any(|b| k == format!("{p}:{b}")) || k.starts_with(&format!("{p}:queue:"))
+    };
     for key in keys.iter().filter(|k| !exempt(k)) {
         let pttl: i64 = ::redis::cmd("PTTL")
             .arg(key)
@@ -1173,7 +940,10 @@ async fn queue_status_counts(backend: Backend) {
         ("l1", Priority::Low),
         ("l2", Priority::Low),
     ] {
-        env.broker.submit(spec_with(tag, prio, None)).await.unwrap();
+        env.broker
+            .submit(&admin(), spec_with(tag, prio, None))
+            .await
+            .unwrap();
     }
     let lease = claim_now(&env.broker, &worker(1)).await;
     let q = env.broker.queue_status().await.unwrap();
@@ -1266,7 +1036,12 @@ async fn worker_registry_is_shared_and_detects_lost_workers(backend: Backend) {
 
 async fn wait_terminal_returns_on_finish_or_timeout(backend: Backend) {
     let env = Env::start(backend, config()).await;
-    let id = env.broker.submit(spec("a")).await.unwrap().task_id;
+    let id = env
+        .broker
+        .submit(&admin(), spec("a"))
+        .await
+        .unwrap()
+        .task_id;
 
     let t0 = Instant::now();
     let view = env
@@ -1313,7 +1088,12 @@ async fn task_submitted_on_one_node_is_claimed_on_another(backend: Backend) {
     let env = Env::start(backend, config()).await;
     let node_b = env.peer();
 
-    let id = env.broker.submit(spec("a")).await.unwrap().task_id;
+    let id = env
+        .broker
+        .submit(&admin(), spec("a"))
+        .await
+        .unwrap()
+        .task_id;
     let lease = node_b
         .claim(&worker(1), Duration::from_secs(5))
         .await
@@ -1328,7 +1108,12 @@ async fn task_submitted_on_one_node_is_claimed_on_another(backend: Backend) {
     let mut claim = Box::pin(node_b.claim(&w, Duration::from_secs(30)));
     env.block(&mut claim).await;
     let t0 = Instant::now();
-    let id = env.broker.submit(spec("b")).await.unwrap().task_id;
+    let id = env
+        .broker
+        .submit(&admin(), spec("b"))
+        .await
+        .unwrap()
+        .task_id;
     let lease = tokio::time::timeout(Duration::from_secs(5), claim)
         .await
         .expect("claim woke up")
@@ -1344,7 +1129,10 @@ async fn concurrent_claimers_claim_each_task_once(backend: Backend) {
     let env = Env::start(backend, config()).await;
     let (_, subs) = env
         .broker
-        .submit_batch((0..TASKS).map(|i| spec(&format!("t{i}"))).collect())
+        .submit_batch(
+            &admin(),
+            (0..TASKS).map(|i| spec(&format!("t{i}"))).collect(),
+        )
         .await
         .unwrap();
     let submitted: HashSet<TaskId> = subs.into_iter().map(|s| s.task_id).collect();
@@ -1378,7 +1166,7 @@ async fn concurrent_claimers_claim_each_task_once(backend: Backend) {
 
 /// Submits `s`, claims it and completes it with `result`; returns its id.
 async fn evaluate(env: &Env, s: TaskSpec, result: EvalResult) -> TaskId {
-    let sub = env.broker.submit(s).await.expect("submit");
+    let sub = env.broker.submit(&admin(), s).await.expect("submit");
     assert_eq!(sub.status, TaskStatus::Queued, "{sub:?}");
     let lease = claim_now(&env.broker, &worker(1)).await;
     assert_eq!(lease.task_id, sub.task_id);
@@ -1408,7 +1196,7 @@ async fn cache_hit_is_a_new_done_task_marked_cached(backend: Backend) {
     let mut again = spec_with("a", Priority::High, None);
     again.seed = 7;
     let before = Utc::now() - chrono::Duration::seconds(5);
-    let hit = env.broker.submit(again.clone()).await.unwrap();
+    let hit = env.broker.submit(&admin(), again.clone()).await.unwrap();
     assert!(hit.cached && !hit.coalesced && !hit.deduplicated, "{hit:?}");
     assert_eq!(hit.status, TaskStatus::Done);
     assert_ne!(hit.task_id, first, "a hit is a task of its own");
@@ -1442,7 +1230,7 @@ async fn cache_hit_is_a_new_done_task_marked_cached(backend: Backend) {
     // In a batch, a hit is a done member next to a queued one.
     let (batch, subs) = env
         .broker
-        .submit_batch(vec![spec("a"), spec("b")])
+        .submit_batch(&admin(), vec![spec("a"), spec("b")])
         .await
         .unwrap();
     assert!(subs[0].cached && !subs[1].cached);
@@ -1472,15 +1260,23 @@ async fn force_refresh_bypasses_cache_and_coalescing(backend: Backend) {
     let env = Env::start(backend, config()).await;
     let first = evaluate(&env, spec("a"), verdict("old")).await;
 
-    let fresh = env.broker.submit(forced(spec("a"))).await.unwrap();
+    let fresh = env
+        .broker
+        .submit(&admin(), forced(spec("a")))
+        .await
+        .unwrap();
     assert!(!fresh.cached && !fresh.coalesced, "{fresh:?}");
     assert_eq!(fresh.status, TaskStatus::Queued);
     assert_ne!(fresh.task_id, first);
     // A second forced request does not join the first one either.
-    let fresh2 = env.broker.submit(forced(spec("a"))).await.unwrap();
+    let fresh2 = env
+        .broker
+        .submit(&admin(), forced(spec("a")))
+        .await
+        .unwrap();
     assert!(!fresh2.coalesced && fresh2.task_id != fresh.task_id);
     // An ordinary one is still answered from the cache meanwhile.
-    assert!(env.broker.submit(spec("a")).await.unwrap().cached);
+    assert!(env.broker.submit(&admin(), spec("a")).await.unwrap().cached);
 
     let lease = claim_now(&env.broker, &worker(1)).await;
     assert_eq!(lease.task_id, fresh.task_id);
@@ -1491,7 +1287,7 @@ async fn force_refresh_bypasses_cache_and_coalescing(backend: Backend) {
     assert_eq!(view.result, Some(verdict("new")));
 
     // The forced evaluation replaced the cached result.
-    let hit = env.broker.submit(spec("a")).await.unwrap();
+    let hit = env.broker.submit(&admin(), spec("a")).await.unwrap();
     assert!(hit.cached);
     assert_eq!(env.view(&hit.task_id).await.result, Some(verdict("new")));
     // Forced submissions are not lookups: one miss (the first), two hits.
@@ -1519,7 +1315,7 @@ async fn a_different_request_or_scope_misses(backend: Backend) {
     for (change, what) in changes {
         let mut s = spec("a");
         change(&mut s);
-        let sub = env.broker.submit(s).await.unwrap();
+        let sub = env.broker.submit(&admin(), s).await.unwrap();
         assert!(!sub.cached && !sub.coalesced, "{what}: {sub:?}");
         assert_eq!(sub.status, TaskStatus::Queued, "{what}");
     }
@@ -1535,23 +1331,23 @@ async fn a_different_request_or_scope_misses(backend: Backend) {
             },
         )
         .unwrap();
-        let sub = other.submit(spec("a")).await.unwrap();
+        let sub = other.submit(&admin(), spec("a")).await.unwrap();
         assert!(!sub.cached && !sub.coalesced, "{sub:?}");
         let mut open = spec("a");
         open.request.num_perf_trials = 7;
-        let sub = other.submit(open).await.unwrap();
+        let sub = other.submit(&admin(), open).await.unwrap();
         assert!(!sub.coalesced, "{sub:?}");
     }
 }
 
 async fn identical_open_requests_share_one_task(backend: Backend) {
     let env = Env::start(backend, config()).await;
-    let first = env.broker.submit(spec("a")).await.unwrap();
+    let first = env.broker.submit(&admin(), spec("a")).await.unwrap();
     assert!(!first.coalesced && !first.cached);
 
     let joined = env
         .broker
-        .submit(spec_with("a", Priority::Low, None))
+        .submit(&admin(), spec_with("a", Priority::Low, None))
         .await
         .unwrap();
     assert_eq!(joined.task_id, first.task_id);
@@ -1561,7 +1357,7 @@ async fn identical_open_requests_share_one_task(backend: Backend) {
     // In a batch: an open task from before, and a new task repeated within the batch.
     let (batch, subs) = env
         .broker
-        .submit_batch(vec![spec("a"), spec("b"), spec("b")])
+        .submit_batch(&admin(), vec![spec("a"), spec("b"), spec("b")])
         .await
         .unwrap();
     assert_eq!(subs[0].task_id, first.task_id);
@@ -1582,8 +1378,9 @@ async fn identical_open_requests_share_one_task(backend: Backend) {
 
     if let Some(mut raw) = env.raw().await {
         let key = format!(
-            "{}:inflight:{}",
+            "{}:inflight:{}:{}",
             env.cfg.key_prefix,
+            admin(),
             crucible_task_manager::memory::scoped_cache_key(&env.cfg, &spec("a"))
         );
         let pttl: i64 = ::redis::cmd("PTTL")
@@ -1597,7 +1394,7 @@ async fn identical_open_requests_share_one_task(backend: Backend) {
     // A running task is joined too.
     let lease = claim_now(&env.broker, &worker(1)).await;
     assert_eq!(lease.task_id, first.task_id);
-    let running = env.broker.submit(spec("a")).await.unwrap();
+    let running = env.broker.submit(&admin(), spec("a")).await.unwrap();
     assert_eq!(running.task_id, first.task_id);
     assert!(running.coalesced);
     assert_eq!(running.status, TaskStatus::Running);
@@ -1612,14 +1409,15 @@ async fn identical_open_requests_share_one_task(backend: Backend) {
     assert_eq!((st.counts.done, st.counts.queued), (1, 2));
 
     // Once it is done, the same request is a cache hit: a new task with the same verdict.
-    let after = env.broker.submit(spec("a")).await.unwrap();
+    let after = env.broker.submit(&admin(), spec("a")).await.unwrap();
     assert!(after.cached && !after.coalesced);
     assert_ne!(after.task_id, first.task_id);
     assert_eq!(env.view(&after.task_id).await.result, Some(verdict("one")));
     if let Some(mut raw) = env.raw().await {
         let key = format!(
-            "{}:inflight:{}",
+            "{}:inflight:{}:{}",
             env.cfg.key_prefix,
+            admin(),
             crucible_task_manager::memory::scoped_cache_key(&env.cfg, &spec("a"))
         );
         let exists: bool = ::redis::cmd("EXISTS")
@@ -1647,19 +1445,24 @@ async fn failed_and_cancelled_tasks_are_not_cached(backend: Backend) {
         ..config()
     };
     let env = Env::start(backend, cfg).await;
-    let failed = env.broker.submit(spec("a")).await.unwrap().task_id;
+    let failed = env
+        .broker
+        .submit(&admin(), spec("a"))
+        .await
+        .unwrap()
+        .task_id;
     let lease = claim_now(&env.broker, &worker(1)).await;
     env.broker.release(&lease, "device lost").await.unwrap();
     assert_eq!(env.view(&failed).await.status, TaskStatus::Failed);
 
-    let retry = env.broker.submit(spec("a")).await.unwrap();
+    let retry = env.broker.submit(&admin(), spec("a")).await.unwrap();
     assert!(!retry.cached && !retry.coalesced, "{retry:?}");
     assert_ne!(retry.task_id, failed);
     assert_eq!(retry.status, TaskStatus::Queued);
 
     // Cancelled while queued, then while running: neither is joined afterwards.
     env.broker.cancel(&retry.task_id).await.unwrap();
-    let third = env.broker.submit(spec("a")).await.unwrap();
+    let third = env.broker.submit(&admin(), spec("a")).await.unwrap();
     assert!(!third.cached && !third.coalesced, "{third:?}");
     let lease = claim_now(&env.broker, &worker(1)).await;
     assert_eq!(lease.task_id, third.task_id);
@@ -1668,7 +1471,7 @@ async fn failed_and_cancelled_tasks_are_not_cached(backend: Backend) {
         env.broker.complete(&lease, verdict("late")).await.unwrap(),
         AckOutcome::Stale
     );
-    let fourth = env.broker.submit(spec("a")).await.unwrap();
+    let fourth = env.broker.submit(&admin(), spec("a")).await.unwrap();
     assert!(!fourth.cached && !fourth.coalesced, "{fourth:?}");
 
     // Reaped to failed: the same.
@@ -1678,11 +1481,16 @@ async fn failed_and_cancelled_tasks_are_not_cached(backend: Backend) {
         ..config()
     };
     let env = Env::start(backend, cfg).await;
-    let id = env.broker.submit(spec("r")).await.unwrap().task_id;
+    let id = env
+        .broker
+        .submit(&admin(), spec("r"))
+        .await
+        .unwrap()
+        .task_id;
     claim_now(&env.broker, &worker(1)).await;
     let r = reap_until(&env.broker, "the lease to expire").await;
     assert_eq!(r.failed, 1);
-    let again = env.broker.submit(spec("r")).await.unwrap();
+    let again = env.broker.submit(&admin(), spec("r")).await.unwrap();
     assert!(!again.cached && !again.coalesced, "{again:?}");
     assert_ne!(again.task_id, id);
 }
@@ -1697,7 +1505,7 @@ async fn idempotency_key_takes_precedence_over_cache_and_coalescing(backend: Bac
     .await;
     let again = env
         .broker
-        .submit(spec_with("a", Priority::Normal, Some("k1")))
+        .submit(&admin(), spec_with("a", Priority::Normal, Some("k1")))
         .await
         .unwrap();
     assert_eq!(again.task_id, keyed);
@@ -1705,7 +1513,10 @@ async fn idempotency_key_takes_precedence_over_cache_and_coalescing(backend: Bac
     // Even with force_refresh, a known key returns its task.
     let forced_again = env
         .broker
-        .submit(forced(spec_with("a", Priority::Normal, Some("k1"))))
+        .submit(
+            &admin(),
+            forced(spec_with("a", Priority::Normal, Some("k1"))),
+        )
         .await
         .unwrap();
     assert_eq!(forced_again.task_id, keyed);
@@ -1714,29 +1525,34 @@ async fn idempotency_key_takes_precedence_over_cache_and_coalescing(backend: Bac
     // A new key is looked up; its retry returns the task it got.
     let hit = env
         .broker
-        .submit(spec_with("a", Priority::Normal, Some("k2")))
+        .submit(&admin(), spec_with("a", Priority::Normal, Some("k2")))
         .await
         .unwrap();
     assert!(hit.cached && hit.task_id != keyed);
     let hit_again = env
         .broker
-        .submit(spec_with("a", Priority::Normal, Some("k2")))
+        .submit(&admin(), spec_with("a", Priority::Normal, Some("k2")))
         .await
         .unwrap();
     assert_eq!(hit_again.task_id, hit.task_id);
     assert!(hit_again.deduplicated && !hit_again.cached);
 
-    let open = env.broker.submit(spec("b")).await.unwrap().task_id;
+    let open = env
+        .broker
+        .submit(&admin(), spec("b"))
+        .await
+        .unwrap()
+        .task_id;
     let joined = env
         .broker
-        .submit(spec_with("b", Priority::Normal, Some("k3")))
+        .submit(&admin(), spec_with("b", Priority::Normal, Some("k3")))
         .await
         .unwrap();
     assert_eq!(joined.task_id, open);
     assert!(joined.coalesced);
     let joined_again = env
         .broker
-        .submit(spec_with("b", Priority::Normal, Some("k3")))
+        .submit(&admin(), spec_with("b", Priority::Normal, Some("k3")))
         .await
         .unwrap();
     assert_eq!(joined_again.task_id, open);
@@ -1876,13 +1692,10 @@ async fn batch_finished_log_lists_each_task_once_in_finishing_order(backend: Bac
     evaluate(&env, spec("cached"), verdict("cached")).await;
     let (batch, subs) = env
         .broker
-        .submit_batch(vec![
-            spec("a"),
-            spec("b"),
-            spec("a"),
-            spec("cached"),
-            spec("c"),
-        ])
+        .submit_batch(
+            &admin(),
+            vec![spec("a"), spec("b"), spec("a"), spec("cached"), spec("c")],
+        )
         .await
         .unwrap();
     assert_eq!(

@@ -215,6 +215,23 @@ impl Api {
         }
     }
 
+    /// The same API with `Authorization: Bearer <token>` on every request.
+    pub fn with_token(&self, token: &str) -> Api {
+        let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+            .expect("a token is a header value");
+        value.set_sensitive(true);
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+        Api {
+            base: self.base.clone(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(90))
+                .default_headers(headers)
+                .build()
+                .expect("client"),
+        }
+    }
+
     pub async fn wait_ready(&self) {
         eventually(
             "the API to answer /health",

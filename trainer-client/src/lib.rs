@@ -1,5 +1,6 @@
-//! The client side of Crucible: a typed async HTTP client (retries with backoff on 429, 503
-//! and connection errors; rollout batches resubmitted under one idempotency key) used by
+//! The client side of Crucible: a typed async HTTP client (a bearer token when the server
+//! requires one; retries with backoff on 429, 503 and connection errors; rollout batches
+//! resubmitted under one idempotency key) used by
 //! trainers and by the `crucible` CLI, the multi-turn return helpers (`returns`) and the
 //! summary of a scored batch (`summary`).
 
@@ -11,8 +12,9 @@ use crucible_shared::rollout::{
     RolloutResult, RolloutResultsPage,
 };
 use crucible_shared::{
-    ApiError, BatchId, BatchRequest, BatchStatus, EvaluateRequest, Problem, ProblemList,
-    QueueStatus, SubmitResponse, TaskId, TaskView,
+    ApiError, BatchId, BatchRequest, BatchStatus, CreateTenantRequest, CreatedTenant,
+    DeletedTenant, EvaluateRequest, Problem, ProblemList, QueueStatus, SubmitResponse, TaskId,
+    TaskView, TenantList,
 };
 use serde::de::DeserializeOwned;
 use std::time::Duration;
@@ -39,11 +41,14 @@ pub struct BatchSubmitted {
     pub task_ids: Vec<TaskId>,
 }
 
+/// Not `Debug`: it holds the bearer token.
 #[derive(Clone)]
 pub struct Client {
     base: String,
     http: reqwest::Client,
     max_attempts: u32,
+    /// Sent as `Authorization: Bearer <token>` with every request.
+    token: Option<String>,
 }
 
 impl Client {
@@ -55,7 +60,41 @@ impl Client {
                 .build()
                 .expect("reqwest client builds"),
             max_attempts: 6,
+            token: None,
         }
+    }
+
+    /// Authenticates every request with `token`: a tenant's token, or the admin token for
+    /// the admin calls. None (or empty) sends none, as a server with `CRUCIBLE_AUTH=off` (a
+    /// `crucible up` on a loopback address) needs.
+    pub fn with_token(mut self, token: Option<String>) -> Self {
+        self.token = token.filter(|t| !t.is_empty());
+        self
+    }
+
+    /// Creates a tenant (admin token only); the answer holds its token, shown this once.
+    pub async fn create_tenant(
+        &self,
+        request: &CreateTenantRequest,
+    ) -> Result<CreatedTenant, ClientError> {
+        self.send(reqwest::Method::POST, "/admin/tenants", Some(request))
+            .await
+    }
+
+    /// Every tenant with its settings and open tasks (admin token only).
+    pub async fn tenants(&self) -> Result<TenantList, ClientError> {
+        self.send::<(), _>(reqwest::Method::GET, "/admin/tenants", None)
+            .await
+    }
+
+    /// Deletes a tenant and cancels its open tasks (admin token only).
+    pub async fn delete_tenant(&self, name: &str) -> Result<DeletedTenant, ClientError> {
+        self.send::<(), _>(
+            reqwest::Method::DELETE,
+            &format!("/admin/tenants/{name}"),
+            None,
+        )
+        .await
     }
 
     /// Submits one evaluation. Give it an `idempotency_key` so a retried submission cannot
@@ -250,6 +289,9 @@ impl Client {
                 .request(method.clone(), format!("{}{path}", self.base));
             if let Some(b) = body {
                 req = req.json(b);
+            }
+            if let Some(token) = &self.token {
+                req = req.bearer_auth(token);
             }
             match req.send().await {
                 Ok(resp) => {

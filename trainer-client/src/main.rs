@@ -1,11 +1,14 @@
 //! `crucible`: run the whole service on one machine (`crucible up`), evaluate one pair locally
 //! (`crucible eval`), or talk to a running service (`crucible submit`, `crucible status`,
-//! `crucible rollouts`).
+//! `crucible rollouts`, `crucible tenants`) with a bearer token (`--token` / `CRUCIBLE_TOKEN`)
+//! when it requires one.
 
 mod rollouts_cmd;
+mod tenants_cmd;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
+use crucible_api_server::Auth;
 use crucible_gpu_worker::verdict::Classified;
 use crucible_gpu_worker::{
     DeviceSlot, Worker, WorkerConfig, discover_devices, evaluate_local, probe,
@@ -70,8 +73,8 @@ enum Command {
     },
     /// Submit one pair to a running service and wait for the verdict.
     Submit {
-        #[arg(long, env = "CRUCIBLE_URL", default_value = "http://127.0.0.1:10907")]
-        url: String,
+        #[command(flatten)]
+        remote: Remote,
         #[arg(long)]
         reference: PathBuf,
         #[arg(long)]
@@ -88,8 +91,13 @@ enum Command {
     },
     /// Queue and workers of a running service.
     Status {
-        #[arg(long, env = "CRUCIBLE_URL", default_value = "http://127.0.0.1:10907")]
-        url: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Create, list and delete tenants (with the admin token).
+    Tenants {
+        #[command(subcommand)]
+        command: tenants_cmd::TenantsCommand,
     },
     /// Check the CUDA device in this process (used by workers).
     #[command(hide = true)]
@@ -101,8 +109,8 @@ enum RolloutsCommand {
     /// Submit a JSONL file of rollouts (one `POST /rollouts` object per line) in batches.
     Submit {
         file: PathBuf,
-        #[arg(long, env = "CRUCIBLE_URL", default_value = "http://127.0.0.1:10907")]
-        url: String,
+        #[command(flatten)]
+        remote: Remote,
         /// Wait for every result (else print the batch ids and exit).
         #[arg(long)]
         wait: bool,
@@ -121,13 +129,31 @@ enum RolloutsCommand {
     /// Collect the results of batches submitted earlier.
     Results {
         batch_ids: Vec<String>,
-        #[arg(long, env = "CRUCIBLE_URL", default_value = "http://127.0.0.1:10907")]
-        url: String,
+        #[command(flatten)]
+        remote: Remote,
         #[arg(long)]
         out: Option<PathBuf>,
         #[arg(long, default_value_t = 3600)]
         wait_timeout_s: u64,
     },
+}
+
+/// Where a running service is and how to authenticate to it.
+#[derive(clap::Args)]
+pub struct Remote {
+    #[arg(long, env = "CRUCIBLE_URL", default_value = "http://127.0.0.1:10907")]
+    url: String,
+    /// Bearer token: a tenant's, or the admin token for `crucible tenants`. Not needed by a
+    /// server with authentication off (`crucible up` on a loopback address). Prefer the
+    /// environment variable: an argument shows in the process list.
+    #[arg(long, env = "CRUCIBLE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+impl Remote {
+    pub fn client(self) -> Client {
+        Client::new(self.url).with_token(self.token)
+    }
 }
 
 /// Evaluation settings for every rollout (absent: the server's defaults).
@@ -225,13 +251,13 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         Command::Submit {
-            url,
+            remote,
             reference,
             kernel,
             backend,
             wait_s,
         } => {
-            let client = Client::new(url);
+            let client = remote.client();
             let mut request = EvaluateRequest::new(read(&reference)?, read(&kernel)?);
             request.backend = backend.into();
             let submitted = client.evaluate(&request).await?;
@@ -245,24 +271,24 @@ async fn main() -> anyhow::Result<()> {
         Command::Rollouts { command } => match command {
             RolloutsCommand::Submit {
                 file,
-                url,
+                remote,
                 wait,
                 out,
                 wait_timeout_s,
                 batch_size,
                 eval,
             } => {
-                let client = Client::new(url);
+                let client = remote.client();
                 let wait = wait.then(|| (Duration::from_secs(wait_timeout_s), out.as_deref()));
                 rollouts_cmd::submit(&client, &file, &eval.into(), batch_size, wait).await
             }
             RolloutsCommand::Results {
                 batch_ids,
-                url,
+                remote,
                 out,
                 wait_timeout_s,
             } => {
-                let client = Client::new(url);
+                let client = remote.client();
                 let ids: Vec<BatchId> = batch_ids.into_iter().map(BatchId).collect();
                 rollouts_cmd::collect(
                     &client,
@@ -274,8 +300,9 @@ async fn main() -> anyhow::Result<()> {
                 .await
             }
         },
-        Command::Status { url } => {
-            let client = Client::new(url);
+        Command::Tenants { command } => tenants_cmd::run(command).await,
+        Command::Status { remote } => {
+            let client = remote.client();
             println!("{}", serde_json::to_string_pretty(&client.queue().await?)?);
             println!(
                 "{}",
@@ -300,6 +327,13 @@ async fn up(
 ) -> anyhow::Result<()> {
     let cfg = BrokerConfig::from_env()?;
     let problems = crucible_api_server::problems::load_from_env().context("problem registry")?;
+    // Bound first: authentication is decided from the address actually bound, and a public one
+    // without an admin token is refused before any worker starts.
+    let listener = tokio::net::TcpListener::bind(&bind)
+        .await
+        .with_context(|| format!("binding {bind}"))?;
+    let addr = listener.local_addr()?;
+    let auth = Auth::from_env(addr)?;
     let broker: Arc<dyn Broker> = match &redis_url {
         Some(url) => Arc::new(RedisBroker::connect(url, cfg).context("connecting to redis")?),
         None => Arc::new(MemoryBroker::new(cfg)),
@@ -330,11 +364,8 @@ async fn up(
             }
         }));
     }
-    let listener = tokio::net::TcpListener::bind(&bind)
-        .await
-        .with_context(|| format!("binding {bind}"))?;
+    crucible_api_server::auth::log_mode(&auth, addr);
     tracing::info!(
-        addr = %listener.local_addr()?,
         broker = broker.kind(),
         workers = tasks.len() - 1,
         "crucible up"
@@ -342,7 +373,7 @@ async fn up(
     let mut stop = stop_rx.clone();
     let server = tokio::spawn(crucible_api_server::serve(
         listener,
-        crucible_api_server::AppState::new(broker).with_problems(problems),
+        crucible_api_server::AppState::new(broker, auth).with_problems(problems),
         async move {
             let _ = stop.wait_for(|s| *s).await;
         },

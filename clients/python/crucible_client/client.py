@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
@@ -33,6 +34,8 @@ from .types import (
 )
 
 DEFAULT_URL = "http://127.0.0.1:10907"
+#: Where the clients read their bearer token from when none is given.
+TOKEN_ENV = "CRUCIBLE_TOKEN"
 #: Connect quickly or fail over to a retry; reads get this plus the long-poll's ``wait``.
 DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
 #: The longest ``?wait=`` the server accepts.
@@ -260,6 +263,17 @@ def _exhausted(failure: httpx.Response | Exception, attempts: int) -> CrucibleEr
 _OK = frozenset({200, 202})
 
 
+def _headers(headers: Mapping[str, str] | None, token: str | None) -> dict[str, str]:
+    """The headers of every request: the caller's, and ``Authorization: Bearer <token>`` with
+    ``token``, else ``$CRUCIBLE_TOKEN``, when there is one (an empty one sends none: a server
+    with authentication off, such as ``crucible up`` on a loopback address, needs none)."""
+    out = dict(headers or {})
+    token = os.environ.get(TOKEN_ENV) if token is None else token
+    if token:
+        out["Authorization"] = f"Bearer {token}"
+    return out
+
+
 class _Base:
     """Settings both clients hold."""
 
@@ -289,15 +303,17 @@ class _Base:
 class Client(_Base):
     """Blocking client; one per thread or shared (``httpx.Client`` is thread-safe).
 
-    ``retry`` bounds the retries of each request on 429, 502-504 and lost connections;
-    ``timeout`` is the per-request timeout (a long-poll's read gets its ``wait`` on top).
-    ``transport`` replaces the network, e.g. ``httpx.MockTransport`` in tests.
+    ``token`` is the bearer token of a tenant (``$CRUCIBLE_TOKEN`` when not given); ``retry``
+    bounds the retries of each request on 429, 502-504 and lost connections; ``timeout`` is
+    the per-request timeout (a long-poll's read gets its ``wait`` on top). ``transport``
+    replaces the network, e.g. ``httpx.MockTransport`` in tests.
     """
 
     def __init__(
         self,
         base_url: str = DEFAULT_URL,
         *,
+        token: str | None = None,
         timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
         retry: RetryPolicy = DEFAULT_RETRY,
         headers: Mapping[str, str] | None = None,
@@ -305,7 +321,10 @@ class Client(_Base):
     ) -> None:
         super().__init__(timeout, retry)
         self._http = httpx.Client(
-            base_url=base_url, timeout=self._timeout, headers=headers, transport=transport
+            base_url=base_url,
+            timeout=self._timeout,
+            headers=_headers(headers, token),
+            transport=transport,
         )
 
     def __enter__(self) -> Client:
@@ -486,6 +505,7 @@ class AsyncClient(_Base):
         self,
         base_url: str = DEFAULT_URL,
         *,
+        token: str | None = None,
         timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
         retry: RetryPolicy = DEFAULT_RETRY,
         headers: Mapping[str, str] | None = None,
@@ -493,7 +513,10 @@ class AsyncClient(_Base):
     ) -> None:
         super().__init__(timeout, retry)
         self._http = httpx.AsyncClient(
-            base_url=base_url, timeout=self._timeout, headers=headers, transport=transport
+            base_url=base_url,
+            timeout=self._timeout,
+            headers=_headers(headers, token),
+            transport=transport,
         )
 
     async def __aenter__(self) -> AsyncClient:

@@ -7,9 +7,10 @@ class CrucibleError(Exception):
     """An error answer of the service, or no usable answer after every retry.
 
     The service answers errors as ``{code, message, field}`` (``code`` e.g. ``VALIDATION``,
-    ``NOT_FOUND``, ``QUEUE_FULL``); they are kept here so a trainer can tell a request it must
-    fix (``status`` 4xx other than 429) from an outage it outlived its retries on (429, 5xx,
-    or ``status`` None when the server could not be reached at all: ``code`` ``UNREACHABLE``).
+    ``NOT_FOUND``, ``QUEUE_FULL``, ``QUOTA_EXCEEDED``, ``UNAUTHORIZED`` for a missing or bad
+    token); they are kept here so a trainer can tell a request it must fix (``status`` 4xx
+    other than 429) from an outage it outlived its retries on (429, 5xx, or ``status`` None
+    when the server could not be reached at all: ``code`` ``UNREACHABLE``).
     """
 
     def __init__(

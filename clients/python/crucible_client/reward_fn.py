@@ -3,9 +3,9 @@
 TRL's ``reward_funcs`` (``make_trl_reward``). Each posts the completions as one
 ``POST /rollouts`` batch and waits for its results.
 
-The server is ``url``, else ``$CRUCIBLE_URL``, else ``http://127.0.0.1:10907``: trainers
-run reward functions in worker processes that inherit the environment but not the caller's
-arguments. VERL loads this file by path, outside its package, so imports here are absolute
+The server is ``url``, else ``$CRUCIBLE_URL``, else ``http://127.0.0.1:10907``, and its
+bearer token ``$CRUCIBLE_TOKEN`` (when it requires one): trainers run reward functions in
+worker processes that inherit the environment but not the caller's arguments. VERL loads this file by path, outside its package, so imports here are absolute
 and need the package installed (``pip install ./clients/python``).
 """
 

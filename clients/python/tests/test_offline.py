@@ -274,6 +274,41 @@ def test_lost_connections_are_retried_too():
     assert len(calls) == 2
 
 
+def test_the_token_is_a_bearer_header_from_the_argument_or_the_environment(monkeypatch):
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("authorization"))
+        return httpx.Response(200, json={"status": "ok"})
+
+    def health(**kwargs) -> None:
+        with Client("http://crucible.test", transport=httpx.MockTransport(handler), **kwargs) as c:
+            c.health()
+
+    monkeypatch.delenv("CRUCIBLE_TOKEN", raising=False)
+    health()
+    monkeypatch.setenv("CRUCIBLE_TOKEN", "crt_env")
+    health()
+    health(token="crt_arg")
+    health(token="")  # explicitly none, whatever the environment says
+    health(token="crt_arg", headers={"x-trace": "1"})
+
+    async def go() -> None:
+        transport = httpx.MockTransport(handler)
+        async with AsyncClient("http://crucible.test", token="crt_async", transport=transport) as c:
+            await c.health()
+
+    asyncio.run(go())
+    assert seen == [
+        None,
+        "Bearer crt_env",
+        "Bearer crt_arg",
+        None,
+        "Bearer crt_arg",
+        "Bearer crt_async",
+    ]
+
+
 def test_a_bad_request_is_raised_at_once():
     calls = []
 

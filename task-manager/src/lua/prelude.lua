@@ -5,6 +5,22 @@ local P = ARGV[1]
 local STATS = P .. ':stats'
 local LEASES = P .. ':leases'
 local WAKE = P .. ':wake'
+-- Tenants with queued work, scored by their pass in the fair share (fair.rs).
+local ACTIVE = P .. ':active'
+-- Tenant id -> claims served: its place in the priority cycle.
+local CLAIM_SEQ = P .. ':claim_seq'
+-- Tasks in status queued per priority, and queued / running per tenant id; kept by the
+-- transitions below, so quotas and the cap are read in O(1).
+local QUEUED = P .. ':queued'
+local TENANT_QUEUED = P .. ':tenant_queued'
+local TENANT_RUNNING = P .. ':tenant_running'
+-- Tenant name -> id, and token SHA-256 -> id.
+local TENANT_NAMES = P .. ':tenant_names'
+local TOKENS = P .. ':tokens'
+-- Id of a deleted tenant whose queued tasks are still being cancelled -> the error they get.
+local PURGING = P .. ':purging'
+-- The fields of a tenant record the Rust side reads, in its order (redis_broker/tenants.rs).
+local TENANT_FIELDS = { 'name', 'max_queued', 'weight', 'share_cache', 'created_at' }
 local WAKE_MAX = 1024
 -- Tokens only matter to claimers blocked right now; an unread token is useless after a while.
 local WAKE_TTL_MS = 60000
@@ -23,17 +39,46 @@ local function batch_tasks_key(b) return P .. ':batch:' .. b .. ':tasks' end
 -- Distinct tasks of the batch in the order they finished (each once): what a reader of the
 -- batch's results pages through.
 local function batch_finished_key(b) return P .. ':batch:' .. b .. ':finished' end
-local function queue_key(prio) return P .. ':queue:' .. prio end
-local function idem_key(k) return P .. ':idem:' .. k end
--- `ckey` is the scoped result cache key (cache scope, ':', hex SHA-256 of the request).
-local function rcache_key(ckey) return P .. ':rcache:' .. ckey end
-local function inflight_key(ckey) return P .. ':inflight:' .. ckey end
+-- Tenant ids (`tn_...`) hold no ':', so these keys cannot spell one another.
+local function queue_key(tenant, prio) return P .. ':queue:' .. tenant .. ':' .. prio end
+local function idem_key(tenant, k) return P .. ':idem:' .. tenant .. ':' .. k end
+local function tenant_key(tenant) return P .. ':tenant:' .. tenant end
+-- `ckey` is the scoped result cache key (cache scope, ':', hex SHA-256 of the request); `ns`
+-- the cache namespace of the task's tenant (its id, or the one shared namespace). In-flight
+-- entries are always the tenant's own: coalescing never crosses tenants.
+local function rcache_key(ns, ckey) return P .. ':rcache:' .. ns .. ':' .. ckey end
+local function inflight_key(tenant, ckey) return P .. ':inflight:' .. tenant .. ':' .. ckey end
 -- The namespace is length-prefixed so that no (namespace, key) pair spells another's key.
 local function kv_key(ns, key) return P .. ':kv:' .. #ns .. ':' .. ns .. ':' .. key end
 
 local function queued_total()
-  return redis.call('LLEN', queue_key('high')) + redis.call('LLEN', queue_key('normal'))
-    + redis.call('LLEN', queue_key('low'))
+  local n = redis.call('HMGET', QUEUED, 'high', 'normal', 'low')
+  return (tonumber(n[1]) or 0) + (tonumber(n[2]) or 0) + (tonumber(n[3]) or 0)
+end
+
+local function tenant_queue_len(tenant)
+  return redis.call('LLEN', queue_key(tenant, 'high')) + redis.call('LLEN', queue_key(tenant, 'normal'))
+    + redis.call('LLEN', queue_key(tenant, 'low'))
+end
+
+-- A tenant that queues work while it has none enters the fair share at the lowest pass of
+-- the active tenants, so idle time is never banked as credit.
+local function activate(tenant)
+  if redis.call('ZSCORE', ACTIVE, tenant) then return end
+  local head = redis.call('ZRANGE', ACTIVE, 0, 0, 'WITHSCORES')
+  -- The score as Redis wrote it: exact, where Lua's number formatting keeps only 14 digits.
+  redis.call('ZADD', ACTIVE, head[2] or 0, tenant)
+end
+
+-- Keeps the open-task counters: `delta` tasks of `tenant` and `prio` enter (1) or leave (-1)
+-- `status`.
+local function count_open(tenant, prio, status, delta)
+  if status == 'queued' then
+    redis.call('HINCRBY', QUEUED, prio, delta)
+    redis.call('HINCRBY', TENANT_QUEUED, tenant, delta)
+  elseif status == 'running' then
+    redis.call('HINCRBY', TENANT_RUNNING, tenant, delta)
+  end
 end
 
 -- One token per newly queued task, so that as many blocked claimers wake as there is work.
@@ -60,13 +105,16 @@ end
 
 -- Moves a task from one status to another and keeps everything derived from statuses in step:
 -- the counters of every batch the task is counted in (its own, plus batches that reused it
--- through an idempotency key; a batch may count it more than once), the lifetime stats and,
--- for a terminal status, finished_at, the TTLs of the task and its idempotency key, and the end
--- of its in-flight entry (so no later request joins a finished task).
+-- through an idempotency key; a batch may count it more than once), the open-task counters,
+-- the lifetime stats and, for a terminal status, finished_at, the TTLs of the task and its
+-- idempotency key, and the end of its in-flight entry (so no later request joins a finished
+-- task).
 local function transition(id, from, to, now, ttl)
   local key = task_key(id)
-  local fields = redis.call('HMGET', key, 'batches', 'idem', 'ckey')
-  local batches, idem, ckey = fields[1], fields[2], fields[3]
+  local fields = redis.call('HMGET', key, 'batches', 'idem', 'ckey', 'tenant', 'priority')
+  local batches, idem, ckey, tenant, prio = fields[1], fields[2], fields[3], fields[4], fields[5]
+  count_open(tenant, prio, from, -1)
+  count_open(tenant, prio, to, 1)
   if batches then
     for b in string.gmatch(batches, '%S+') do
       local bk = batch_key(b)
@@ -82,11 +130,11 @@ local function transition(id, from, to, now, ttl)
     redis.call('HINCRBY', STATS, to, 1)
     redis.call('PEXPIRE', key, ttl)
     -- The key may already name a newer task if this one's record had vanished; leave that be.
-    if idem and redis.call('GET', idem_key(idem)) == id then
-      redis.call('PEXPIRE', idem_key(idem), ttl)
+    if idem and redis.call('GET', idem_key(tenant, idem)) == id then
+      redis.call('PEXPIRE', idem_key(tenant, idem), ttl)
     end
-    if ckey and redis.call('GET', inflight_key(ckey)) == id then
-      redis.call('DEL', inflight_key(ckey))
+    if ckey and redis.call('GET', inflight_key(tenant, ckey)) == id then
+      redis.call('DEL', inflight_key(tenant, ckey))
     end
     if batches then
       local logged = {}
@@ -106,7 +154,7 @@ end
 local function requeue_or_fail(id, max_attempts, ttl, now, reason)
   local key = task_key(id)
   redis.call('ZREM', LEASES, id)
-  local f = redis.call('HMGET', key, 'attempts', 'priority')
+  local f = redis.call('HMGET', key, 'attempts', 'priority', 'tenant')
   if (tonumber(f[1]) or 0) >= max_attempts then
     redis.call('HSET', key, 'error', reason)
     transition(id, 'running', 'failed', now, ttl)
@@ -114,7 +162,8 @@ local function requeue_or_fail(id, max_attempts, ttl, now, reason)
   end
   redis.call('HDEL', key, 'worker_id', 'lease_token', 'started_at')
   transition(id, 'running', 'queued', now, ttl)
-  redis.call('LPUSH', queue_key(f[2]), id)
+  redis.call('LPUSH', queue_key(f[3], f[2]), id)
+  activate(f[3])
   redis.call('HINCRBY', STATS, 'requeued', 1)
   wake(1)
   return 'requeued'

@@ -1,21 +1,34 @@
--- Submits one or more tasks, all or none with respect to the queue cap, each as if submitted
--- alone and in order: an idempotency key already known returns its task; else, unless
--- force_refresh, a cached result makes a new task that is done at once, and an identical open
--- task is joined (coalesced); else a new task is queued and becomes the in-flight task of its
--- cache key.
--- ARGV: prefix, queue_cap, batch_id ('' for none), result_ttl_ms, n,
+-- Submits one or more tasks of one tenant, all or none with respect to the queue cap and the
+-- tenant's max_queued, each as if submitted alone and in order: an idempotency key of the
+-- tenant already known returns its task; else, unless force_refresh, a cached result in the
+-- tenant's cache namespace makes a new task that is done at once, and an identical open task
+-- of the tenant is joined (coalesced); else a new task is queued and becomes the in-flight task
+-- of its cache key for the tenant.
+-- ARGV: prefix, queue_cap, batch_id ('' for none), result_ttl_ms, tenant_id, builtin ('1' for
+--       the built-in tenant, which has no record), n,
 --       then n times: task_id, priority, idempotency_key ('' for none), spec_json, cache_key,
 --       force_refresh ('1' or '0').
--- Returns {'full', queued} or {'ok', id_1, status_1, how_1, ...}, `how` being 'new', 'dedup',
--- 'coalesced' or 'cached'.
+-- Returns {'no_tenant'}, {'quota', queued, max_queued}, {'full', queued} or
+-- {'ok', id_1, status_1, how_1, ...}, `how` being 'new', 'dedup', 'coalesced' or 'cached'.
 local cap = tonumber(ARGV[2])
 local batch = ARGV[3]
 local ttl = tonumber(ARGV[4])
-local n = tonumber(ARGV[5])
+local tenant = ARGV[5]
+local n = tonumber(ARGV[7])
 local now = now_ms()
 local PER_TASK = 6
 
-local function arg(i, field) return ARGV[5 + (i - 1) * PER_TASK + field] end
+local function arg(i, field) return ARGV[7 + (i - 1) * PER_TASK + field] end
+
+-- The tenant must still exist (a deleted tenant's last requests are refused here, atomically
+-- with its deletion); its record says its quota and cache namespace.
+local max_queued, cns = false, tenant
+if ARGV[6] ~= '1' then
+  local t = redis.call('HMGET', tenant_key(tenant), 'name', 'max_queued', 'cache_ns')
+  if not t[1] then return { 'no_tenant' } end
+  max_queued = tonumber(t[2]) or false
+  cns = t[3] or tenant
+end
 
 -- First pass reads only, so that a refused submission leaves no trace.
 local ids, how, hits = {}, {}, {}
@@ -27,7 +40,7 @@ for i = 1, n do
   if idem ~= '' then
     existing = seen[idem] or false
     if not existing then
-      local prev = redis.call('GET', idem_key(idem))
+      local prev = redis.call('GET', idem_key(tenant, idem))
       if prev and redis.call('EXISTS', task_key(prev)) == 1 then existing = prev end
     end
   end
@@ -36,14 +49,14 @@ for i = 1, n do
   else
     ids[i], how[i] = arg(i, 1), 'new'
     if not force then
-      local hit = redis.call('GET', rcache_key(ckey))
+      local hit = redis.call('GET', rcache_key(cns, ckey))
       if hit then
         how[i], hits[i] = 'cached', hit
         cached = cached + 1
       else
         local open = queued_here[ckey]
         if not open then
-          local prev = redis.call('GET', inflight_key(ckey))
+          local prev = redis.call('GET', inflight_key(tenant, ckey))
           if prev then
             local st = redis.call('HGET', task_key(prev), 'status')
             if st == 'queued' or st == 'running' then open = prev end
@@ -65,14 +78,20 @@ for i = 1, n do
   end
 end
 
-local queued = queued_total()
-if fresh > 0 and queued + fresh > cap then return { 'full', queued } end
+if fresh > 0 then
+  if max_queued then
+    local mine = tonumber(redis.call('HGET', TENANT_QUEUED, tenant)) or 0
+    if mine + fresh > max_queued then return { 'quota', mine, max_queued } end
+  end
+  local queued = queued_total()
+  if queued + fresh > cap then return { 'full', queued } end
+end
 
 local bk = false
 if batch ~= '' then
   bk = batch_key(batch)
   redis.call('HSET', bk, 'total', n, 'queued', 0, 'running', 0, 'done', 0, 'failed', 0,
-    'cancelled', 0, 'created_at', now)
+    'cancelled', 0, 'created_at', now, 'tenant', tenant)
 end
 
 local out = { 'ok' }
@@ -85,27 +104,28 @@ for i = 1, n do
   if how[i] == 'new' then
     status = 'queued'
     redis.call('HSET', key, 'status', 'queued', 'spec', arg(i, 4), 'attempts', 0,
-      'priority', prio, 'submitted_at', now, 'ckey', ckey)
+      'priority', prio, 'submitted_at', now, 'ckey', ckey, 'tenant', tenant, 'cns', cns)
     if idem ~= '' then
       redis.call('HSET', key, 'idem', idem)
-      redis.call('SET', idem_key(idem), id)
+      redis.call('SET', idem_key(tenant, idem), id)
     end
     if bk then
       redis.call('HSET', key, 'batch_id', batch, 'batches', batch)
       redis.call('HINCRBY', bk, 'queued', 1)
     end
-    redis.call('RPUSH', queue_key(prio), id)
+    redis.call('RPUSH', queue_key(tenant, prio), id)
+    count_open(tenant, prio, 'queued', 1)
     -- Under force_refresh too: later identical requests join this evaluation. Deleted when the
     -- task finishes; the TTL only bounds an entry whose task record vanished.
-    redis.call('SET', inflight_key(ckey), id, 'PX', ttl)
+    redis.call('SET', inflight_key(tenant, ckey), id, 'PX', ttl)
   elseif how[i] == 'cached' then
     status = 'done'
     redis.call('HSET', key, 'status', 'done', 'spec', arg(i, 4), 'attempts', 0,
       'priority', prio, 'submitted_at', now, 'started_at', now, 'finished_at', now,
-      'result', hits[i], 'cached', 1, 'ckey', ckey)
+      'result', hits[i], 'cached', 1, 'ckey', ckey, 'tenant', tenant, 'cns', cns)
     if idem ~= '' then
       redis.call('HSET', key, 'idem', idem)
-      redis.call('SET', idem_key(idem), id, 'PX', ttl)
+      redis.call('SET', idem_key(tenant, idem), id, 'PX', ttl)
     end
     if bk then
       redis.call('HSET', key, 'batch_id', batch, 'batches', batch)
@@ -123,9 +143,9 @@ for i = 1, n do
       end
     end
     if how[i] == 'coalesced' then
-      redis.call('PEXPIRE', inflight_key(ckey), ttl)
+      redis.call('PEXPIRE', inflight_key(tenant, ckey), ttl)
       -- A retry under this key finds the task it joined.
-      if idem ~= '' then redis.call('SET', idem_key(idem), id, 'PX', ttl) end
+      if idem ~= '' then redis.call('SET', idem_key(tenant, idem), id, 'PX', ttl) end
     end
   end
   if bk then
@@ -157,5 +177,8 @@ if cached > 0 then
 end
 if misses > 0 then redis.call('HINCRBY', STATS, 'cache_misses', misses) end
 if coalesced > 0 then redis.call('HINCRBY', STATS, 'coalesced', coalesced) end
-if fresh > 0 then wake(fresh) end
+if fresh > 0 then
+  activate(tenant)
+  wake(fresh)
+end
 return out

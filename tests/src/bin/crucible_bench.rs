@@ -12,7 +12,7 @@
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use crucible_shared::{BrokerConfig, EvaluateRequest, TaskId, TaskSpec, WorkerId};
+use crucible_shared::{BrokerConfig, EvaluateRequest, TaskId, TaskSpec, TenantId, WorkerId};
 use crucible_task_manager::{Broker, MemoryBroker, RedisBroker};
 use crucible_tests::{Api, Proc, Redis, api_command, eval_body, free_port, service_env};
 use serde_json::{Value, json};
@@ -358,7 +358,10 @@ async fn claim_run(
             }
             tick.tick().await;
             let t0 = Instant::now();
-            match submit_broker.submit(spec.clone()).await {
+            match submit_broker
+                .submit(&TenantId::builtin(), spec.clone())
+                .await
+            {
                 Ok(s) => {
                     times.insert(s.task_id, (t0, Instant::now()));
                 }
@@ -615,7 +618,12 @@ async fn main() -> anyhow::Result<()> {
             if started.elapsed() > phase_timeout {
                 break;
             }
-            last = Some(broker.submit(big_spec.clone()).await?.task_id);
+            last = Some(
+                broker
+                    .submit(&TenantId::builtin(), big_spec.clone())
+                    .await?
+                    .task_id,
+            );
         }
         let after = used_memory(&mut conn).await?;
         let n = args.memory_tasks;

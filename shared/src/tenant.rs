@@ -1,0 +1,208 @@
+//! Tenants on the wire: the admin's requests and answers (`/admin/tenants`) and the per-tenant
+//! counts of the status endpoints. The bounds of a tenant's settings are checked here, by pure
+//! functions, so each is tested without a server.
+
+use crate::error::ApiError;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// Name of the built-in tenant (the admin, and every caller when authentication is off);
+/// reserved, so no created tenant can take it.
+pub const BUILTIN_TENANT_NAME: &str = "admin";
+/// Longest tenant name.
+pub const MAX_TENANT_NAME_BYTES: usize = 64;
+/// Largest `weight`; the fair share's arithmetic stays exact far beyond it.
+pub const MAX_TENANT_WEIGHT: u32 = 1000;
+/// `weight` when none is given.
+pub const DEFAULT_TENANT_WEIGHT: u32 = 1;
+
+/// `POST /admin/tenants`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTenantRequest {
+    /// 1-64 bytes of lowercase letters, digits, `-` and `_`, starting with a letter or a
+    /// digit; `admin` is reserved.
+    pub name: String,
+    /// Most tasks the tenant may have queued at once; a submission beyond it is refused with
+    /// 429 `QUOTA_EXCEEDED`. Absent: only the global queue cap applies.
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub max_queued: Option<u64>,
+    /// The tenant's share of claims while several tenants have queued work: a tenant of
+    /// weight 2 is served twice as often as one of weight 1 (1-1000).
+    #[serde(default)]
+    #[schema(default = 1, minimum = 1, maximum = 1000)]
+    pub weight: Option<u32>,
+    /// Read and fill the one result cache shared by every tenant created with this flag,
+    /// instead of a cache of its own. Tasks stay the tenant's own: identical requests of two
+    /// sharing tenants never join each other's open task.
+    #[serde(default)]
+    #[schema(default = false)]
+    pub share_cache: bool,
+}
+
+impl CreateTenantRequest {
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            max_queued: None,
+            weight: None,
+            share_cache: false,
+        }
+    }
+
+    /// The weight, with its default.
+    pub fn weight(&self) -> u32 {
+        self.weight.unwrap_or(DEFAULT_TENANT_WEIGHT)
+    }
+
+    /// Checks every bound; the error names the offending field.
+    pub fn validate(&self) -> Result<(), ApiError> {
+        validate_tenant_name(&self.name)?;
+        if self.max_queued == Some(0) {
+            return Err(ApiError::invalid(
+                "max_queued",
+                "must be at least 1 (leave it out for no quota)",
+            ));
+        }
+        let weight = self.weight();
+        if !(1..=MAX_TENANT_WEIGHT).contains(&weight) {
+            return Err(ApiError::invalid(
+                "weight",
+                format!("{weight} is out of range 1-{MAX_TENANT_WEIGHT}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Tenant names become part of broker keys and log lines, so they are kept to a small
+/// alphabet without separators.
+pub fn validate_tenant_name(name: &str) -> Result<(), ApiError> {
+    let well_formed = !name.is_empty()
+        && name.len() <= MAX_TENANT_NAME_BYTES
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric());
+    if !well_formed {
+        return Err(ApiError::invalid(
+            "name",
+            format!(
+                "must be 1-{MAX_TENANT_NAME_BYTES} bytes of lowercase letters, digits, '-' and \
+                 '_', starting with a letter or a digit"
+            ),
+        ));
+    }
+    if name == BUILTIN_TENANT_NAME {
+        return Err(ApiError::invalid(
+            "name",
+            format!("{BUILTIN_TENANT_NAME:?} is reserved for the built-in tenant"),
+        ));
+    }
+    Ok(())
+}
+
+/// A tenant as the admin sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TenantInfo {
+    pub name: String,
+    /// Most tasks it may have queued; absent: only the global queue cap.
+    pub max_queued: Option<u64>,
+    pub weight: u32,
+    pub share_cache: bool,
+    pub created_at: DateTime<Utc>,
+    /// Its tasks queued right now.
+    pub queued: u64,
+    /// Its tasks holding a lease right now.
+    pub running: u64,
+}
+
+/// Answer of `POST /admin/tenants`. The token is shown this once: only its SHA-256 is kept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CreatedTenant {
+    pub tenant: TenantInfo,
+    /// The tenant's bearer token (`Authorization: Bearer <token>`).
+    pub token: String,
+}
+
+/// Answer of `GET /admin/tenants`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TenantList {
+    pub tenants: Vec<TenantInfo>,
+    pub total: usize,
+}
+
+/// Answer of `DELETE /admin/tenants/{name}`: its token stopped working, and every task it had
+/// queued or running was cancelled (error `tenant <name> was deleted`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DeletedTenant {
+    pub name: String,
+    pub cancelled_queued: u64,
+    pub cancelled_running: u64,
+}
+
+/// One tenant's open tasks, in `/queue/status` and `/workers/status`: every tenant for the
+/// admin, only the caller's own for a tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TenantCounts {
+    /// The tenant's name (`admin` for the built-in tenant).
+    pub tenant: String,
+    pub queued: u64,
+    pub running: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_a_small_alphabet_and_admin_is_reserved() {
+        for good in ["a", "team-7", "rl_run_3", "0day", &"x".repeat(64)] {
+            assert!(validate_tenant_name(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "-lead",
+            "_lead",
+            "Upper",
+            "a:b",
+            "a b",
+            "a/b",
+            "é",
+            &"x".repeat(65),
+            "admin",
+        ] {
+            let err = validate_tenant_name(bad).unwrap_err();
+            assert_eq!(err.field.as_deref(), Some("name"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn settings_are_bounded() {
+        let mut req = CreateTenantRequest::new("alice");
+        assert!(req.validate().is_ok());
+        assert_eq!(req.weight(), DEFAULT_TENANT_WEIGHT);
+        req.max_queued = Some(0);
+        assert_eq!(
+            req.validate().unwrap_err().field.as_deref(),
+            Some("max_queued")
+        );
+        req.max_queued = Some(1);
+        for (weight, ok) in [(0, false), (1, true), (1000, true), (1001, false)] {
+            req.weight = Some(weight);
+            assert_eq!(req.validate().is_ok(), ok, "weight {weight}");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let err = serde_json::from_str::<CreateTenantRequest>(r#"{"name":"a","admin":true}"#)
+            .unwrap_err();
+        assert!(err.to_string().contains("admin"), "{err}");
+    }
+}

@@ -1,0 +1,30 @@
+-- Cancels queued tasks of deleted tenants, at most `limit` per call so that one call never
+-- blocks Redis for long, and forgets a tenant's counters once its queues are empty.
+-- ARGV: prefix, result_ttl_ms, limit. Returns {cancelled, examined}.
+local ttl, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = now_ms()
+local cancelled, examined = 0, 0
+local purging = redis.call('HGETALL', PURGING)
+for i = 1, #purging, 2 do
+  local id, reason = purging[i], purging[i + 1]
+  for _, prio in ipairs({ 'high', 'normal', 'low' }) do
+    while examined < limit do
+      local task = redis.call('LPOP', queue_key(id, prio))
+      if not task then break end
+      examined = examined + 1
+      if redis.call('HGET', task_key(task), 'status') == 'queued' then
+        redis.call('HSET', task_key(task), 'error', reason)
+        transition(task, 'queued', 'cancelled', now, ttl)
+        cancelled = cancelled + 1
+      end
+    end
+  end
+  if tenant_queue_len(id) == 0 then
+    redis.call('HDEL', PURGING, id)
+    redis.call('HDEL', TENANT_QUEUED, id)
+    redis.call('HDEL', TENANT_RUNNING, id)
+    redis.call('HDEL', CLAIM_SEQ, id)
+  end
+  if examined >= limit then break end
+end
+return { cancelled, examined }

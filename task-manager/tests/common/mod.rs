@@ -1,0 +1,350 @@
+//! The harness both suites share (`contract.rs`, `tenants.rs`): a throwaway `redis-server` on
+//! a free port, a broker of either kind on a fresh key prefix, the fixtures, bounded polls and
+//! the [`contract!`] macro that runs each test against both brokers.
+//!
+//! Every wait is bounded: each test runs under [`TEST_DEADLINE`] and every poll has its own
+//! deadline. Sleeps appear only where the passage of time is the thing under test.
+
+// Each test crate uses its own part of the harness.
+#![allow(dead_code)]
+
+use chrono::Utc;
+use crucible_shared::{
+    BrokerConfig, DeviceInfo, DeviceKind, EvalResult, EvaluateRequest, LeaseToken, Priority,
+    TaskId, TaskSpec, TaskView, TenantId, VerdictCode, WorkerId, WorkerInfo, WorkerState,
+};
+use crucible_task_manager::{Broker, Lease, MemoryBroker, RedisBroker};
+use std::future::Future;
+use std::pin::Pin;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+use tokio::time::Instant;
+
+pub const TEST_DEADLINE: Duration = Duration::from_secs(60);
+/// Bound on any single "eventually" poll.
+pub const POLL_DEADLINE: Duration = Duration::from_secs(10);
+pub const POLL_EVERY: Duration = Duration::from_millis(20);
+
+// ---------------------------------------------------------------------------------------------
+// Environment
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Backend {
+    Memory,
+    Redis,
+}
+
+/// A throwaway `redis-server` on a free port, killed on drop.
+pub struct RedisServer {
+    child: Child,
+    pub url: String,
+}
+
+impl RedisServer {
+    pub async fn start() -> Self {
+        let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| {
+            if std::path::Path::new("/usr/bin/redis-server").exists() {
+                "/usr/bin/redis-server".to_owned()
+            } else {
+                "redis-server".to_owned()
+            }
+        });
+        // The port is free when probed but another process may take it before redis binds
+        // it; redis then exits at once and another port is tried.
+        for _ in 0..5 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("bind a probe socket on 127.0.0.1")
+                .port();
+            let child = Command::new(&bin)
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "cannot start {bin:?} ({e}): the redis contract tests need a real \
+                         redis-server; install it (apt-get install redis-server) or set \
+                         REDIS_SERVER to its path"
+                    )
+                });
+            let mut server = RedisServer {
+                child,
+                url: format!("redis://127.0.0.1:{port}"),
+            };
+            if server.wait_ready().await {
+                return server;
+            }
+        }
+        panic!("redis-server never became ready on any of 5 ports");
+    }
+
+    /// Polls PING until it answers; false if the server exited (port taken).
+    pub async fn wait_ready(&mut self) -> bool {
+        let deadline = Instant::now() + POLL_DEADLINE;
+        let client = ::redis::Client::open(self.url.as_str()).expect("valid redis url");
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                eprintln!("redis-server on {} exited early: {status}", self.url);
+                return false;
+            }
+            if let Ok(mut c) = client.get_multiplexed_async_connection().await {
+                let pong: ::redis::RedisResult<String> =
+                    ::redis::cmd("PING").query_async(&mut c).await;
+                if pong.is_ok() {
+                    return true;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on {} did not answer PING within {POLL_DEADLINE:?}",
+                self.url
+            );
+            tokio::time::sleep(POLL_EVERY).await;
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct Env {
+    pub backend: Backend,
+    pub cfg: BrokerConfig,
+    pub broker: Arc<dyn Broker>,
+    pub redis: Option<RedisServer>,
+}
+
+impl Env {
+    pub async fn start(backend: Backend, mut cfg: BrokerConfig) -> Self {
+        cfg.key_prefix = format!("ct{}", uuid::Uuid::new_v4().simple());
+        match backend {
+            Backend::Memory => Env {
+                backend,
+                broker: Arc::new(MemoryBroker::new(cfg.clone())),
+                cfg,
+                redis: None,
+            },
+            Backend::Redis => {
+                let server = RedisServer::start().await;
+                let broker = RedisBroker::connect(&server.url, cfg.clone()).expect("connect");
+                broker.ping().await.expect("ping the fresh redis");
+                Env {
+                    backend,
+                    broker: Arc::new(broker),
+                    cfg,
+                    redis: Some(server),
+                }
+            }
+        }
+    }
+
+    /// Another node on the same queue: a second `RedisBroker` on the same Redis (as a second
+    /// API replica would be), or the same in-process broker.
+    pub fn peer(&self) -> Arc<dyn Broker> {
+        match &self.redis {
+            Some(server) => {
+                Arc::new(RedisBroker::connect(&server.url, self.cfg.clone()).expect("connect peer"))
+            }
+            None => self.broker.clone(),
+        }
+    }
+
+    pub async fn raw(&self) -> Option<::redis::aio::MultiplexedConnection> {
+        let server = self.redis.as_ref()?;
+        let client = ::redis::Client::open(server.url.as_str()).expect("valid url");
+        Some(
+            client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("raw redis connection"),
+        )
+    }
+
+    pub async fn view(&self, id: &TaskId) -> TaskView {
+        self.broker
+            .get_task(id)
+            .await
+            .expect("get_task")
+            .unwrap_or_else(|| panic!("task {id} not found"))
+    }
+
+    /// Drives `claim` until it is blocked waiting for work: one poll for the memory broker
+    /// (it registers its waker before returning Pending); for Redis, until the server lists a
+    /// client inside BLPOP.
+    pub async fn block<F: Future>(&self, claim: &mut Pin<Box<F>>) {
+        match self.backend {
+            Backend::Memory => {
+                let polled = std::future::poll_fn(|cx| Poll::Ready(claim.as_mut().poll(cx))).await;
+                assert!(polled.is_pending(), "claim returned with nothing queued");
+            }
+            Backend::Redis => {
+                let mut raw = self.raw().await.expect("redis env");
+                let blocked = async {
+                    let deadline = Instant::now() + POLL_DEADLINE;
+                    loop {
+                        let clients: String = ::redis::cmd("CLIENT")
+                            .arg("LIST")
+                            .query_async(&mut raw)
+                            .await
+                            .expect("client list");
+                        if clients.contains("cmd=blpop") {
+                            return;
+                        }
+                        assert!(Instant::now() < deadline, "claim never blocked in BLPOP");
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                };
+                tokio::select! {
+                    _ = claim.as_mut() => panic!("claim returned with nothing queued"),
+                    () = blocked => {}
+                }
+            }
+        }
+    }
+}
+
+pub fn config() -> BrokerConfig {
+    BrokerConfig {
+        lease_ttl: Duration::from_secs(30),
+        max_attempts: 3,
+        result_ttl: Duration::from_secs(600),
+        queue_cap: 10_000,
+        worker_liveness: Duration::from_secs(15),
+        key_prefix: String::new(),
+        cache_scope: "test-device".to_owned(),
+    }
+}
+
+pub fn spec(tag: &str) -> TaskSpec {
+    spec_with(tag, Priority::Normal, None)
+}
+
+pub fn spec_with(tag: &str, priority: Priority, idempotency_key: Option<&str>) -> TaskSpec {
+    let mut request = EvaluateRequest::new(
+        format!("class Model: pass  # {tag}"),
+        "class ModelNew: pass",
+    );
+    request.priority = priority;
+    request.idempotency_key = idempotency_key.map(str::to_owned);
+    TaskSpec { request, seed: 42 }
+}
+
+pub fn verdict(tag: &str) -> EvalResult {
+    EvalResult::failed_before_trials(
+        VerdictCode::Correctness,
+        tag,
+        true,
+        5,
+        DeviceInfo {
+            kind: DeviceKind::Cpu,
+            name: "test cpu".to_owned(),
+        },
+    )
+}
+
+pub fn worker(n: u32) -> WorkerId {
+    WorkerId(format!("w_test{n}"))
+}
+
+pub fn worker_info(id: &WorkerId, state: WorkerState) -> WorkerInfo {
+    WorkerInfo {
+        worker_id: id.clone(),
+        node: "node-a".to_owned(),
+        device: DeviceInfo {
+            kind: DeviceKind::Cuda,
+            name: "NVIDIA H100".to_owned(),
+        },
+        device_index: Some(0),
+        state,
+        current_task: None,
+        tasks_done: 3,
+        started_at: Utc::now(),
+        last_heartbeat: Utc::now(),
+        sandbox: None,
+    }
+}
+
+pub fn stale(lease: &Lease) -> Lease {
+    Lease {
+        token: LeaseToken::random(),
+        ..lease.clone()
+    }
+}
+
+pub async fn claim_now(broker: &Arc<dyn Broker>, w: &WorkerId) -> Lease {
+    broker
+        .claim(w, Duration::ZERO)
+        .await
+        .expect("claim")
+        .expect("a task is queued")
+}
+
+/// Polls `check` until it yields a value, for at most [`POLL_DEADLINE`].
+pub async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + POLL_DEADLINE;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// Calls `reap_expired` until it reports something, returning what it reported.
+pub async fn reap_until(broker: &Arc<dyn Broker>, what: &str) -> crucible_task_manager::ReapReport {
+    eventually(what, async || {
+        let r = broker.reap_expired().await.expect("reap");
+        (r.requeued + r.failed > 0).then_some(r)
+    })
+    .await
+}
+
+/// Runs each named test (an `async fn(Backend)` of the invoking file) against `MemoryBroker`
+/// (module `memory`) and against `RedisBroker` on a real redis-server (module `redis`).
+macro_rules! contract {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::run(super::Backend::Memory, super::$name).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::run(super::Backend::Redis, super::$name).await;
+                }
+            )*
+        }
+    };
+}
+
+pub async fn run<F, Fut>(backend: Backend, test: F)
+where
+    F: FnOnce(Backend) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    tokio::time::timeout(TEST_DEADLINE, test(backend))
+        .await
+        .unwrap_or_else(|_| panic!("test exceeded {TEST_DEADLINE:?} on {backend:?}"));
+}
+
+pub(crate) use contract;
+
+/// The built-in tenant: what single-user callers (and most of the contract) submit as.
+pub fn admin() -> TenantId {
+    TenantId::builtin()
+}
