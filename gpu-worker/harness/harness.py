@@ -2252,10 +2252,13 @@ def main(taskdir=None):
     if plan is not None:
         # From here on this process is the judge, inside every layer of the plan; the
         # process the worker started waits for it (sandbox.py).
+        started = _perf_counter_ns()
         try:
-            emit({"event": "sandbox", "layers": _sandbox.enter_task(plan)})
+            layers = _sandbox.enter_task(plan)
         except _sandbox.SandboxError as e:
             _sandbox_failed(e)
+        emit({"event": "sandbox", "layers": layers,
+              "ms": (_perf_counter_ns() - started) / 1e6})
     ev = Evaluation(taskdir)
     try:
         try:

@@ -191,7 +191,11 @@ pub fn stage_dir(
     let mut spec = fill(&dir)?;
     dir.subdir("tmp")?;
     dir.subdir("cache")?;
-    let sandbox = sandbox_for(dir.path())?;
+    let started = Instant::now();
+    let mut sandbox = sandbox_for(dir.path())?;
+    if let Some(s) = &mut sandbox {
+        s.prepared_ms = started.elapsed().as_secs_f64() * 1e3;
+    }
     spec["sandbox"] = match &sandbox {
         Some(s) => serde_json::to_value(&s.plan).map_err(std::io::Error::other)?,
         None => serde_json::Value::Null,
@@ -346,6 +350,7 @@ pub async fn run_evaluation_gated(
     let mut stage = task_stage_dir(cfg, ready, spec, label, "evaluate", &inputs)?;
     let prepare_ms = started.elapsed().as_secs_f64() * 1e3;
     let env = child_env(cfg, stage.dir.path(), |k| std::env::var(k).ok());
+    let sandbox_ms = stage.sandbox.as_ref().map(|s| s.prepared_ms);
     let child = harness_child(cfg, &mut stage, env, gate, task_deadline(spec));
     let outcome = run_child(child, launcher, cancel).await?;
     tracing::debug!(
@@ -371,6 +376,14 @@ pub async fn run_evaluation_gated(
         result
             .stage_ms
             .insert("child_wall".into(), outcome.wall.as_secs_f64() * 1e3);
+        // What the sandbox cost: the worker's part (user, cgroup, ruleset) and the child's
+        // (namespaces, mounts, identity, Landlock, seccomp).
+        if let Some(ms) = sandbox_ms {
+            result.stage_ms.insert("sandbox_worker".into(), ms);
+        }
+        if let Some(ms) = outcome.transcript.sandbox_ms {
+            result.stage_ms.insert("sandbox_child".into(), ms);
+        }
         if let Some(p) = &inputs.prebuilt
             && outcome
                 .transcript

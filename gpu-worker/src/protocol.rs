@@ -113,6 +113,9 @@ pub enum HarnessEvent {
     /// checks the judge itself, `sandbox::verify`).
     Sandbox {
         layers: Vec<String>,
+        /// How long entering them took (the judge's clock).
+        #[serde(default)]
+        ms: Option<f64>,
     },
     /// A layer of the sandbox plan could not be entered; the child exits as a fault of this
     /// node.
@@ -141,6 +144,8 @@ pub struct Transcript {
     pub prepared: Option<Prepared>,
     /// The layers the judge said it entered.
     pub sandbox: Option<Vec<String>>,
+    /// How long entering them took, in milliseconds.
+    pub sandbox_ms: Option<f64>,
     /// The layer that could not be entered (the end of the child).
     pub sandbox_failed: Option<SandboxFailure>,
     /// The end of a self-test stage.
@@ -205,13 +210,14 @@ impl Transcript {
                 Ok(()) => self.prepared = Some(*prepared),
                 Err(why) => self.violation = Some(why),
             },
-            Ok(HarnessEvent::Sandbox { layers }) => {
+            Ok(HarnessEvent::Sandbox { layers, ms }) => {
                 let plain = |l: &String| l.len() <= 16 && l.bytes().all(|b| b.is_ascii_lowercase());
                 if self.sandbox.is_some() || layers.len() > MAX_LAYERS || !layers.iter().all(plain)
                 {
                     self.violation = Some("malformed sandbox line".to_owned());
                 } else {
                     self.sandbox = Some(layers);
+                    self.sandbox_ms = ms.filter(|m| m.is_finite() && *m >= 0.0);
                 }
             }
             Ok(HarnessEvent::SandboxFailed(failure)) => {

@@ -306,6 +306,7 @@ impl Host {
                 pid_namespace: plan.namespaces.contains(&"pid"),
             },
             owner: setuid.then_some((uid, gid)),
+            prepared_ms: 0.0,
             plan,
             ruleset,
             cgroup,
@@ -325,6 +326,8 @@ pub struct ChildSandbox {
     pub expect: verify::Expectation,
     /// The task directory's owner, for files the worker adds after the plan was made.
     owner: Option<(u32, u32)>,
+    /// How long the worker took to make it (milliseconds), for the result's `stage_ms`.
+    pub prepared_ms: f64,
     _identity: IdentityLease,
 }
 

@@ -1,0 +1,8 @@
+"""List (and poison) the node's build cache of compiled extensions."""
+import posix
+
+NAME = "read_build_cache"
+
+
+def attack():
+    return posix.listdir("{{BUILD_CACHE}}")
