@@ -27,6 +27,7 @@ use crate::broker::{
     Submitted,
 };
 use crate::memory::{CLAIM_CYCLE, scoped_cache_key, worker_retention};
+use crate::redis_conn::{self, ConnectError, RedisTarget};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crucible_shared::{
@@ -118,6 +119,8 @@ pub struct RedisBroker {
     /// Blocking waits (BLPOP) get connections of their own: on a pooled connection a waiter
     /// dropped mid-wait would hand back a connection still blocked on the server.
     client: redis::Client,
+    /// The URL as logs and errors may show it.
+    redacted_url: String,
     idle_blocking: Mutex<Vec<MultiplexedConnection>>,
     scripts: Scripts,
     /// [`CLAIM_CYCLE`] as the claim script reads it, e.g. `hnhlhnh`.
@@ -214,13 +217,26 @@ fn decode_view(id: &TaskId, fields: Vec<Option<String>>) -> Result<Option<TaskVi
 }
 
 impl RedisBroker {
-    /// Builds the connection pool; nothing is sent to Redis until the first call (use
-    /// [`Broker::ping`] to check it), so a process can start while Redis is still down.
+    /// [`RedisBroker::connect_to`] a bare URL (`rediss://` checked against the system roots).
     pub fn connect(url: &str, cfg: BrokerConfig) -> Result<Self, BrokerError> {
+        Self::connect_to(&RedisTarget::new(url), cfg)
+            .map_err(|e| BrokerError::Unavailable(e.to_string()))
+    }
+
+    /// Builds the connection pool; nothing is sent to Redis until the first call (see
+    /// [`RedisBroker::open`]), so a process can start while Redis is still down. Fails only on
+    /// settings that can never work: a bad URL, unreadable or malformed TLS files.
+    pub fn connect_to(target: &RedisTarget, cfg: BrokerConfig) -> Result<Self, ConnectError> {
+        let client = target.client()?;
         let conn_cfg = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_response_timeout(Some(RESPONSE_TIMEOUT));
-        let manager = Manager::new_with_config(url, conn_cfg).map_err(redis_err)?;
+        let pool_error = |e: String| ConnectError::InvalidUrl {
+            url: target.redacted(),
+            reason: e,
+        };
+        let manager = Manager::new_with_config(client.get_connection_info().clone(), conn_cfg)
+            .map_err(|e| pool_error(e.to_string()))?;
         let pool = Pool::builder(manager)
             .max_size(POOL_SIZE)
             .runtime(Runtime::Tokio1)
@@ -228,8 +244,7 @@ impl RedisBroker {
             .create_timeout(Some(CONNECT_TIMEOUT))
             .recycle_timeout(Some(CONNECT_TIMEOUT))
             .build()
-            .map_err(|e| BrokerError::Unavailable(format!("redis pool: {e}")))?;
-        let client = redis::Client::open(url).map_err(redis_err)?;
+            .map_err(|e| pool_error(format!("redis pool: {e}")))?;
         let claim_cycle = CLAIM_CYCLE
             .iter()
             .map(|p| &p.as_str()[..1])
@@ -238,10 +253,26 @@ impl RedisBroker {
             cfg,
             pool,
             client,
+            redacted_url: target.redacted(),
             idle_blocking: Mutex::new(Vec::new()),
             scripts: Scripts::load(),
             claim_cycle,
         })
+    }
+
+    /// [`RedisBroker::connect_to`], then one `PING` on a fresh connection: a wrong password, a
+    /// failed TLS handshake or an ACL that refuses the user are errors; a Redis that is not
+    /// reachable (yet) is logged and tolerated, as every request retries it.
+    pub async fn open(target: &RedisTarget, cfg: BrokerConfig) -> Result<Self, ConnectError> {
+        let broker = Self::connect_to(target, cfg)?;
+        match redis_conn::check(&broker.client, &broker.redacted_url, CONNECT_TIMEOUT).await {
+            Ok(()) => tracing::info!(redis = %broker.redacted_url, "redis connected"),
+            Err(e) if e.is_transient() => {
+                tracing::warn!(error = %e, "redis is not reachable yet; requests fail until it is");
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(broker)
     }
 
     fn prefix(&self) -> &str {

@@ -12,7 +12,7 @@ use crucible_gpu_worker::{
 };
 use crucible_shared::rollout::RolloutEvalSettings;
 use crucible_shared::{Backend, BatchId, BrokerConfig, EvaluateRequest, TaskSpec};
-use crucible_task_manager::{Broker, MemoryBroker, RedisBroker, run_reaper};
+use crucible_task_manager::{Broker, MemoryBroker, RedisBroker, RedisTarget, run_reaper};
 use crucible_trainer_client::Client;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -35,8 +35,10 @@ enum Command {
     Up {
         #[arg(long, env = "CRUCIBLE_BIND", default_value = "127.0.0.1:10907")]
         bind: String,
-        /// Shared broker; without it the embedded in-process broker is used.
-        #[arg(long, env = "REDIS_URL")]
+        /// Shared broker, `redis[s]://[user:password@]host:port` (TLS files:
+        /// CRUCIBLE_REDIS_CA_FILE, CRUCIBLE_REDIS_CLIENT_CERT, CRUCIBLE_REDIS_CLIENT_KEY); without
+        /// it the embedded in-process broker is used. Its value is never printed.
+        #[arg(long, env = "REDIS_URL", hide_env_values = true)]
         redis_url: Option<String>,
         /// Comma-separated GPU indices to use (default: all visible).
         #[arg(long, env = "CRUCIBLE_GPUS", value_delimiter = ',')]
@@ -298,8 +300,8 @@ async fn up(
 ) -> anyhow::Result<()> {
     let cfg = BrokerConfig::from_env()?;
     let problems = crucible_api_server::problems::load_from_env().context("problem registry")?;
-    let broker: Arc<dyn Broker> = match &redis_url {
-        Some(url) => Arc::new(RedisBroker::connect(url, cfg).context("connecting to redis")?),
+    let broker: Arc<dyn Broker> = match redis_url {
+        Some(url) => Arc::new(RedisBroker::open(&RedisTarget::from_env(url)?, cfg).await?),
         None => Arc::new(MemoryBroker::new(cfg)),
     };
     let mut devices = if cpu {
