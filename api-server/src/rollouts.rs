@@ -21,9 +21,9 @@ use std::time::Duration;
 use utoipa::IntoParams;
 
 /// Key-value namespace of the rollout records of a batch (key: batch id).
-const RECORDS_NAMESPACE: &str = "rollouts";
+pub const RECORDS_NAMESPACE: &str = "rollouts";
 /// Key-value namespace of batch idempotency keys (value: batch id).
-const BATCH_KEYS_NAMESPACE: &str = "rollout-batch-keys";
+pub const BATCH_KEYS_NAMESPACE: &str = "rollout-batch-keys";
 /// Records outlive the result TTL by this factor: a batch's tasks expire `result_ttl` after
 /// they finish, and a batch may take a while to finish.
 const RECORDS_TTL_FACTOR: u32 = 2;
