@@ -19,6 +19,8 @@ use std::time::Duration;
 
 /// The shared broker's URL.
 pub const REDIS_URL_ENV: &str = "REDIS_URL";
+/// `crucible up`: the URL of its workers when REDIS_URL is the API's (a user per role).
+pub const WORKER_REDIS_URL_ENV: &str = "CRUCIBLE_WORKER_REDIS_URL";
 /// PEM bundle of the CA(s) the server's certificate must chain to, replacing the system roots
 /// (a deployment's private CA).
 pub const CA_FILE_ENV: &str = "CRUCIBLE_REDIS_CA_FILE";
@@ -28,7 +30,13 @@ pub const CLIENT_CERT_ENV: &str = "CRUCIBLE_REDIS_CLIENT_CERT";
 pub const CLIENT_KEY_ENV: &str = "CRUCIBLE_REDIS_CLIENT_KEY";
 /// Every variable that carries a Redis credential or names a TLS file. None of them ever reaches
 /// a task child (the worker's child environment is an allowlist that refuses these names).
-pub const REDIS_ENV_VARS: [&str; 4] = [REDIS_URL_ENV, CA_FILE_ENV, CLIENT_CERT_ENV, CLIENT_KEY_ENV];
+pub const REDIS_ENV_VARS: [&str; 5] = [
+    REDIS_URL_ENV,
+    WORKER_REDIS_URL_ENV,
+    CA_FILE_ENV,
+    CLIENT_CERT_ENV,
+    CLIENT_KEY_ENV,
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
@@ -45,7 +53,7 @@ pub enum ConnectError {
     #[error("{0}")]
     TlsSettings(String),
     #[error(
-        "redis at {url} refused the credentials ({detail}): check the user and password in REDIS_URL"
+        "redis at {url} refused the credentials ({detail}): the user in REDIS_URL is unknown or disabled, or its password is wrong or missing"
     )]
     Auth { url: String, detail: String },
     #[error("TLS with redis at {url} failed: {detail}")]

@@ -40,6 +40,15 @@ enum Command {
         /// it the embedded in-process broker is used. Its value is never printed.
         #[arg(long, env = "REDIS_URL", hide_env_values = true)]
         redis_url: Option<String>,
+        /// The workers' own URL (another ACL user: the `crucible-worker` role of
+        /// deploy/redis.conf), when REDIS_URL is the API's. Default: REDIS_URL.
+        #[arg(
+            long,
+            env = "CRUCIBLE_WORKER_REDIS_URL",
+            hide_env_values = true,
+            requires = "redis_url"
+        )]
+        worker_redis_url: Option<String>,
         /// Comma-separated GPU indices to use (default: all visible).
         #[arg(long, env = "CRUCIBLE_GPUS", value_delimiter = ',')]
         gpus: Option<Vec<u32>>,
@@ -188,10 +197,21 @@ async fn main() -> anyhow::Result<()> {
         Command::Up {
             bind,
             redis_url,
+            worker_redis_url,
             gpus,
             cpu,
             extra_cpu_workers,
-        } => up(bind, redis_url, gpus, cpu, extra_cpu_workers).await,
+        } => {
+            up(
+                bind,
+                redis_url,
+                worker_redis_url,
+                gpus,
+                cpu,
+                extra_cpu_workers,
+            )
+            .await
+        }
         Command::Eval {
             reference,
             kernel,
@@ -291,9 +311,16 @@ fn read(path: &PathBuf) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
 
+/// A broker on the shared Redis at `url`, with the TLS files of the environment.
+async fn redis_broker(url: String, cfg: BrokerConfig) -> anyhow::Result<Arc<dyn Broker>> {
+    let broker = RedisBroker::open(&RedisTarget::from_env(url)?, cfg).await?;
+    Ok(Arc::new(broker))
+}
+
 async fn up(
     bind: String,
     redis_url: Option<String>,
+    worker_redis_url: Option<String>,
     gpus: Option<Vec<u32>>,
     cpu: bool,
     extra_cpu_workers: u32,
@@ -301,8 +328,12 @@ async fn up(
     let cfg = BrokerConfig::from_env()?;
     let problems = crucible_api_server::problems::load_from_env().context("problem registry")?;
     let broker: Arc<dyn Broker> = match redis_url {
-        Some(url) => Arc::new(RedisBroker::open(&RedisTarget::from_env(url)?, cfg).await?),
-        None => Arc::new(MemoryBroker::new(cfg)),
+        Some(url) => redis_broker(url, cfg.clone()).await?,
+        None => Arc::new(MemoryBroker::new(cfg.clone())),
+    };
+    let worker_broker = match worker_redis_url {
+        Some(url) => redis_broker(url, cfg).await?,
+        None => broker.clone(),
     };
     let mut devices = if cpu {
         vec![DeviceSlot::cpu()]
@@ -320,7 +351,7 @@ async fn up(
     )));
     for device in devices {
         let wcfg = WorkerConfig::from_env(device).map_err(anyhow::Error::msg)?;
-        let worker = Arc::new(Worker::new(broker.clone(), wcfg));
+        let worker = Arc::new(Worker::new(worker_broker.clone(), wcfg));
         tasks.push(tokio::spawn(worker.run(stop_rx.clone())));
     }
     let listener = tokio::net::TcpListener::bind(&bind)
