@@ -27,7 +27,7 @@ use crate::broker::{
     Submitted,
 };
 use crate::memory::{CLAIM_CYCLE, scoped_cache_key, worker_retention};
-use crate::redis_conn::{self, ConnectError, RedisTarget};
+use crate::redis_conn::{ConnectError, RedisTarget};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crucible_shared::{
@@ -44,7 +44,7 @@ use tokio::time::Instant;
 /// Bound on every ordinary command, so a hung Redis surfaces as `Unavailable`. Generous
 /// because a batch submission may carry hundreds of megabytes of source.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const POOL_SIZE: usize = 32;
 /// Expired leases handled per reap script call, so that one call never stalls Redis.
 const REAP_CHUNK: u64 = 500;
@@ -118,9 +118,7 @@ pub struct RedisBroker {
     pool: Pool,
     /// Blocking waits (BLPOP) get connections of their own: on a pooled connection a waiter
     /// dropped mid-wait would hand back a connection still blocked on the server.
-    client: redis::Client,
-    /// The URL as logs and errors may show it.
-    redacted_url: String,
+    pub(crate) client: redis::Client,
     idle_blocking: Mutex<Vec<MultiplexedConnection>>,
     scripts: Scripts,
     /// [`CLAIM_CYCLE`] as the claim script reads it, e.g. `hnhlhnh`.
@@ -224,7 +222,7 @@ impl RedisBroker {
     }
 
     /// Builds the connection pool; nothing is sent to Redis until the first call (see
-    /// [`RedisBroker::open`]), so a process can start while Redis is still down. Fails only on
+    /// `RedisBroker::open` in `redis_conn`), so a process can start while Redis is still down. Fails only on
     /// settings that can never work: a bad URL, unreadable or malformed TLS files.
     pub fn connect_to(target: &RedisTarget, cfg: BrokerConfig) -> Result<Self, ConnectError> {
         let client = target.client()?;
@@ -253,26 +251,10 @@ impl RedisBroker {
             cfg,
             pool,
             client,
-            redacted_url: target.redacted(),
             idle_blocking: Mutex::new(Vec::new()),
             scripts: Scripts::load(),
             claim_cycle,
         })
-    }
-
-    /// [`RedisBroker::connect_to`], then one `PING` on a fresh connection: a wrong password, a
-    /// failed TLS handshake or an ACL that refuses the user are errors; a Redis that is not
-    /// reachable (yet) is logged and tolerated, as every request retries it.
-    pub async fn open(target: &RedisTarget, cfg: BrokerConfig) -> Result<Self, ConnectError> {
-        let broker = Self::connect_to(target, cfg)?;
-        match redis_conn::check(&broker.client, &broker.redacted_url, CONNECT_TIMEOUT).await {
-            Ok(()) => tracing::info!(redis = %broker.redacted_url, "redis connected"),
-            Err(e) if e.is_transient() => {
-                tracing::warn!(error = %e, "redis is not reachable yet; requests fail until it is");
-            }
-            Err(e) => return Err(e),
-        }
-        Ok(broker)
     }
 
     fn prefix(&self) -> &str {
