@@ -42,7 +42,7 @@ pub const REDIS_ENV_VARS: [&str; 5] = [
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
-    #[error("REDIS_URL {url} is not a usable Redis URL: {reason}")]
+    #[error("Redis URL {url} is not usable: {reason}")]
     InvalidUrl { url: String, reason: String },
     /// A TLS file that is missing, unreadable or holds no usable PEM.
     #[error("{var}={path}: {reason}")]
@@ -55,7 +55,7 @@ pub enum ConnectError {
     #[error("{0}")]
     TlsSettings(String),
     #[error(
-        "redis at {url} refused the credentials ({detail}): the user in REDIS_URL is unknown or disabled, or its password is wrong or missing"
+        "redis at {url} refused the credentials ({detail}): the user in the URL is unknown or disabled, or its password is wrong or missing"
     )]
     Auth { url: String, detail: String },
     #[error("TLS with redis at {url} failed: {detail}")]
@@ -271,7 +271,7 @@ impl RedisTarget {
         if !tls {
             if !self.tls.is_empty() {
                 return Err(ConnectError::TlsSettings(format!(
-                    "TLS files are set ({}) but REDIS_URL {} is not rediss://: the connection \
+                    "TLS files are set ({}) but the Redis URL {} is not rediss://: the connection \
                      would not be encrypted",
                     self.tls_vars_set().join(", "),
                     self.redacted()
@@ -397,7 +397,7 @@ fn tls_hint(detail: String) -> String {
             "{detail}: the server's certificate is not signed by a trusted CA; set {CA_FILE_ENV} to the CA that signed it"
         )
     } else if detail.contains("NotValidForName") {
-        format!("{detail}: the server's certificate does not name the host in REDIS_URL")
+        format!("{detail}: the server's certificate does not name the host in the URL")
     } else if detail.contains("CertificateRequired") {
         format!(
             "{detail}: the server requires a client certificate ({CLIENT_CERT_ENV}, {CLIENT_KEY_ENV})"

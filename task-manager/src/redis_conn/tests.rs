@@ -83,7 +83,7 @@ fn bad_urls_and_contradicting_settings_are_refused_before_any_connection() {
     // A malformed URL with a password in it.
     let e = err_of(&RedisTarget::new(format!("redis://u:{SECRET}@h:1/notadb")));
     assert!(matches!(e, ConnectError::InvalidUrl { .. }), "{e}");
-    assert_names(&e, &["REDIS_URL", "redis://u:***@h:1/notadb"]);
+    assert_names(&e, &["Redis URL", "redis://u:***@h:1/notadb"]);
     // Certificate checks cannot be switched off.
     let e = err_of(&RedisTarget::new(format!(
         "rediss://u:{SECRET}@h:1/#insecure"
