@@ -242,9 +242,13 @@ async fn bad_credentials_or_tls_fail_at_startup_without_showing_the_password() {
         assert_no_password(what, &text);
     }
     // --help prints the variables it reads, never their values.
-    for name in ["crucible-api", "crucible-worker"] {
+    for (name, args) in [
+        ("crucible-api", &["--help"][..]),
+        ("crucible-worker", &["--help"]),
+        ("crucible", &["up", "--help"]),
+    ] {
         let out = Command::new(bin(name))
-            .arg("--help")
+            .args(args)
             .envs(env(Role::Api, &server.url(Role::Api)))
             .output()
             .expect("--help");
