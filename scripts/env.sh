@@ -60,3 +60,19 @@ ensure_redis() {
   # The package starts a system instance; the tests start their own on free ports.
   command -v redis-server >/dev/null 2>&1
 }
+
+# What the tests of Redis with TLS need: a redis-server built with TLS (Debian's is) and the
+# openssl command (deploy/install.sh redis makes the broker's certificates with it).
+ensure_tls_tools() {
+  if redis-server --port 0 --tls-port 0 2>&1 | grep -q "FATAL CONFIG"; then
+    log "$(command -v redis-server) was built without TLS; the tests need one with it (Debian's redis-server)"
+    return 1
+  fi
+  if command -v openssl >/dev/null 2>&1; then return 0; fi
+  log "installing openssl from Debian"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends openssl >/dev/null
+  command -v openssl >/dev/null 2>&1
+}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the tests need when missing (redis-server, the Python venv with torch and
+# Installs what the tests need when missing (redis-server, openssl, the Python venv with torch and
 # triton), builds every binary, and runs the whole suite: unit tests, broker contract tests
 # against a real redis-server, the harness checks and the end-to-end tests that start real
 # API and worker processes, and the Python client's tests against a live server.
@@ -7,6 +7,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$(crucible_root)"
 ensure_redis
+ensure_tls_tools
 ensure_python
 ensure_cxx
 log "python: $CRUCIBLE_PYTHON ($("$CRUCIBLE_PYTHON" -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'))"

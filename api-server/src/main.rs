@@ -4,7 +4,7 @@ use anyhow::Context;
 use clap::Parser;
 use crucible_api_server::{AppState, Auth, serve};
 use crucible_shared::BrokerConfig;
-use crucible_task_manager::{Broker, RedisBroker, run_reaper};
+use crucible_task_manager::{Broker, RedisBroker, RedisTarget, run_reaper};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,8 +14,10 @@ struct Args {
     /// Address to listen on.
     #[arg(long, env = "CRUCIBLE_BIND", default_value = "127.0.0.1:10907")]
     bind: String,
-    /// The shared broker.
-    #[arg(long, env = "REDIS_URL")]
+    /// The shared broker: `redis[s]://[user:password@]host:port` (TLS files:
+    /// CRUCIBLE_REDIS_CA_FILE, CRUCIBLE_REDIS_CLIENT_CERT, CRUCIBLE_REDIS_CLIENT_KEY).
+    /// Its value is never printed, not even by --help.
+    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     redis_url: String,
     /// Seconds between reaper passes (0 disables this replica's reaper).
     #[arg(long, env = "CRUCIBLE_REAPER_INTERVAL_MS", default_value_t = 1000)]
@@ -38,8 +40,8 @@ async fn main() -> anyhow::Result<()> {
     // Decided from the address actually bound; a public one without an admin token is refused
     // before anything else starts.
     let auth = Auth::from_env(addr)?;
-    let broker: Arc<dyn Broker> =
-        Arc::new(RedisBroker::connect(&args.redis_url, cfg).context("connecting to redis")?);
+    let target = RedisTarget::from_env(args.redis_url)?;
+    let broker: Arc<dyn Broker> = Arc::new(RedisBroker::open(&target, cfg).await?);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let reaper = (args.reaper_interval_ms > 0).then(|| {
         tokio::spawn(run_reaper(

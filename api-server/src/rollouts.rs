@@ -24,9 +24,9 @@ use std::time::Duration;
 use utoipa::IntoParams;
 
 /// Key-value namespace of the rollout records of a batch (key: batch id).
-const RECORDS_NAMESPACE: &str = "rollouts";
+pub const RECORDS_NAMESPACE: &str = "rollouts";
 /// Key-value namespace of batch idempotency keys (value: batch id).
-const BATCH_KEYS_NAMESPACE: &str = "rollout-batch-keys";
+pub const BATCH_KEYS_NAMESPACE: &str = "rollout-batch-keys";
 /// The key-value key of a tenant's batch idempotency key: tenant ids hold no ':', so no two
 /// (tenant, key) pairs spell the same key and one tenant's key never finds another's batch.
 fn batch_key(tenant: &TenantId, key: &str) -> String {

@@ -479,6 +479,21 @@ mod tests {
     }
 
     #[test]
+    fn no_redis_setting_reaches_a_child_even_when_passed_through() {
+        use crucible_task_manager::redis_conn::REDIS_ENV_VARS;
+        let mut c = cfg(DeviceSlot::Cpu { name: "x".into() });
+        c.env_passthrough = REDIS_ENV_VARS.iter().map(|v| (*v).to_owned()).collect();
+        let env = child_env(&c, Path::new("/t/z"), |k| Some(format!("value of {k}")));
+        for var in REDIS_ENV_VARS {
+            let value = format!("value of {var}");
+            assert!(
+                env.iter().all(|(k, v)| k != var && v != &value),
+                "{var} reached the child: {env:?}"
+            );
+        }
+    }
+
+    #[test]
     fn spec_json_carries_the_cached_reference_timing() {
         let spec = TaskSpec {
             request: crucible_shared::EvaluateRequest::new("a", "b"),

@@ -4,7 +4,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use crucible_gpu_worker::{DeviceSlot, Worker, WorkerConfig, probe};
 use crucible_shared::BrokerConfig;
-use crucible_task_manager::{Broker, RedisBroker};
+use crucible_task_manager::{Broker, RedisBroker, RedisTarget};
 use std::sync::Arc;
 
 #[derive(Parser)]
@@ -20,8 +20,10 @@ struct Args {
     /// Run a CPU worker (PyTorch on CPU, Triton through its interpreter).
     #[arg(long)]
     cpu: bool,
-    /// The shared broker.
-    #[arg(long, env = "REDIS_URL")]
+    /// The shared broker: `redis[s]://[user:password@]host:port` (TLS files:
+    /// CRUCIBLE_REDIS_CA_FILE, CRUCIBLE_REDIS_CLIENT_CERT, CRUCIBLE_REDIS_CLIENT_KEY).
+    /// Its value is never printed, not even by --help.
+    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     redis_url: Option<String>,
     #[command(subcommand)]
     command: Option<Command>,
@@ -49,8 +51,8 @@ async fn main() -> anyhow::Result<()> {
         "REDIS_URL (or --redis-url) is required: a standalone worker needs the shared broker",
     )?;
     let broker_cfg = BrokerConfig::from_env()?;
-    let broker: Arc<dyn Broker> =
-        Arc::new(RedisBroker::connect(&redis_url, broker_cfg).context("connecting to redis")?);
+    let target = RedisTarget::from_env(redis_url)?;
+    let broker: Arc<dyn Broker> = Arc::new(RedisBroker::open(&target, broker_cfg).await?);
     let device = match args.gpu {
         Some(index) => DeviceSlot::gpu(index),
         None => DeviceSlot::cpu(),

@@ -2,14 +2,16 @@
 //! implementations ([`RedisBroker`] for deployments, [`MemoryBroker`] for a single process),
 //! leases with fencing tokens, retries, the reaper, cancellation, idempotency keys, batches and their logs of finished tasks,
 //! result TTLs, the worker registry, the result cache with coalescing, a small key-value
-//! cache (reference timings), tenants (tokens by hash, quotas, per-tenant caches and keys) and
-//! the fair share between them. It knows nothing about HTTP or Python.
+//! cache (reference timings), tenants (tokens by hash, quotas, per-tenant caches and keys),
+//! the fair share between them, and how a process reaches Redis (credentials, TLS:
+//! `redis_conn`). It knows nothing about HTTP or Python.
 
 pub mod broker;
 pub mod fair;
 pub mod memory;
 pub mod reaper;
 pub mod redis_broker;
+pub mod redis_conn;
 pub mod tenants;
 
 pub use broker::{
@@ -19,4 +21,5 @@ pub use broker::{
 pub use memory::MemoryBroker;
 pub use reaper::run_reaper;
 pub use redis_broker::RedisBroker;
+pub use redis_conn::{ConnectError, RedisTarget, TlsFiles, redact_url};
 pub use tenants::{SHARED_CACHE_NAMESPACE, Tenant, TenantLoad, TenantRegistry};

@@ -42,6 +42,7 @@ use crate::broker::{
 };
 use crate::fair::{CLAIM_CYCLE, PASS_SCALE};
 use crate::memory::worker_retention;
+use crate::redis_conn::{ConnectError, RedisTarget};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crucible_shared::{
@@ -58,7 +59,7 @@ use tokio::time::Instant;
 /// Bound on every ordinary command, so a hung Redis surfaces as `Unavailable`. Generous
 /// because a batch submission may carry hundreds of megabytes of source.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const POOL_SIZE: usize = 32;
 /// Expired leases handled per reap script call, so that one call never stalls Redis.
 const REAP_CHUNK: u64 = 500;
@@ -117,7 +118,7 @@ pub struct RedisBroker {
     pool: Pool,
     /// Blocking waits (BLPOP) get connections of their own: on a pooled connection a waiter
     /// dropped mid-wait would hand back a connection still blocked on the server.
-    client: redis::Client,
+    pub(crate) client: redis::Client,
     idle_blocking: Mutex<Vec<MultiplexedConnection>>,
     scripts: Scripts,
     /// [`CLAIM_CYCLE`] as the claim script reads it, e.g. `hnhlhnh`.
@@ -165,13 +166,26 @@ fn parse_status(s: &str) -> Result<TaskStatus, BrokerError> {
 }
 
 impl RedisBroker {
-    /// Builds the connection pool; nothing is sent to Redis until the first call (use
-    /// [`Broker::ping`] to check it), so a process can start while Redis is still down.
+    /// [`RedisBroker::connect_to`] a bare URL (`rediss://` checked against the system roots).
     pub fn connect(url: &str, cfg: BrokerConfig) -> Result<Self, BrokerError> {
+        Self::connect_to(&RedisTarget::new(url), cfg)
+            .map_err(|e| BrokerError::Unavailable(e.to_string()))
+    }
+
+    /// Builds the connection pool; nothing is sent to Redis until the first call (see
+    /// `RedisBroker::open` in `redis_conn`), so a process can start while Redis is still down. Fails only on
+    /// settings that can never work: a bad URL, unreadable or malformed TLS files.
+    pub fn connect_to(target: &RedisTarget, cfg: BrokerConfig) -> Result<Self, ConnectError> {
+        let client = target.client()?;
         let conn_cfg = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_response_timeout(Some(RESPONSE_TIMEOUT));
-        let manager = Manager::new_with_config(url, conn_cfg).map_err(redis_err)?;
+        let pool_error = |e: String| ConnectError::InvalidUrl {
+            url: target.redacted(),
+            reason: e,
+        };
+        let manager = Manager::new_with_config(client.get_connection_info().clone(), conn_cfg)
+            .map_err(|e| pool_error(e.to_string()))?;
         let pool = Pool::builder(manager)
             .max_size(POOL_SIZE)
             .runtime(Runtime::Tokio1)
@@ -179,8 +193,7 @@ impl RedisBroker {
             .create_timeout(Some(CONNECT_TIMEOUT))
             .recycle_timeout(Some(CONNECT_TIMEOUT))
             .build()
-            .map_err(|e| BrokerError::Unavailable(format!("redis pool: {e}")))?;
-        let client = redis::Client::open(url).map_err(redis_err)?;
+            .map_err(|e| pool_error(format!("redis pool: {e}")))?;
         let claim_cycle = CLAIM_CYCLE
             .iter()
             .map(|p| &p.as_str()[..1])

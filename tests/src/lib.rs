@@ -2,6 +2,8 @@
 //! `crucible-worker` and `crucible` processes on free ports, the problems and candidates of
 //! `tests/problems` and `tests/candidates`, and bounded waits. Every process is killed on drop.
 
+pub mod secure_redis;
+
 use serde_json::{Value, json};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -147,6 +147,7 @@ async fn escapes_fail_and_neighbours_keep_their_verdicts() {
         .query(&mut redis_conn)
         .expect("sentinel set");
     let abstract_name = format!("crucible-escape-listener-{run}");
+    use std::os::linux::net::SocketAddrExt;
     let listener = std::os::unix::net::UnixListener::bind_addr(
         &std::os::unix::net::SocketAddr::from_abstract_name(abstract_name.as_bytes())
             .expect("abstract address"),

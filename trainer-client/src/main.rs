@@ -15,7 +15,7 @@ use crucible_gpu_worker::{
 };
 use crucible_shared::rollout::RolloutEvalSettings;
 use crucible_shared::{Backend, BatchId, BrokerConfig, EvaluateRequest, TaskSpec};
-use crucible_task_manager::{Broker, MemoryBroker, RedisBroker, run_reaper};
+use crucible_task_manager::{Broker, MemoryBroker, RedisBroker, RedisTarget, run_reaper};
 use crucible_trainer_client::Client;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -38,9 +38,20 @@ enum Command {
     Up {
         #[arg(long, env = "CRUCIBLE_BIND", default_value = "127.0.0.1:10907")]
         bind: String,
-        /// Shared broker; without it the embedded in-process broker is used.
-        #[arg(long, env = "REDIS_URL")]
+        /// Shared broker, `redis[s]://[user:password@]host:port` (TLS files:
+        /// CRUCIBLE_REDIS_CA_FILE, CRUCIBLE_REDIS_CLIENT_CERT, CRUCIBLE_REDIS_CLIENT_KEY); without
+        /// it the embedded in-process broker is used. Its value is never printed.
+        #[arg(long, env = "REDIS_URL", hide_env_values = true)]
         redis_url: Option<String>,
+        /// The workers' own URL (another ACL user: the `crucible-worker` role of
+        /// deploy/redis.conf), when REDIS_URL is the API's. Default: REDIS_URL.
+        #[arg(
+            long,
+            env = "CRUCIBLE_WORKER_REDIS_URL",
+            hide_env_values = true,
+            requires = "redis_url"
+        )]
+        worker_redis_url: Option<String>,
         /// Comma-separated GPU indices to use (default: all visible).
         #[arg(long, env = "CRUCIBLE_GPUS", value_delimiter = ',')]
         gpus: Option<Vec<u32>>,
@@ -214,10 +225,21 @@ async fn main() -> anyhow::Result<()> {
         Command::Up {
             bind,
             redis_url,
+            worker_redis_url,
             gpus,
             cpu,
             extra_cpu_workers,
-        } => up(bind, redis_url, gpus, cpu, extra_cpu_workers).await,
+        } => {
+            up(
+                bind,
+                redis_url,
+                worker_redis_url,
+                gpus,
+                cpu,
+                extra_cpu_workers,
+            )
+            .await
+        }
         Command::Eval {
             reference,
             kernel,
@@ -318,9 +340,16 @@ fn read(path: &PathBuf) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
 
+/// A broker on the shared Redis at `url`, with the TLS files of the environment.
+async fn redis_broker(url: String, cfg: BrokerConfig) -> anyhow::Result<Arc<dyn Broker>> {
+    let broker = RedisBroker::open(&RedisTarget::from_env(url)?, cfg).await?;
+    Ok(Arc::new(broker))
+}
+
 async fn up(
     bind: String,
     redis_url: Option<String>,
+    worker_redis_url: Option<String>,
     gpus: Option<Vec<u32>>,
     cpu: bool,
     extra_cpu_workers: u32,
@@ -334,9 +363,13 @@ async fn up(
         .with_context(|| format!("binding {bind}"))?;
     let addr = listener.local_addr()?;
     let auth = Auth::from_env(addr)?;
-    let broker: Arc<dyn Broker> = match &redis_url {
-        Some(url) => Arc::new(RedisBroker::connect(url, cfg).context("connecting to redis")?),
-        None => Arc::new(MemoryBroker::new(cfg)),
+    let broker: Arc<dyn Broker> = match redis_url {
+        Some(url) => redis_broker(url, cfg.clone()).await?,
+        None => Arc::new(MemoryBroker::new(cfg.clone())),
+    };
+    let worker_broker = match worker_redis_url {
+        Some(url) => redis_broker(url, cfg).await?,
+        None => broker.clone(),
     };
     let mut devices = if cpu {
         vec![DeviceSlot::cpu()]
@@ -356,7 +389,7 @@ async fn up(
     let (refused_tx, mut refused) = tokio::sync::mpsc::channel::<String>(1);
     for device in devices {
         let wcfg = WorkerConfig::from_env(device).map_err(anyhow::Error::msg)?;
-        let worker = Arc::new(Worker::new(broker.clone(), wcfg));
+        let worker = Arc::new(Worker::new(worker_broker.clone(), wcfg));
         let (stop, refused_tx) = (stop_rx.clone(), refused_tx.clone());
         tasks.push(tokio::spawn(async move {
             if let Err(e) = worker.run(stop).await {

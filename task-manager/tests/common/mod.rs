@@ -37,7 +37,8 @@ pub enum Backend {
     Redis,
 }
 
-/// A throwaway `redis-server` on a free port, killed on drop.
+/// A throwaway `redis-server` on a free port, killed on drop. It takes only an ACL user with a
+/// password (the default user is off), so every Redis test also runs authenticated.
 pub struct RedisServer {
     child: Child,
     pub url: String,
@@ -59,9 +60,13 @@ impl RedisServer {
                 .and_then(|l| l.local_addr())
                 .expect("bind a probe socket on 127.0.0.1")
                 .port();
+            let password = uuid::Uuid::new_v4().simple().to_string();
             let child = Command::new(&bin)
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                 .args(["--save", "", "--appendonly", "no"])
+                .args(["--user", "default", "off"])
+                .args(["--user", "crucible-contract", "on", &format!(">{password}")])
+                .args(["~*", "&*", "+@all"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
@@ -74,7 +79,7 @@ impl RedisServer {
                 });
             let mut server = RedisServer {
                 child,
-                url: format!("redis://127.0.0.1:{port}"),
+                url: format!("redis://crucible-contract:{password}@127.0.0.1:{port}"),
             };
             if server.wait_ready().await {
                 return server;

@@ -1,0 +1,411 @@
+//! How a process reaches Redis. [`RedisTarget`] is the URL (the credentials and the choice of
+//! TLS live in it) plus the TLS files the environment names; [`redact_url`] is the only form of
+//! the URL that is ever printed; [`ConnectError`] tells a configuration that cannot work (wrong
+//! password, failed TLS handshake, a permission the ACL user lacks: fatal at startup) from a
+//! Redis that is not up yet (tolerated: requests fail until it is).
+//!
+//! URLs (redis-rs): `redis://host:6379`, `redis://:password@host` (the `default` user),
+//! `redis://user:password@host` (an ACL user), and `rediss://...` for TLS: the server's
+//! certificate is checked against the system roots, or against [`CA_FILE_ENV`] alone when it is
+//! set. Reserved characters in a password (`@ : / ? # %`) are percent-encoded. Certificate
+//! checks cannot be turned off (`#insecure` is refused). Database 0 only: deployments sharing a
+//! Redis are separated by the key prefix, which the ACL users of `deploy/redis.conf` are bound to.
+
+use crate::redis_broker::{CONNECT_TIMEOUT, RedisBroker};
+use crucible_shared::BrokerConfig;
+use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError, ServerErrorKind};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The shared broker's URL.
+pub const REDIS_URL_ENV: &str = "REDIS_URL";
+/// `crucible up`: the URL of its workers when REDIS_URL is the API's (a user per role).
+pub const WORKER_REDIS_URL_ENV: &str = "CRUCIBLE_WORKER_REDIS_URL";
+/// PEM bundle of the CA(s) the server's certificate must chain to, replacing the system roots
+/// (a deployment's private CA).
+pub const CA_FILE_ENV: &str = "CRUCIBLE_REDIS_CA_FILE";
+/// PEM certificate chain presented to the server, for `tls-auth-clients yes` (mutual TLS).
+pub const CLIENT_CERT_ENV: &str = "CRUCIBLE_REDIS_CLIENT_CERT";
+/// PEM private key of [`CLIENT_CERT_ENV`].
+pub const CLIENT_KEY_ENV: &str = "CRUCIBLE_REDIS_CLIENT_KEY";
+/// Every variable that carries a Redis credential or names a TLS file. None of them ever reaches
+/// a task child (the worker's child environment is an allowlist that refuses these names).
+pub const REDIS_ENV_VARS: [&str; 5] = [
+    REDIS_URL_ENV,
+    WORKER_REDIS_URL_ENV,
+    CA_FILE_ENV,
+    CLIENT_CERT_ENV,
+    CLIENT_KEY_ENV,
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("Redis URL {url} is not usable: {reason}")]
+    InvalidUrl { url: String, reason: String },
+    /// A TLS file that is missing, unreadable or holds no usable PEM.
+    #[error("{var}={path}: {reason}")]
+    TlsFile {
+        var: &'static str,
+        path: PathBuf,
+        reason: String,
+    },
+    /// TLS settings that contradict each other or the URL.
+    #[error("{0}")]
+    TlsSettings(String),
+    #[error(
+        "redis at {url} refused the credentials ({detail}): the user in the URL is unknown or disabled, or its password is wrong or missing"
+    )]
+    Auth { url: String, detail: String },
+    #[error("TLS with redis at {url} failed: {detail}")]
+    Tls { url: String, detail: String },
+    #[error(
+        "redis at {url} closed the connection during the handshake ({detail}): a server that speaks TLS needs a rediss:// URL"
+    )]
+    Handshake { url: String, detail: String },
+    #[error(
+        "redis at {url} refused a command to this user ({detail}): its ACL lacks a permission this role needs (deploy/redis.conf)"
+    )]
+    Permission { url: String, detail: String },
+    #[error("redis at {url} cannot be reached: {detail}")]
+    Unreachable { url: String, detail: String },
+}
+
+impl ConnectError {
+    /// True when the configuration may be right and Redis simply is not up (yet): worth starting
+    /// anyway, as every request retries. Everything else will not heal by waiting.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Unreachable { .. })
+    }
+}
+
+/// The URL with its password (and a `pass` query parameter) replaced by `***`, for logs and
+/// errors. A string that does not parse as a URL is not echoed at all: it may be a password.
+pub fn redact_url(raw: &str) -> String {
+    let Ok(mut url) = url::Url::parse(raw) else {
+        return "<unparseable URL>".to_owned();
+    };
+    if url.password().is_some() {
+        let _ = url.set_password(Some("***"));
+    }
+    let secret_query = url
+        .query_pairs()
+        .any(|(k, _)| k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password"));
+    if secret_query {
+        let pairs: Vec<(String, String)> = url
+            .query_pairs()
+            .map(|(k, v)| {
+                let secret = k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password");
+                (
+                    k.into_owned(),
+                    if secret { "***".into() } else { v.into_owned() },
+                )
+            })
+            .collect();
+        url.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    url.to_string()
+}
+
+/// TLS files named by the environment (all PEM). Only meaningful with a `rediss://` URL.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TlsFiles {
+    /// Trust exactly these CAs for the server's certificate instead of the system roots.
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate chain and key for mutual TLS; both or neither.
+    pub client_cert: Option<PathBuf>,
+    pub client_key: Option<PathBuf>,
+}
+
+impl TlsFiles {
+    /// Reads [`CA_FILE_ENV`], [`CLIENT_CERT_ENV`] and [`CLIENT_KEY_ENV`] (empty means unset).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConnectError> {
+        let path = |var: &str| {
+            lookup(var)
+                .filter(|v| !v.trim().is_empty())
+                .map(PathBuf::from)
+        };
+        let files = Self {
+            ca_file: path(CA_FILE_ENV),
+            client_cert: path(CLIENT_CERT_ENV),
+            client_key: path(CLIENT_KEY_ENV),
+        };
+        match (&files.client_cert, &files.client_key) {
+            (Some(_), None) => Err(ConnectError::TlsSettings(format!(
+                "{CLIENT_CERT_ENV} is set without {CLIENT_KEY_ENV}: mutual TLS needs both"
+            ))),
+            (None, Some(_)) => Err(ConnectError::TlsSettings(format!(
+                "{CLIENT_KEY_ENV} is set without {CLIENT_CERT_ENV}: mutual TLS needs both"
+            ))),
+            _ => Ok(files),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
+
+    /// The files' contents, checked to hold what each must: certificates, a key.
+    fn load(&self) -> Result<redis::TlsCertificates, ConnectError> {
+        let root_cert = self
+            .ca_file
+            .as_deref()
+            .map(|p| read_certificates(CA_FILE_ENV, p))
+            .transpose()?;
+        let client_tls = match (&self.client_cert, &self.client_key) {
+            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+                client_cert: read_certificates(CLIENT_CERT_ENV, cert)?,
+                client_key: read_key(key)?,
+            }),
+            _ => None,
+        };
+        Ok(redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        })
+    }
+}
+
+fn read_file(var: &'static str, path: &Path) -> Result<Vec<u8>, ConnectError> {
+    std::fs::read(path).map_err(|e| ConnectError::TlsFile {
+        var,
+        path: path.to_owned(),
+        reason: format!("cannot read it: {e}"),
+    })
+}
+
+/// The file's bytes, once it is known to hold at least one PEM certificate and nothing
+/// malformed: an empty trust store would fail every handshake with a misleading message.
+fn read_certificates(var: &'static str, path: &Path) -> Result<Vec<u8>, ConnectError> {
+    let pem = read_file(var, path)?;
+    let bad = |reason: String| ConnectError::TlsFile {
+        var,
+        path: path.to_owned(),
+        reason,
+    };
+    let count = CertificateDer::pem_slice_iter(&pem)
+        .try_fold(0usize, |n, c| c.map(|_| n + 1))
+        .map_err(|e| bad(format!("malformed PEM: {e}")))?;
+    if count == 0 {
+        return Err(bad("no PEM certificate in it".to_owned()));
+    }
+    Ok(pem)
+}
+
+fn read_key(path: &Path) -> Result<Vec<u8>, ConnectError> {
+    let pem = read_file(CLIENT_KEY_ENV, path)?;
+    // The parser's message never includes key material.
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| ConnectError::TlsFile {
+        var: CLIENT_KEY_ENV,
+        path: path.to_owned(),
+        reason: format!("no usable PEM private key: {e}"),
+    })?;
+    Ok(pem)
+}
+
+/// Where and how to connect. Its `Debug` form is redacted.
+#[derive(Clone)]
+pub struct RedisTarget {
+    url: String,
+    tls: TlsFiles,
+}
+
+impl std::fmt::Debug for RedisTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisTarget")
+            .field("url", &self.redacted())
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
+impl RedisTarget {
+    /// The URL alone: a `rediss://` server is checked against the system roots.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            tls: TlsFiles::default(),
+        }
+    }
+
+    pub fn with_tls(mut self, tls: TlsFiles) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// The URL with the TLS files of this process's environment.
+    pub fn from_env(url: impl Into<String>) -> Result<Self, ConnectError> {
+        Ok(Self::new(url).with_tls(TlsFiles::from_lookup(|k| std::env::var(k).ok())?))
+    }
+
+    /// The URL as it may be printed.
+    pub fn redacted(&self) -> String {
+        redact_url(&self.url)
+    }
+
+    /// The client every connection is made from: URL parsed, TLS files read and checked.
+    pub(crate) fn client(&self) -> Result<redis::Client, ConnectError> {
+        let invalid = |reason: String| ConnectError::InvalidUrl {
+            url: self.redacted(),
+            reason,
+        };
+        let info = self
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| invalid(e.to_string()))?;
+        // No `CLIENT SETINFO` on connect: the ACL users need not (and do not) allow it.
+        let settings = info.redis_settings().clone().set_skip_set_lib_name();
+        let info = info.set_redis_settings(settings);
+        let tls = match info.addr() {
+            ConnectionAddr::TcpTls { insecure: true, .. } => {
+                return Err(invalid(
+                    "#insecure turns off certificate checks; give the CA in CRUCIBLE_REDIS_CA_FILE instead"
+                        .to_owned(),
+                ));
+            }
+            ConnectionAddr::TcpTls { .. } => true,
+            _ => false,
+        };
+        if !tls {
+            if !self.tls.is_empty() {
+                return Err(ConnectError::TlsSettings(format!(
+                    "TLS files are set ({}) but the Redis URL {} is not rediss://: the connection \
+                     would not be encrypted",
+                    self.tls_vars_set().join(", "),
+                    self.redacted()
+                )));
+            }
+            return redis::Client::open(info).map_err(|e| invalid(e.to_string()));
+        }
+        // ring is the one provider built in; installing it names it when another crate in the
+        // binary would make the choice ambiguous. Already installed (by us or the binary) is fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        if self.tls.is_empty() {
+            return redis::Client::open(info).map_err(|e| invalid(e.to_string()));
+        }
+        let certificates = self.tls.load()?;
+        redis::Client::build_with_tls(info, certificates).map_err(|e| {
+            ConnectError::TlsSettings(format!("TLS files for {}: {e}", self.redacted()))
+        })
+    }
+
+    fn tls_vars_set(&self) -> Vec<&'static str> {
+        [
+            (CA_FILE_ENV, &self.tls.ca_file),
+            (CLIENT_CERT_ENV, &self.tls.client_cert),
+            (CLIENT_KEY_ENV, &self.tls.client_key),
+        ]
+        .into_iter()
+        .filter(|(_, v)| v.is_some())
+        .map(|(k, _)| k)
+        .collect()
+    }
+}
+
+impl RedisBroker {
+    /// [`RedisBroker::connect_to`], then one `PING` on a fresh connection: a wrong password, a
+    /// failed TLS handshake or an ACL that refuses the user are errors; a Redis that is not
+    /// reachable (yet) is logged and tolerated, as every request retries it.
+    pub async fn open(target: &RedisTarget, cfg: BrokerConfig) -> Result<Self, ConnectError> {
+        let broker = Self::connect_to(target, cfg)?;
+        let url = target.redacted();
+        match check(&broker.client, &url, CONNECT_TIMEOUT).await {
+            Ok(()) => tracing::info!(redis = %url, "redis connected"),
+            Err(e) if e.is_transient() => {
+                tracing::warn!(error = %e, "redis is not reachable yet; requests fail until it is");
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(broker)
+    }
+}
+
+/// Opens one connection and sends `PING`. A server that cannot be reached over TCP (or is still
+/// loading its data) is [`ConnectError::Unreachable`]; a server that accepts the TCP connection
+/// and then fails the TLS handshake, the credentials or the command is misconfigured for us.
+pub(crate) async fn check(
+    client: &redis::Client,
+    url: &str,
+    timeout: Duration,
+) -> Result<(), ConnectError> {
+    let info = client.get_connection_info();
+    let tcp = match info.addr() {
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            Some((host.clone(), *port))
+        }
+        _ => None,
+    };
+    let unreachable = |detail: String| ConnectError::Unreachable {
+        url: url.to_owned(),
+        detail,
+    };
+    if let Some(addr) = tcp {
+        match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(unreachable(e.to_string())),
+            Err(_) => return Err(unreachable(format!("no TCP connection within {timeout:?}"))),
+        }
+    }
+    let tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
+    let cfg = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout));
+    let result = async {
+        let mut conn = client
+            .get_multiplexed_async_connection_with_config(&cfg)
+            .await?;
+        redis::cmd("PING").query_async::<String>(&mut conn).await
+    }
+    .await;
+    result.map(drop).map_err(|e| classify(&e, url, tls))
+}
+
+/// What a failed connection attempt to a server that accepted TCP means.
+fn classify(e: &RedisError, url: &str, tls: bool) -> ConnectError {
+    let url = url.to_owned();
+    let detail = e.to_string();
+    match (e.kind(), e.code()) {
+        (ErrorKind::AuthenticationFailed, _) | (_, Some("WRONGPASS" | "NOAUTH")) => {
+            ConnectError::Auth { url, detail }
+        }
+        (ErrorKind::Server(ServerErrorKind::NoPerm), _) | (_, Some("NOPERM")) => {
+            ConnectError::Permission { url, detail }
+        }
+        (ErrorKind::Server(ServerErrorKind::BusyLoading), _) => ConnectError::Unreachable {
+            url,
+            detail: format!("still loading its data: {detail}"),
+        },
+        _ if e.is_timeout() => ConnectError::Unreachable { url, detail },
+        (ErrorKind::Io, _) if tls => ConnectError::Tls {
+            url,
+            detail: tls_hint(detail),
+        },
+        (ErrorKind::Io, _) => ConnectError::Handshake { url, detail },
+        (ErrorKind::InvalidClientConfig, _) => ConnectError::TlsSettings(format!(
+            "redis at {url} cannot be used with these settings: {detail}"
+        )),
+        _ => ConnectError::Handshake { url, detail },
+    }
+}
+
+/// The remedy of the usual certificate failures, after rustls's own words.
+fn tls_hint(detail: String) -> String {
+    if detail.contains("UnknownIssuer") {
+        format!(
+            "{detail}: the server's certificate is not signed by a trusted CA; set {CA_FILE_ENV} to the CA that signed it"
+        )
+    } else if detail.contains("NotValidForName") {
+        format!("{detail}: the server's certificate does not name the host in the URL")
+    } else if detail.contains("CertificateRequired") {
+        format!(
+            "{detail}: the server requires a client certificate ({CLIENT_CERT_ENV}, {CLIENT_KEY_ENV})"
+        )
+    } else {
+        detail
+    }
+}
+
+#[cfg(test)]
+mod tests;
