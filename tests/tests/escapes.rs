@@ -8,7 +8,12 @@
 //! expected. The attack's own printed line serves only to show that it ran.
 //!
 //! `CRUCIBLE_TEST_WORKER_ARGS` (default `--cpu`) runs the workers on a GPU instead
-//! (scripts/gpu-escapes.sh).
+//! (scripts/gpu-escapes.sh). `CRUCIBLE_TEST_ESCAPES` (names, comma-separated) runs a subset.
+//!
+//! The corpus attacks the machine it runs on: it runs only against workers whose every layer is
+//! in force (checked on /workers/status first). To see that the test fails where a layer is
+//! missing, `CRUCIBLE_TEST_ESCAPES_UNSANDBOXED=1` lets a subset run against workers started with
+//! `CRUCIBLE_SANDBOX=off`, refusing the entries that would kill processes of the host.
 
 use crucible_tests::*;
 use serde_json::{Value, json};
@@ -23,7 +28,12 @@ struct Escape {
     name: String,
     source: String,
     may_claim: bool,
+    /// Kills or signals processes: never run outside the sandbox.
+    harms_host: bool,
 }
+
+/// The layers every worker must have before the corpus is let loose.
+const REQUIRED_LAYERS: [&str; 6] = ["network", "pid", "mount", "user", "landlock", "seccomp"];
 
 fn corpus() -> Vec<Escape> {
     let dir = repo_root().join("tests/escapes");
@@ -40,7 +50,12 @@ fn corpus() -> Vec<Escape> {
                 // The attack first (it defines NAME and attack()), then the kernel that runs it.
                 source: format!("{attack}\n\n{kernel}"),
                 may_claim: e["may_claim"].as_bool().unwrap_or(false),
+                harms_host: e["harms_host"].as_bool().unwrap_or(false),
             }
+        })
+        .filter(|e| match std::env::var("CRUCIBLE_TEST_ESCAPES") {
+            Ok(names) => names.split(',').any(|n| n.trim() == e.name),
+            Err(_) => true,
         })
         .collect()
 }
@@ -69,6 +84,18 @@ fn unique() -> String {
         .map(|d| d.subsec_nanos())
         .unwrap_or_default();
     format!("{}{nanos:x}", std::process::id())
+}
+
+/// Kills the processes `processes_with` listed (`pid: cmdline`), so a failed run leaves none.
+fn kill_all(listed: &[String]) {
+    for line in listed {
+        if let Some(pid) = line.split(':').next().and_then(|p| p.parse().ok()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
 }
 
 /// Host processes whose command line contains `marker` (this test's own excluded).
@@ -137,6 +164,14 @@ async fn escapes_fail_and_neighbours_keep_their_verdicts() {
         .collect();
     let api = Api::new(port);
     api.wait_ready().await;
+    let escapes = corpus();
+    let unsandboxed = std::env::var("CRUCIBLE_TEST_ESCAPES_UNSANDBOXED").as_deref() == Ok("1");
+    if unsandboxed {
+        let harmful: Vec<&str> = escapes.iter().filter(|e| e.harms_host).map(|e| e.name.as_str()).collect();
+        assert!(harmful.is_empty(), "{harmful:?} would signal this machine's processes: name a subset without them in CRUCIBLE_TEST_ESCAPES");
+    } else {
+        require_sandboxed_workers(&api, workers.len()).await;
+    }
 
     let mut redis_conn = redis::Client::open(redis.url.as_str())
         .and_then(|c| c.get_connection())
@@ -194,8 +229,9 @@ async fn escapes_fail_and_neighbours_keep_their_verdicts() {
         ("elementwise_relu", "elementwise_relu__correct.py", "ok"),
     ];
     let mut neighbour_ids = Vec::new();
-    let escapes = corpus();
-    assert!(escapes.len() >= 16, "only {} escapes", escapes.len());
+    if std::env::var("CRUCIBLE_TEST_ESCAPES").is_err() {
+        assert!(escapes.len() >= 16, "only {} escapes", escapes.len());
+    }
     let mut submitted = Vec::new();
     for (round, case) in CASES.iter().enumerate() {
         for (i, escape) in escapes.iter().enumerate() {
@@ -245,6 +281,7 @@ async fn escapes_fail_and_neighbours_keep_their_verdicts() {
         // Once its task ended, nothing the attack started runs on.
         let left = processes_with(&format!("crucible-escape-{nonce}"));
         if !left.is_empty() {
+            kill_all(&left);
             failures.push(format!("{label}: processes outlived the task: {left:?}"));
         }
         for path in [
@@ -318,6 +355,31 @@ async fn escapes_fail_and_neighbours_keep_their_verdicts() {
         submitted.len(),
         failures.join("\n")
     );
+}
+
+/// Waits until `count` workers report their sandbox, and refuses to go on unless every
+/// required layer is active on each.
+async fn require_sandboxed_workers(api: &Api, count: usize) {
+    let workers = eventually("the workers' sandbox reports", Duration::from_secs(300), || async {
+        let (_, v) = api.get("/workers/status").await;
+        let workers = v["workers"].as_array().cloned().unwrap_or_default();
+        (workers.len() >= count && workers.iter().all(|w| w["sandbox"].is_object()))
+            .then_some(workers)
+    })
+    .await;
+    for w in &workers {
+        let layers = w["sandbox"]["layers"].as_array().cloned().unwrap_or_default();
+        for want in REQUIRED_LAYERS {
+            let active = layers
+                .iter()
+                .any(|l| l["layer"] == want && l["state"] == "active");
+            assert!(
+                active,
+                "worker {} lacks the {want} layer ({}): the escape corpus would attack this machine, refusing to run it",
+                w["worker_id"], w["sandbox"]
+            );
+        }
+    }
 }
 
 fn tempfile_dir(logs: &Path, name: &str) -> PathBuf {
