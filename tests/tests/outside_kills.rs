@@ -1,0 +1,85 @@
+//! Outcomes caused from outside the task are never verdicts (real redis-server, crucible-api
+//! and a CPU crucible-worker, as root in CI): a judge or a runner killed by SIGKILL that
+//! nobody in the task sent is a fault of the service. The task is given back and evaluated
+//! again (attempt 2) to its own verdict, and only that verdict is cached: the identical request
+//! is then answered from the cache with it, never with the kill.
+
+use crucible_tests::*;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// The process of a running task whose sandboxed pid is `ns_pid` (1: the judge, 2: the
+/// runner): found by its working directory (the task's own, named after the task id) and its
+/// pid in the task's namespace.
+fn task_process(task_id: &str, ns_pid: &str) -> Option<i32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let cwd = std::fs::read_link(e.path().join("cwd")).ok()?;
+        if !cwd.to_string_lossy().contains(task_id) {
+            return None;
+        }
+        let status = std::fs::read_to_string(e.path().join("status")).ok()?;
+        let nspid = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+        (nspid.split_whitespace().nth(1) == Some(ns_pid)).then_some(pid)
+    })
+}
+
+fn slow_task() -> Value {
+    json!({
+        "reference_code": problem("elementwise_relu"),
+        "kernel_code": std::fs::read_to_string(repo_root().join("tests/escapes/slow_neighbour.py"))
+            .expect("slow neighbour"),
+        "num_correct_trials": 3,
+        "num_perf_trials": 100,
+        "timeout_s": 300,
+    })
+}
+
+async fn kill_and_expect_a_retry(api: &Api, ns_pid: &str, body: Value) {
+    let id = api.submit(body.clone()).await;
+    let victim = eventually(
+        &format!("task {id}'s process with namespace pid {ns_pid}"),
+        Duration::from_secs(300),
+        || async { task_process(&id, ns_pid) },
+    )
+    .await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(victim),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("the test (root) may kill a task's process");
+    let task = api.wait_task(&id, Duration::from_secs(600)).await;
+    assert_eq!(task["status"], "done", "{task}");
+    assert_eq!(
+        task["result"]["verdict"], "ok",
+        "a kill from outside became the verdict: {task}"
+    );
+    assert_eq!(task["attempts"], 2, "evaluated again after the kill: {task}");
+
+    // The identical request is answered from the cache, with the task's own verdict.
+    let (status, again) = api.post("/evaluate", body).await;
+    assert_eq!(status, 202, "{again}");
+    let again = api
+        .wait_task(again["task_id"].as_str().expect("task_id"), Duration::from_secs(60))
+        .await;
+    assert_eq!(again["cached"], true, "{again}");
+    assert_eq!(again["result"]["verdict"], "ok", "{again}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_judge_or_runner_killed_from_outside_is_retried_and_never_cached() {
+    let logs = log_dir("outside_kills");
+    let redis = Redis::start(&logs).await;
+    let env = service_env(&redis.url, "outside");
+    let port = free_port();
+    let _api = Proc::spawn("api", api_command(port, &env), &logs);
+    let _worker = Proc::spawn("worker", worker_command(&env), &logs);
+    let api = Api::new(port);
+    api.wait_ready().await;
+
+    // The judge (pid 1 of the task's namespace), then the runner (pid 2), each of its own task.
+    kill_and_expect_a_retry(&api, "1", slow_task()).await;
+    let mut runner_task = slow_task();
+    runner_task["seed"] = json!(11);
+    kill_and_expect_a_retry(&api, "2", runner_task).await;
+}
