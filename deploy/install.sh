@@ -124,6 +124,17 @@ install_node() {
   cargo build --release --workspace --bins
   install -m 0755 target/release/crucible target/release/crucible-api target/release/crucible-worker /usr/local/bin/
   id crucible >/dev/null 2>&1 || useradd --system --home /var/lib/crucible --shell /usr/sbin/nologin crucible
+  # Sandbox users of task children: eight per GPU (crucible-worker@.service names them), no
+  # home, no login, in no group of anyone else's.
+  local gpus
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  for g in $(seq 0 $(( ${gpus:-0} > 0 ? gpus - 1 : 0 ))); do
+    for s in $(seq 0 7); do
+      id "crucible-g$g-$s" >/dev/null 2>&1 ||
+        useradd --system --user-group --no-create-home --home-dir /nonexistent \
+          --shell /usr/sbin/nologin "crucible-g$g-$s"
+    done
+  done
   install -d -o crucible -g crucible -m 0700 /var/lib/crucible
   install -d -m 0755 "$ETC"
   [ -f "$ETC/crucible.env" ] || install -m 0644 .env.example "$ETC/crucible.env"

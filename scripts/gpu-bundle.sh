@@ -13,13 +13,27 @@ rm -rf .gpu-run && mkdir -p .gpu-run/bin .gpu-run/redis .gpu-run/kernelbench
 cp target/release/crucible target/release/crucible-api target/release/crucible-worker .gpu-run/bin/
 # The harness files the binaries embed, for the bench's naive loop (same code in every mode).
 mkdir -p .gpu-run/harness && cp gpu-worker/harness/harness.py gpu-worker/harness/screen.py gpu-worker/harness/transport.py .gpu-run/harness/
-strip .gpu-run/bin/* 2>/dev/null || true
 for exe in "$(command -v redis-server)" "$(command -v redis-cli)"; do
   cp "$exe" .gpu-run/redis/
   ldd "$exe" | awk '/=> \//{print $3}' | grep -E 'jemalloc|lzf|atomic' \
     | xargs -r -I{} cp -L {} .gpu-run/redis/
 done
 cp -r "$KB/level1" "$KB/level2" "$KB/level3" "$KB/baseline_times" .gpu-run/kernelbench/
+# A `redis-server` that finds its libraries without handing them to anyone else (the escape
+# test starts its own by name).
+mkdir -p .gpu-run/redis-bin
+printf '#!/bin/sh\nd=$(dirname "$(readlink -f "$0")")/../redis\nLD_LIBRARY_PATH="$d" exec "$d/redis-server" "$@"\n' \
+  >.gpu-run/redis-bin/redis-server
+chmod +x .gpu-run/redis-bin/redis-server
+# The escape corpus's end-to-end test, run there against GPU workers (scripts/gpu-escapes.sh).
+mkdir -p .gpu-run/bin/deps
+escapes=$(cargo test --release -p crucible-tests --test escapes --no-run --message-format=json 2>/dev/null \
+  | "$CRUCIBLE_PYTHON" -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "escapes" and m.get("executable"):
+        print(m["executable"])')
+cp "$escapes" .gpu-run/bin/deps/escapes
 # The Python client's one dependency (httpx, pure Python, with its own) for the GPU machine,
 # which has no package index.
 mkdir -p .gpu-run/pylib
@@ -32,4 +46,5 @@ for name in ["httpx", "httpcore", "h11", "anyio", "sniffio", "idna", "certifi"]:
         continue  # not every httpx version needs every one of these
     shutil.copytree(src, pathlib.Path(sys.argv[1]) / name, ignore=shutil.ignore_patterns("__pycache__"))
 PYEOF
+strip .gpu-run/bin/* .gpu-run/bin/deps/* 2>/dev/null || true
 du -sh .gpu-run

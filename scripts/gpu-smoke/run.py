@@ -131,6 +131,16 @@ def main():
     print("-" * len(header))
     for w in workers.get("workers", []):
         print(f"worker {w['worker_id']} on {w['device']['name']}: state {w['state']}, tasks done {w['tasks_done']}")
+        sandbox = w.get("sandbox") or {}
+        layers = ", ".join(f"{l['layer']} {l['state']}" for l in sandbox.get("layers", []))
+        print(f"  sandbox ({sandbox.get('identity')}, self-test {sandbox.get('selftest_ms', 0):.0f} ms): {layers}")
+    # What the sandbox cost each task: the worker's part (user, cgroup, ruleset) and the child's
+    # (namespaces, mounts, identity, Landlock, seccomp), from every result's stage_ms.
+    for part in ("sandbox_worker", "sandbox_child"):
+        ms = sorted(((t.get("result") or {}).get("stage_ms") or {}).get(part) for t in tasks)
+        ms = [m for m in ms if m is not None]
+        if ms:
+            print(f"{part}: median {ms[len(ms) // 2]:.1f} ms, max {ms[-1]:.1f} ms over {len(ms)} tasks")
     print(f"queue: done {queue['done_total']}, failed {queue['failed_total']}, requeued {queue['requeued_total']}")
     print(f"wall {time.time() - t0:.0f} s for {len(rows)} evaluations")
     print(f"{passed} passed, {len(rows) - passed} failed")

@@ -10,11 +10,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The checkout the test reads its problems and corpora from: where it was built, unless
+/// `CRUCIBLE_REPO_ROOT` says otherwise (a test binary carried to the GPU machine).
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ is inside the repo")
-        .to_owned()
+    match std::env::var_os("CRUCIBLE_REPO_ROOT") {
+        Some(root) => PathBuf::from(root),
+        None => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("tests/ is inside the repo")
+            .to_owned(),
+    }
 }
 
 /// A binary of this workspace, built by `cargo build --workspace --bins` (scripts/test.sh).

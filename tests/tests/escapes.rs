@@ -104,18 +104,27 @@ fn processes_with(marker: &str) -> Vec<String> {
         return Vec::new();
     };
     dir.flatten()
-        .filter(|e| e.file_name().to_string_lossy().chars().all(|c| c.is_ascii_digit()))
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .chars()
+                .all(|c| c.is_ascii_digit())
+        })
         .filter_map(|e| {
             let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
             let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            cmd.contains(marker).then(|| format!("{}: {cmd}", e.file_name().to_string_lossy()))
+            cmd.contains(marker)
+                .then(|| format!("{}: {cmd}", e.file_name().to_string_lossy()))
         })
         .collect()
 }
 
 fn python_purelib() -> PathBuf {
     let out = std::process::Command::new(python())
-        .args(["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ])
         .output()
         .expect("python runs");
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
@@ -147,7 +156,10 @@ async fn escapes_fail_and_neighbours_keep_their_verdicts() {
     let mut env = service_env(&redis.url, "escapes");
     env.extend([
         ("CRUCIBLE_WORK_DIR".to_owned(), work.display().to_string()),
-        ("CRUCIBLE_BUILD_CACHE".to_owned(), cache.display().to_string()),
+        (
+            "CRUCIBLE_BUILD_CACHE".to_owned(),
+            cache.display().to_string(),
+        ),
         // A secret in the services' environment: no result may ever show it.
         ("CRUCIBLE_ESCAPE_SECRET".to_owned(), secret.clone()),
     ]);
@@ -167,8 +179,15 @@ async fn escapes_fail_and_neighbours_keep_their_verdicts() {
     let escapes = corpus();
     let unsandboxed = std::env::var("CRUCIBLE_TEST_ESCAPES_UNSANDBOXED").as_deref() == Ok("1");
     if unsandboxed {
-        let harmful: Vec<&str> = escapes.iter().filter(|e| e.harms_host).map(|e| e.name.as_str()).collect();
-        assert!(harmful.is_empty(), "{harmful:?} would signal this machine's processes: name a subset without them in CRUCIBLE_TEST_ESCAPES");
+        let harmful: Vec<&str> = escapes
+            .iter()
+            .filter(|e| e.harms_host)
+            .map(|e| e.name.as_str())
+            .collect();
+        assert!(
+            harmful.is_empty(),
+            "{harmful:?} would signal this machine's processes: name a subset without them in CRUCIBLE_TEST_ESCAPES"
+        );
     } else {
         require_sandboxed_workers(&api, workers.len()).await;
     }
@@ -188,7 +207,9 @@ async fn escapes_fail_and_neighbours_keep_their_verdicts() {
             .expect("abstract address"),
     )
     .expect("abstract listener");
-    listener.set_nonblocking(true).expect("nonblocking listener");
+    listener
+        .set_nonblocking(true)
+        .expect("nonblocking listener");
 
     // The victim: an honest, slow task the api_cancel escape tries to cancel while it runs.
     let slow = std::fs::read_to_string(repo_root().join("tests/escapes/slow_neighbour.py"))
@@ -211,7 +232,10 @@ async fn escapes_fail_and_neighbours_keep_their_verdicts() {
     let daemon_port = free_port();
     let placeholders = Placeholders {
         values: BTreeMap::from([
-            ("REDIS_PORT", redis.url.rsplit(':').next().unwrap().to_owned()),
+            (
+                "REDIS_PORT",
+                redis.url.rsplit(':').next().unwrap().to_owned(),
+            ),
             ("API_PORT", port.to_string()),
             ("VICTIM", victim.clone()),
             ("DAEMON_PORT", daemon_port.to_string()),
@@ -236,7 +260,11 @@ async fn escapes_fail_and_neighbours_keep_their_verdicts() {
     for (round, case) in CASES.iter().enumerate() {
         for (i, escape) in escapes.iter().enumerate() {
             let nonce = format!("{}-{case}-{run}", escape.name);
-            let screening = if *case == "unscreened" { screening_off() } else { json!({}) };
+            let screening = if *case == "unscreened" {
+                screening_off()
+            } else {
+                json!({})
+            };
             let id = api
                 .submit(json!({
                     "reference_code": problem("elementwise_relu"),
@@ -270,9 +298,13 @@ async fn escapes_fail_and_neighbours_keep_their_verdicts() {
             ));
         }
         if !tail.contains(&format!("crucible-escape {}: attempted", escape.name)) {
-            failures.push(format!("{label}: the attack did not run (output: {tail:?})"));
+            failures.push(format!(
+                "{label}: the attack did not run (output: {tail:?})"
+            ));
         }
-        if !escape.may_claim && tail.contains(&format!("crucible-escape {}: SUCCEEDED", escape.name)) {
+        if !escape.may_claim
+            && tail.contains(&format!("crucible-escape {}: SUCCEEDED", escape.name))
+        {
             failures.push(format!("{label}: the attack succeeded: {tail}"));
         }
         if r["speedup"].as_f64() == Some(777.0) {
@@ -314,7 +346,9 @@ async fn escapes_fail_and_neighbours_keep_their_verdicts() {
         failures.push("Redis was flushed".to_owned());
     }
     if std::net::TcpStream::connect(("127.0.0.1", daemon_port)).is_ok() {
-        failures.push(format!("a daemon listens on port {daemon_port} of the host"));
+        failures.push(format!(
+            "a daemon listens on port {daemon_port} of the host"
+        ));
     }
     if listener.accept().is_ok() {
         failures.push("a task connected to the host's abstract socket".to_owned());
@@ -360,15 +394,22 @@ async fn escapes_fail_and_neighbours_keep_their_verdicts() {
 /// Waits until `count` workers report their sandbox, and refuses to go on unless every
 /// required layer is active on each.
 async fn require_sandboxed_workers(api: &Api, count: usize) {
-    let workers = eventually("the workers' sandbox reports", Duration::from_secs(300), || async {
-        let (_, v) = api.get("/workers/status").await;
-        let workers = v["workers"].as_array().cloned().unwrap_or_default();
-        (workers.len() >= count && workers.iter().all(|w| w["sandbox"].is_object()))
-            .then_some(workers)
-    })
+    let workers = eventually(
+        "the workers' sandbox reports",
+        Duration::from_secs(300),
+        || async {
+            let (_, v) = api.get("/workers/status").await;
+            let workers = v["workers"].as_array().cloned().unwrap_or_default();
+            (workers.len() >= count && workers.iter().all(|w| w["sandbox"].is_object()))
+                .then_some(workers)
+        },
+    )
     .await;
     for w in &workers {
-        let layers = w["sandbox"]["layers"].as_array().cloned().unwrap_or_default();
+        let layers = w["sandbox"]["layers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         for want in REQUIRED_LAYERS {
             let active = layers
                 .iter()

@@ -54,13 +54,19 @@ async fn kill_and_expect_a_retry(api: &Api, ns_pid: &str, body: Value) {
         task["result"]["verdict"], "ok",
         "a kill from outside became the verdict: {task}"
     );
-    assert_eq!(task["attempts"], 2, "evaluated again after the kill: {task}");
+    assert_eq!(
+        task["attempts"], 2,
+        "evaluated again after the kill: {task}"
+    );
 
     // The identical request is answered from the cache, with the task's own verdict.
     let (status, again) = api.post("/evaluate", body).await;
     assert_eq!(status, 202, "{again}");
     let again = api
-        .wait_task(again["task_id"].as_str().expect("task_id"), Duration::from_secs(60))
+        .wait_task(
+            again["task_id"].as_str().expect("task_id"),
+            Duration::from_secs(60),
+        )
         .await;
     assert_eq!(again["cached"], true, "{again}");
     assert_eq!(again["result"]["verdict"], "ok", "{again}");

@@ -112,14 +112,22 @@ async fn each_role_does_its_whole_job_with_nothing_refused() {
         .await
         .unwrap();
     assert_eq!(done.map(|v| v.status), Some(TaskStatus::Done));
-    assert!(api.submit(&TenantId::builtin(), spec("a")).await.unwrap().cached);
+    assert!(
+        api.submit(&TenantId::builtin(), spec("a"))
+            .await
+            .unwrap()
+            .cached
+    );
 
     // A batch with an idempotency key reused and an identical request coalesced; its counters,
     // task list and finished log; a worker releases one task, which is requeued.
     let mut keyed = spec("b");
     keyed.request.idempotency_key = Some("acl-key".to_owned());
     let (batch, subs) = api
-        .submit_batch(&TenantId::builtin(), vec![keyed.clone(), keyed, spec("c"), spec("c")])
+        .submit_batch(
+            &TenantId::builtin(),
+            vec![keyed.clone(), keyed, spec("c"), spec("c")],
+        )
         .await
         .unwrap();
     assert!(subs[1].deduplicated && subs[3].coalesced, "{subs:?}");
