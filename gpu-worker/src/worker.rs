@@ -292,6 +292,7 @@ impl Worker {
         if let Err(e) = self.broker.deregister_worker(&self.id).await {
             tracing::warn!(worker_id = %self.id, error = %e, "deregister failed");
         }
+        self.cfg.sandbox.release();
         tracing::info!(worker_id = %self.id, "worker stopped");
         Ok(())
     }

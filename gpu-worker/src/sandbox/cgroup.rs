@@ -105,9 +105,11 @@ impl Cgroups {
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
         let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
         let found = placement(&mountinfo, &cgroup);
-        let base = format!("crucible-w{}", std::process::id());
+        let base = format!("{BASE_PREFIX}{}", std::process::id());
         let make = |own: Option<PathBuf>| {
-            let dir = own?.join(&base);
+            let own = own?;
+            remove_stale(&own);
+            let dir = own.join(&base);
             match std::fs::create_dir(&dir) {
                 Ok(()) => Some(dir),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Some(dir),
@@ -198,6 +200,36 @@ impl Cgroups {
             .flatten()
         {
             let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// Base directories are `crucible-w<worker pid>`.
+const BASE_PREFIX: &str = "crucible-w";
+
+/// Removes the base directories (and their emptied task cgroups) of workers that are gone: a
+/// worker killed before it could clean up leaves them behind.
+fn remove_stale(own: &Path) {
+    let Ok(entries) = std::fs::read_dir(own) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix(BASE_PREFIX).and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let base = entry.path();
+        if let Ok(tasks) = std::fs::read_dir(&base) {
+            for task in tasks.flatten().filter(|t| t.path().is_dir()) {
+                let _ = std::fs::write(task.path().join("cgroup.kill"), "1");
+                let _ = std::fs::remove_dir(task.path());
+            }
+        }
+        if std::fs::remove_dir(&base).is_ok() {
+            tracing::info!(dir = %base.display(), "removed a gone worker's cgroup");
         }
     }
 }

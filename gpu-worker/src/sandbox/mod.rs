@@ -130,6 +130,14 @@ impl Sandbox {
             .map(Some)
     }
 
+    /// Removes what the sandbox made on the host for this worker (its cgroup directories);
+    /// a worker that dies first leaves them to the next one's clean-up.
+    pub fn release(&self) {
+        if let Some(cgroups) = self.ready.get().and_then(|r| r.host.cgroups()) {
+            cgroups.remove();
+        }
+    }
+
     /// The sandbox of one child whose directory is `task_dir` (`None` when off).
     pub async fn for_child(
         &self,
