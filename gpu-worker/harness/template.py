@@ -35,6 +35,7 @@ import resource  # noqa: E402
 import selectors  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
+import tempfile  # noqa: E402
 
 CONTROL_FD = 4
 PR_SET_PDEATHSIG = 1
@@ -117,6 +118,9 @@ def _child(harness, request, fds, template_pid, closing):
         os.chdir(request["taskdir"])
         os.environ.clear()
         os.environ.update({str(k): str(v) for k, v in request["env"].items()})
+        # What the template imported may have asked for a temporary directory already: that
+        # was the template's, which the task's sandbox does not show. The task's is TMPDIR.
+        tempfile.tempdir = None
     except BaseException as e:
         try:
             os.write(2, f"crucible template: child setup failed: {type(e).__name__}: {e}\n".encode())
