@@ -1,10 +1,10 @@
 //! The harness's side of the result pipe (fd 3), parsed strictly: the child is untrusted, so
 //! anything off-protocol is a violation, never an instruction. See docs/harness-protocol.md.
 
+use crate::sandbox::selftest::SelftestReport;
 use crucible_shared::{
     DeviceInfo, Flag, RuntimeStats, SEVERITY_FLAG, SEVERITY_HACK, SEVERITY_REJECT, VerdictCode,
 };
-use crate::sandbox::selftest::SelftestReport;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 

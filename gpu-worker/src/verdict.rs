@@ -414,12 +414,20 @@ mod tests {
         assert!(fault(&sigkill), "a judge killed by someone else");
         let runner_killed = outcome(RUNNING, ExitKind::Code(RUNNER_KILLED_EXIT), None);
         assert!(fault(&runner_killed), "a runner killed by someone else");
-        assert!(fault(&outcome(RUNNING, ExitKind::Signal(nix::libc::SIGTERM), None)));
+        assert!(fault(&outcome(
+            RUNNING,
+            ExitKind::Signal(nix::libc::SIGTERM),
+            None
+        )));
         for mut o in [sigkill, runner_killed] {
             o.oom_kills = 1;
             assert_eq!(code_of(classify(&o, &c)), VerdictCode::Resource);
         }
-        let mut broken = outcome(RUNNING, ExitKind::Signal(9), Some(KillReason::SandboxBroken));
+        let mut broken = outcome(
+            RUNNING,
+            ExitKind::Signal(9),
+            Some(KillReason::SandboxBroken),
+        );
         broken.sandbox_broken = Some("uids [0, 0, 0, 0]".into());
         match classify(&broken, &c) {
             Classified::ServiceFault(why) => assert!(why.contains("outside its sandbox"), "{why}"),

@@ -154,7 +154,10 @@ impl Worker {
     ///
     /// Before its first claim it proves its sandbox (`sandbox::selftest`); without the layers
     /// it requires it registers as unhealthy, deregisters and returns the reason.
-    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) -> Result<(), WorkerError> {
+    pub async fn run(
+        self: Arc<Self>,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Result<(), WorkerError> {
         tracing::info!(worker_id = %self.id, device = ?self.cfg.device, compile_pool = self.cfg.compile_pool, prefetch = self.cfg.prefetch, "worker starting");
         let registry = {
             let me = self.clone();

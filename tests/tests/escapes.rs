@@ -77,18 +77,27 @@ fn processes_with(marker: &str) -> Vec<String> {
         return Vec::new();
     };
     dir.flatten()
-        .filter(|e| e.file_name().to_string_lossy().chars().all(|c| c.is_ascii_digit()))
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .chars()
+                .all(|c| c.is_ascii_digit())
+        })
         .filter_map(|e| {
             let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
             let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            cmd.contains(marker).then(|| format!("{}: {cmd}", e.file_name().to_string_lossy()))
+            cmd.contains(marker)
+                .then(|| format!("{}: {cmd}", e.file_name().to_string_lossy()))
         })
         .collect()
 }
 
 fn python_purelib() -> PathBuf {
     let out = std::process::Command::new(python())
-        .args(["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ])
         .output()
         .expect("python runs");
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
@@ -120,7 +129,10 @@ async fn escapes_fail_and_neighbours_keep_their_verdicts() {
     let mut env = service_env(&redis.url, "escapes");
     env.extend([
         ("CRUCIBLE_WORK_DIR".to_owned(), work.display().to_string()),
-        ("CRUCIBLE_BUILD_CACHE".to_owned(), cache.display().to_string()),
+        (
+            "CRUCIBLE_BUILD_CACHE".to_owned(),
+            cache.display().to_string(),
+        ),
         // A secret in the services' environment: no result may ever show it.
         ("CRUCIBLE_ESCAPE_SECRET".to_owned(), secret.clone()),
     ]);
@@ -153,7 +165,9 @@ async fn escapes_fail_and_neighbours_keep_their_verdicts() {
             .expect("abstract address"),
     )
     .expect("abstract listener");
-    listener.set_nonblocking(true).expect("nonblocking listener");
+    listener
+        .set_nonblocking(true)
+        .expect("nonblocking listener");
 
     // The victim: an honest, slow task the api_cancel escape tries to cancel while it runs.
     let slow = std::fs::read_to_string(repo_root().join("tests/escapes/slow_neighbour.py"))
@@ -176,7 +190,10 @@ async fn escapes_fail_and_neighbours_keep_their_verdicts() {
     let daemon_port = free_port();
     let placeholders = Placeholders {
         values: BTreeMap::from([
-            ("REDIS_PORT", redis.url.rsplit(':').next().unwrap().to_owned()),
+            (
+                "REDIS_PORT",
+                redis.url.rsplit(':').next().unwrap().to_owned(),
+            ),
             ("API_PORT", port.to_string()),
             ("VICTIM", victim.clone()),
             ("DAEMON_PORT", daemon_port.to_string()),
@@ -200,7 +217,11 @@ async fn escapes_fail_and_neighbours_keep_their_verdicts() {
     for (round, case) in CASES.iter().enumerate() {
         for (i, escape) in escapes.iter().enumerate() {
             let nonce = format!("{}-{case}-{run}", escape.name);
-            let screening = if *case == "unscreened" { screening_off() } else { json!({}) };
+            let screening = if *case == "unscreened" {
+                screening_off()
+            } else {
+                json!({})
+            };
             let id = api
                 .submit(json!({
                     "reference_code": problem("elementwise_relu"),
@@ -234,9 +255,13 @@ async fn escapes_fail_and_neighbours_keep_their_verdicts() {
             ));
         }
         if !tail.contains(&format!("crucible-escape {}: attempted", escape.name)) {
-            failures.push(format!("{label}: the attack did not run (output: {tail:?})"));
+            failures.push(format!(
+                "{label}: the attack did not run (output: {tail:?})"
+            ));
         }
-        if !escape.may_claim && tail.contains(&format!("crucible-escape {}: SUCCEEDED", escape.name)) {
+        if !escape.may_claim
+            && tail.contains(&format!("crucible-escape {}: SUCCEEDED", escape.name))
+        {
             failures.push(format!("{label}: the attack succeeded: {tail}"));
         }
         if r["speedup"].as_f64() == Some(777.0) {
@@ -277,7 +302,9 @@ async fn escapes_fail_and_neighbours_keep_their_verdicts() {
         failures.push("Redis was flushed".to_owned());
     }
     if std::net::TcpStream::connect(("127.0.0.1", daemon_port)).is_ok() {
-        failures.push(format!("a daemon listens on port {daemon_port} of the host"));
+        failures.push(format!(
+            "a daemon listens on port {daemon_port} of the host"
+        ));
     }
     if listener.accept().is_ok() {
         failures.push("a task connected to the host's abstract socket".to_owned());

@@ -68,7 +68,10 @@ pub fn placement(mountinfo: &str, cgroup: &str) -> Placement {
             continue;
         };
         let under = |path: &str| {
-            let rel = path.strip_prefix(root).unwrap_or(path).trim_start_matches('/');
+            let rel = path
+                .strip_prefix(root)
+                .unwrap_or(path)
+                .trim_start_matches('/');
             Path::new(point).join(rel)
         };
         match *fstype {
@@ -79,10 +82,9 @@ pub fn placement(mountinfo: &str, cgroup: &str) -> Placement {
             }
             "cgroup" => {
                 let options = right.get(2).copied().unwrap_or_default();
-                for (controller, slot) in [
-                    ("memory", &mut out.v1_memory),
-                    ("pids", &mut out.v1_pids),
-                ] {
+                for (controller, slot) in
+                    [("memory", &mut out.v1_memory), ("pids", &mut out.v1_pids)]
+                {
                     if options.split(',').any(|o| o == controller)
                         && let Some(p) = own.get(controller)
                     {
@@ -175,7 +177,10 @@ impl Cgroups {
         }
         if let Some(base) = &self.v1_memory {
             let dir = make(base)?;
-            write(&dir.join("memory.limit_in_bytes"), &memory_bytes.to_string())?;
+            write(
+                &dir.join("memory.limit_in_bytes"),
+                &memory_bytes.to_string(),
+            )?;
             task.v1_memory = Some(dir);
         }
         if let Some(base) = &self.v1_pids {
@@ -188,7 +193,10 @@ impl Cgroups {
 
     /// Removes the worker's base directories (at shutdown; task cgroups are gone by then).
     pub fn remove(&self) {
-        for dir in [&self.v2, &self.v1_memory, &self.v1_pids].into_iter().flatten() {
+        for dir in [&self.v2, &self.v1_memory, &self.v1_pids]
+            .into_iter()
+            .flatten()
+        {
             let _ = std::fs::remove_dir(dir);
         }
     }
@@ -303,7 +311,10 @@ impl TaskCgroup {
             .as_ref()
             .filter(|_| self.v2_memory)
             .map(|d| d.join("memory.events"));
-        let v1 = self.v1_memory.as_ref().map(|d| d.join("memory.oom_control"));
+        let v1 = self
+            .v1_memory
+            .as_ref()
+            .map(|d| d.join("memory.oom_control"));
         [v2, v1]
             .into_iter()
             .flatten()
@@ -374,6 +385,9 @@ mod tests {
         let events = "low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\n";
         assert_eq!(counter(events, "oom_kill"), 2);
         assert_eq!(counter(events, "oom_group_kill"), 0);
-        assert_eq!(counter("oom_kill_disable 0\nunder_oom 0\noom_kill 5\n", "oom_kill"), 5);
+        assert_eq!(
+            counter("oom_kill_disable 0\nunder_oom 0\noom_kill 5\n", "oom_kill"),
+            5
+        );
     }
 }

@@ -138,7 +138,10 @@ mod tests {
         let c = pool.acquire();
         assert_eq!(c.identity.ids(), a_ids, "the freed user is the least used");
         let d = pool.acquire();
-        assert!(matches!(d.identity, Identity::User { .. }), "more children than users share");
+        assert!(
+            matches!(d.identity, Identity::User { .. }),
+            "more children than users share"
+        );
     }
 
     #[test]

@@ -81,7 +81,11 @@ mod tests {
     #[test]
     fn access_masks_nest_as_the_child_expects() {
         let rw = read_write_access().bits();
-        assert_eq!(proc_access().bits() & !rw, 0, "proc rights are handled rights");
+        assert_eq!(
+            proc_access().bits() & !rw,
+            0,
+            "proc rights are handled rights"
+        );
         assert_ne!(device_access().bits() & AccessFs::IoctlDev as u64, 0);
         assert_eq!(read_only_access().bits() & AccessFs::WriteFile as u64, 0);
     }

@@ -197,7 +197,8 @@ impl Host {
                     .into(),
             );
         }
-        let mut read_only: Vec<PathBuf> = paths::SYSTEM_READ_ONLY.iter().map(PathBuf::from).collect();
+        let mut read_only: Vec<PathBuf> =
+            paths::SYSTEM_READ_ONLY.iter().map(PathBuf::from).collect();
         read_only.extend(paths::python_dirs(&cfg.python).await?);
         read_only.extend(paths::toolchain_dirs(|k| std::env::var(k).ok()));
         let mut devices: Vec<PathBuf> = paths::COMMON_DEVICES.iter().map(PathBuf::from).collect();
@@ -283,7 +284,10 @@ impl Host {
         let plan = plan::build(plan::PlanInputs {
             active,
             identity: &lease.identity,
-            cgroup_procs: cgroup.as_ref().map(TaskCgroup::procs_files).unwrap_or_default(),
+            cgroup_procs: cgroup
+                .as_ref()
+                .map(TaskCgroup::procs_files)
+                .unwrap_or_default(),
             private_mounts,
             landlock: ruleset.as_ref().map(|_| plan::LandlockPlan {
                 fd: plan::RULESET_FD,

@@ -88,7 +88,12 @@ pub fn toolchain_dirs(lookup: impl Fn(&str) -> Option<String>) -> Vec<PathBuf> {
     let mut dirs = vec![PathBuf::from(CUDA_DEFAULT)];
     for var in TOOLCHAIN_VARS {
         if let Some(value) = lookup(var) {
-            dirs.extend(value.split(':').filter(|p| !p.is_empty()).map(PathBuf::from));
+            dirs.extend(
+                value
+                    .split(':')
+                    .filter(|p| !p.is_empty())
+                    .map(PathBuf::from),
+            );
         }
     }
     existing_dirs(dirs)

@@ -151,7 +151,13 @@ fn with_x32_guard(program: Vec<u8>) -> Vec<u8> {
     {
         let mut out = Vec::with_capacity(program.len() + 24);
         // offsetof(struct seccomp_data, nr) is 0.
-        push_insn(&mut out, (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16, 0, 0, 0);
+        push_insn(
+            &mut out,
+            (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+            0,
+            0,
+            0,
+        );
         push_insn(
             &mut out,
             (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16,
@@ -223,7 +229,10 @@ pub fn runner_programs(network_namespace: bool) -> Result<Vec<Vec<u8>>, SandboxE
             )?])?],
         );
     }
-    Ok(vec![compile(denied, SeccompAction::Errno(libc::EPERM as u32))?])
+    Ok(vec![compile(
+        denied,
+        SeccompAction::Errno(libc::EPERM as u32),
+    )?])
 }
 
 /// Whether this kernel has seccomp filters (an error says why not).
@@ -300,7 +309,9 @@ mod tests {
             libc::ENOSYS
         );
         assert_eq!(
-            in_child_under(&judge, || errno_of(unsafe { libc::syscall(libc::SYS_getpid) })),
+            in_child_under(&judge, || errno_of(unsafe {
+                libc::syscall(libc::SYS_getpid)
+            })),
             0
         );
         // A plain fork (clone without namespace flags) works under the filter.

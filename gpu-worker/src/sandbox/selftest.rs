@@ -85,7 +85,10 @@ pub struct Targets {
 pub enum Outcome {
     Report(Box<SelftestReport>),
     /// A layer of the plan could not be entered (the harness's `sandbox_failed`).
-    LayerFailed { layer: String, error: String },
+    LayerFailed {
+        layer: String,
+        error: String,
+    },
     /// Anything else: the child's own words.
     Broken(String),
 }
@@ -165,8 +168,7 @@ pub fn judge_layers(
                 }
             }
             SandboxLayer::Seccomp => {
-                if field("Seccomp") == ["2"] && r.unshare_user == "EPERM" && r.sigkill == "EPERM"
-                {
+                if field("Seccomp") == ["2"] && r.unshare_user == "EPERM" && r.sigkill == "EPERM" {
                     Ok(format!(
                         "{} filters on the runner (unshare: {}, sending SIGKILL: {}, ptrace: {})",
                         field("Seccomp_filters").join(""),
@@ -226,7 +228,10 @@ pub async fn establish(
         }
         // A pid namespace needs the mount namespace for its /proc.
         if !active.contains(&SandboxLayer::Mount) && active.remove(&SandboxLayer::Pid) {
-            notes.insert(SandboxLayer::Pid, "needs the mount layer for its /proc".into());
+            notes.insert(
+                SandboxLayer::Pid,
+                "needs the mount layer for its /proc".into(),
+            );
             if required.contains(&SandboxLayer::Pid) {
                 return Err(refuse(SandboxLayer::Pid, &notes[&SandboxLayer::Pid]));
             }
@@ -238,7 +243,11 @@ pub async fn establish(
                 else {
                     return Err(SandboxError::Selftest(format!("{layer}: {error}")));
                 };
-                tracing::warn!(layer = layer.name(), error, "sandbox layer refused by this host");
+                tracing::warn!(
+                    layer = layer.name(),
+                    error,
+                    "sandbox layer refused by this host"
+                );
                 if required.contains(&layer) {
                     return Err(refuse(layer, &error));
                 }

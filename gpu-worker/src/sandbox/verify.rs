@@ -82,7 +82,11 @@ mod tests {
         let root = JUDGE.replace("Uid:\t65534\t65534\t65534\t65534", "Uid:\t0\t0\t0\t0");
         assert!(check_status(&root, &expect()).unwrap_err().contains("uids"));
         let unfiltered = JUDGE.replace("Seccomp:\t2", "Seccomp:\t0");
-        assert!(check_status(&unfiltered, &expect()).unwrap_err().contains("seccomp"));
+        assert!(
+            check_status(&unfiltered, &expect())
+                .unwrap_err()
+                .contains("seccomp")
+        );
         let host_pid = JUDGE.replace("NSpid:\t4412\t1", "NSpid:\t4412");
         assert!(
             check_status(&host_pid, &expect())
@@ -90,9 +94,17 @@ mod tests {
                 .contains("pid namespace")
         );
         let caps = JUDGE.replace("CapEff:\t0000000000000000", "CapEff:\t000001ffffffffff");
-        assert!(check_status(&caps, &expect()).unwrap_err().contains("capabilities"));
+        assert!(
+            check_status(&caps, &expect())
+                .unwrap_err()
+                .contains("capabilities")
+        );
         let privs = JUDGE.replace("NoNewPrivs:\t1", "NoNewPrivs:\t0");
-        assert!(check_status(&privs, &expect()).unwrap_err().contains("no_new_privs"));
+        assert!(
+            check_status(&privs, &expect())
+                .unwrap_err()
+                .contains("no_new_privs")
+        );
     }
 
     #[test]
