@@ -55,6 +55,12 @@ install_redis() {
   [ ${#hosts[@]} -gt 0 ] || hosts=("$(hostname -f 2>/dev/null || hostname)" localhost 127.0.0.1)
   apt_install openssl openssl
   [ -n "${CRUCIBLE_NO_SYSTEMD:-}" ] || apt_install redis-server redis-server
+  # The ACL users use selectors and read-/write-only key patterns: Redis 7.0 or later.
+  if command -v redis-server >/dev/null 2>&1 &&
+    [ "$(redis-server --version | sed -n 's/.* v=\([0-9]*\)\..*/\1/p')" -lt 7 ]; then
+    echo "$(redis-server --version | cut -d' ' -f3): deploy/redis.conf needs Redis 7.0 or later" >&2
+    exit 1
+  fi
   install -d -m 0755 "$ETC"
   if [ -f "$CREDENTIALS" ]; then
     # shellcheck source=/dev/null

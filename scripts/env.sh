@@ -51,14 +51,22 @@ ensure_cxx() {
 
 # redis-server for the tests and for REDIS_URL deployments on this node.
 ensure_redis() {
-  if command -v redis-server >/dev/null 2>&1; then return 0; fi
-  log "installing redis-server from Debian"
-  local sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends redis-server >/dev/null
-  # The package starts a system instance; the tests start their own on free ports.
-  command -v redis-server >/dev/null 2>&1
+  if ! command -v redis-server >/dev/null 2>&1; then
+    log "installing redis-server from Debian"
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+    # The package starts a system instance; the tests start their own on free ports.
+    command -v redis-server >/dev/null 2>&1
+  fi
+  # deploy/redis.conf's ACL users use selectors and read-/write-only key patterns (Redis 7.0).
+  local version
+  version=$(redis-server --version | sed -n 's/.* v=\([0-9]*\)\..*/\1/p')
+  if [ "${version:-0}" -lt 7 ]; then
+    log "$(command -v redis-server) is $(redis-server --version | cut -d' ' -f3); the tests need Redis 7.0 or later"
+    return 1
+  fi
 }
 
 # What the tests of Redis with TLS need: a redis-server built with TLS (Debian's is) and the

@@ -1,39 +1,15 @@
 //! [`RedisBroker`]: the queue shared by every API replica and worker. Every state transition
 //! is one Lua script (`src/lua/`), so it is atomic, and every timestamp comes from Redis `TIME`,
 //! so all nodes share one clock. Submission is in `redis_broker/submit.rs`, reads of tasks and
-//! batch logs in `redis_broker/views.rs`, tenants in `redis_broker/tenants.rs`.
-//!
-//! Keys, all under `{prefix}:` (`{t}` is a tenant id, `tn_...`)
-//! - `task:{id}` hash: status, spec, attempts, priority, worker_id, lease_token, submitted_at,
-//!   started_at, finished_at (ms), result, error, batch_id, batches (every batch counting the
-//!   task), idem, tenant, ckey (scoped result cache key), cns (its tenant's cache namespace),
-//!   cached (`1` when answered from the cache). Expires `result_ttl` after the task finishes.
-//! - `queue:{t}:{high|normal|low}` lists of task ids (FIFO), `active` zset of tenants with
-//!   queued work scored by their pass in the fair share, `claim_seq` hash of claims per tenant,
-//!   `queued` hash of queued tasks per priority, `tenant_queued` / `tenant_running` hashes per
-//!   tenant, `leases` zset scored by expiry ms, `wake` list that blocked claimers BLPOP on.
-//! - `batch:{id}` hash of counters by status and its tenant, `batch:{id}:tasks` list;
-//!   `idem:{t}:{key}` string. Expire `result_ttl` after their tasks finish.
-//! - `rcache:{ns}:{ckey}` the result JSON of the last `done` task with that key in cache
-//!   namespace `ns` (a tenant id, or `shared`), `inflight:{t}:{ckey}` the id of the tenant's open
-//!   task evaluating it (deleted when it finishes); both expire after `result_ttl`. `ckey` is
-//!   `{cache_scope}:{sha256}`.
-//! - `tenant:{t}` hash (name, token SHA-256, max_queued, weight, share_cache, cache_ns,
-//!   created_at), `tenant_names` hash name → id, `tokens` hash token SHA-256 → id, `purging`
-//!   hash of deleted tenants whose queued tasks are being cancelled → their error. Kept until
-//!   the admin deletes the tenant (`redis_broker/tenants.rs`).
-//! - `stats` hash of lifetime counters; the key-value cache counts its lookups in fields
-//!   `kv:{namespace}:hits` / `misses`.
-//! - `kv:{len(namespace)}:{namespace}:{key}` strings of the key-value cache, each with its TTL.
-//! - `worker:{id}` JSON and `workers` zset of last-seen ms, both expiring when workers go quiet.
-//!
-//! Keys are built inside the scripts from the prefix, so this layout targets a single Redis
-//! node (or a primary with replicas), not Redis Cluster.
+//! batch logs in `redis_broker/views.rs`, tenants in `redis_broker/tenants.rs`; the key layout,
+//! and which role reaches which keys, in `redis_broker/keys.rs`.
 
+mod keys;
 mod submit;
 mod tenants;
 mod views;
 
+use keys::Keys;
 use views::{VIEW_FIELDS, decode_view};
 
 use crate::broker::{
@@ -156,11 +132,6 @@ fn next_poll(prev: Option<Duration>) -> Duration {
     prev.map_or(POLL_START, |d| (d * 2).min(POLL_MAX))
 }
 
-/// The key of a key-value cache entry, as `kv_key` in `lua/prelude.lua` spells it.
-fn kv_key(prefix: &str, namespace: &str, key: &str) -> String {
-    format!("{prefix}:kv:{}:{namespace}:{key}", namespace.len())
-}
-
 fn parse_status(s: &str) -> Result<TaskStatus, BrokerError> {
     TaskStatus::parse(s).ok_or_else(|| corrupt(format!("unknown task status {s:?}")))
 }
@@ -212,8 +183,8 @@ impl RedisBroker {
         &self.cfg.key_prefix
     }
 
-    fn key(&self, suffix: &str) -> String {
-        format!("{}:{suffix}", self.cfg.key_prefix)
+    fn keys(&self) -> Keys<'_> {
+        Keys(self.prefix())
     }
 
     async fn conn(&self) -> Result<Connection, BrokerError> {
@@ -306,7 +277,7 @@ impl RedisBroker {
     ) -> Result<(), BrokerError> {
         conn.set_response_timeout(timeout + BLOCK_MARGIN);
         let _token: Option<(String, String)> = redis::cmd("BLPOP")
-            .arg(self.key("wake"))
+            .arg(self.keys().wake())
             .arg(format!("{:.3}", timeout.as_secs_f64()))
             .query_async(conn)
             .await
@@ -354,7 +325,7 @@ impl Broker for RedisBroker {
     async fn get_task(&self, id: &TaskId) -> Result<Option<TaskView>, BrokerError> {
         let mut c = self.conn().await?;
         let row: Vec<Option<String>> = redis::cmd("HMGET")
-            .arg(self.key(&format!("task:{id}")))
+            .arg(self.keys().task(id))
             .arg(&VIEW_FIELDS[..])
             .query_async(&mut c)
             .await
@@ -365,7 +336,7 @@ impl Broker for RedisBroker {
     async fn get_spec(&self, id: &TaskId) -> Result<Option<TaskSpec>, BrokerError> {
         let mut c = self.conn().await?;
         let spec: Option<String> = redis::cmd("HGET")
-            .arg(self.key(&format!("task:{id}")))
+            .arg(self.keys().task(id))
             .arg("spec")
             .query_async(&mut c)
             .await
@@ -438,10 +409,10 @@ impl Broker for RedisBroker {
         let (counts, task_ids): (Vec<Option<u64>>, Vec<String>) = redis::pipe()
             .atomic()
             .cmd("HMGET")
-            .arg(self.key(&format!("batch:{id}")))
+            .arg(self.keys().batch(id))
             .arg(&["total", "queued", "running", "done", "failed", "cancelled"][..])
             .cmd("LRANGE")
-            .arg(self.key(&format!("batch:{id}:tasks")))
+            .arg(self.keys().batch_tasks(id))
             .arg(0)
             .arg(-1)
             .query_async(&mut c)
@@ -480,12 +451,12 @@ impl Broker for RedisBroker {
         let (queued, running, stats): (Vec<Option<u64>>, u64, Vec<Option<u64>>) = redis::pipe()
             .atomic()
             .cmd("HMGET")
-            .arg(self.key("queued"))
+            .arg(self.keys().queued())
             .arg(&["high", "normal", "low"][..])
             .cmd("ZCARD")
-            .arg(self.key("leases"))
+            .arg(self.keys().leases())
             .cmd("HMGET")
-            .arg(self.key("stats"))
+            .arg(self.keys().stats())
             .arg(
                 &[
                     "submitted",
@@ -654,9 +625,9 @@ impl Broker for RedisBroker {
         let _: (u64, u64) = redis::pipe()
             .atomic()
             .cmd("DEL")
-            .arg(self.key(&format!("worker:{id}")))
+            .arg(self.keys().worker(id))
             .cmd("ZREM")
-            .arg(self.key("workers"))
+            .arg(self.keys().workers())
             .arg(id.as_str())
             .query_async(&mut c)
             .await
@@ -716,7 +687,7 @@ impl Broker for RedisBroker {
     ) -> Result<(), BrokerError> {
         let mut c = self.conn().await?;
         let _: () = redis::cmd("SET")
-            .arg(kv_key(self.prefix(), namespace, key))
+            .arg(self.keys().kv(namespace, key))
             .arg(value)
             .arg("PX")
             .arg(ms(ttl))

@@ -1,20 +1,24 @@
 //! The broker's least-privilege ACL (the users of `deploy/redis.conf`, over TLS): each role does
-//! its whole job through `RedisBroker` with nothing refused, and is refused everything else —
-//! FLUSHALL, CONFIG, KEYS, keys outside the prefix or of the other role, the same through Lua.
-//! No Python here: `redis_tls.rs` runs the real processes.
+//! its whole job through `RedisBroker` with nothing refused, tenants' calls included, and is
+//! refused everything else — FLUSHALL, CONFIG, KEYS, keys outside the prefix or of the other
+//! role, the same through Lua; a worker cannot read the tenant registry (names, token hashes,
+//! settings). No Python here: `redis_tls.rs` runs the real processes.
 
 use chrono::Utc;
 use crucible_api_server::rollouts::{BATCH_KEYS_NAMESPACE, RECORDS_NAMESPACE};
 use crucible_gpu_worker::build_cache::BUILD_CACHE_NAMESPACE;
 use crucible_shared::{
-    BrokerConfig, DeviceInfo, DeviceKind, EvalResult, EvaluateRequest, Priority, TaskSpec,
-    TaskStatus, TenantId, VerdictCode, WorkerId, WorkerInfo, WorkerState,
+    BrokerConfig, CreateTenantRequest, DeviceInfo, DeviceKind, EvalResult, EvaluateRequest,
+    Priority, TaskSpec, TaskStatus, TenantId, VerdictCode, WorkerId, WorkerInfo, WorkerState,
 };
 use crucible_task_manager::{
-    AckOutcome, Broker, CancelOutcome, LeaseState, REF_CACHE_NAMESPACE, RedisBroker,
+    AckOutcome, Broker, BrokerError, CancelOutcome, Lease, LeaseState, REF_CACHE_NAMESPACE,
+    RedisBroker, Tenant, TenantRegistry,
 };
 use crucible_tests::secure_redis::{Role, SecureRedis};
 use crucible_tests::*;
+use redis::aio::MultiplexedConnection;
+use sha2::{Digest, Sha256};
 use std::time::Duration;
 
 /// The prefix `deploy/redis.conf` binds the roles to (CRUCIBLE_KEY_PREFIX's default).
@@ -70,6 +74,47 @@ async fn open(server: &SecureRedis, role: Role) -> RedisBroker {
     RedisBroker::open(&server.target(role), config())
         .await
         .unwrap_or_else(|e| panic!("{role:?} cannot connect: {e}"))
+}
+
+/// The SHA-256 (hex) the API stores for `name`'s token; the token itself never reaches Redis.
+fn token_hash(name: &str) -> String {
+    Sha256::digest(format!("crt_token_of_{name}").as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+async fn create_tenant(
+    api: &RedisBroker,
+    name: &str,
+    edit: impl FnOnce(&mut CreateTenantRequest),
+) -> Tenant {
+    let mut request = CreateTenantRequest::new(name);
+    edit(&mut request);
+    api.create_tenant(&request, &token_hash(name))
+        .await
+        .unwrap_or_else(|e| panic!("create tenant {name}: {e}"))
+}
+
+/// Sends `args` as `role`'s connection and expects Redis to refuse it for want of permission.
+async fn assert_refused(c: &mut MultiplexedConnection, who: &str, args: &[&str]) {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    let reply: redis::RedisResult<redis::Value> = cmd.query_async(c).await;
+    let err = reply.expect_err(&format!("{who} was allowed {args:?}"));
+    assert_eq!(err.code(), Some("NOPERM"), "{who} {args:?}: {err}");
+}
+
+/// Runs a Lua script as `c`'s user and expects Redis to refuse the command in it.
+async fn assert_refused_in_lua(c: &mut MultiplexedConnection, who: &str, body: &str) {
+    let reply: redis::RedisResult<redis::Value> = redis::Script::new(body).invoke_async(c).await;
+    let err = reply.expect_err(&format!("{who} ran {body}"));
+    assert!(
+        err.to_string().contains("can't access") || err.to_string().contains("can't run"),
+        "{who} {body}: {err}"
+    );
 }
 
 /// Every `Broker` call, each through the role that makes it in a deployment (API replicas and
@@ -213,6 +258,181 @@ async fn each_role_does_its_whole_job_with_nothing_refused() {
     assert_eq!(server.acl_denials().await, Vec::<String>::new());
 }
 
+/// Every `TenantRegistry` call and every tenant path of the scripts, each through the role that
+/// takes it in a deployment: the API creates, finds by token hash, lists and counts tenants,
+/// submits per tenant (quota, own and shared caches, coalescing), names the owners of tasks and
+/// batches, deletes a tenant with work running and queued, and its reaper finishes deletions;
+/// the worker claims across tenants by weight, renews, completes into a shared cache, and
+/// releases a task back into the fair share. Nothing is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_run_through_their_roles_with_nothing_refused() {
+    let logs = log_dir("redis-acl-tenants");
+    let server = SecureRedis::start(&logs, false).await;
+    let api = open(&server, Role::Api).await;
+    let worker = open(&server, Role::Worker).await;
+    let w = WorkerId("w_acl_tenants".to_owned());
+
+    let alice = create_tenant(&api, "alice", |r| {
+        r.weight = Some(3);
+        r.max_queued = Some(4);
+    })
+    .await;
+    let bob = create_tenant(&api, "bob", |r| r.share_cache = true).await;
+    let carol = create_tenant(&api, "carol", |r| r.share_cache = true).await;
+    let again = api
+        .create_tenant(&CreateTenantRequest::new("alice"), &token_hash("alice2"))
+        .await;
+    assert!(
+        matches!(again, Err(BrokerError::TenantExists(_))),
+        "{again:?}"
+    );
+    assert_eq!(
+        api.tenant_by_token(&token_hash("alice")).await.unwrap(),
+        Some(alice.clone())
+    );
+    assert_eq!(
+        api.tenant_by_token(&token_hash("nobody")).await.unwrap(),
+        None
+    );
+    assert_eq!(api.list_tenants().await.unwrap().len(), 3);
+
+    // Work of three tenants and the built-in one; alice's quota refuses what would pass it,
+    // bob's identical request joins his open task.
+    let (alice_batch, alice_tasks) = api
+        .submit_batch(&alice.id, vec![spec("a1"), spec("a2"), spec("a3")])
+        .await
+        .unwrap();
+    let over = api
+        .submit_batch(&alice.id, vec![spec("a4"), spec("a5")])
+        .await;
+    assert!(
+        matches!(over, Err(BrokerError::QuotaExceeded { .. })),
+        "{over:?}"
+    );
+    // Keyed: the worker that finishes it keeps the tenant's idempotency key for result_ttl.
+    let mut keyed = spec("shared");
+    keyed.request.idempotency_key = Some("bob-key".to_owned());
+    let bobs = api.submit(&bob.id, keyed).await.unwrap();
+    assert!(api.submit(&bob.id, spec("shared")).await.unwrap().coalesced);
+    let builtin = api
+        .submit(&TenantId::builtin(), spec("builtin"))
+        .await
+        .unwrap();
+    assert_eq!(
+        api.task_tenant(&alice_tasks[0].task_id).await.unwrap(),
+        Some(alice.id.clone())
+    );
+    assert_eq!(
+        api.batch_tenant(&alice_batch).await.unwrap(),
+        Some(alice.id.clone())
+    );
+    let loads = api.tenant_loads().await.unwrap();
+    assert_eq!(
+        loads
+            .iter()
+            .map(|l| (l.queued, l.running))
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1)),
+        (5, 0),
+        "{loads:?}"
+    );
+
+    // The worker claims all five across the tenants: a tenant with more queued work moves on
+    // by its weight, one whose queues ran empty leaves the fair share.
+    let mut leases: Vec<Lease> = Vec::new();
+    for _ in 0..5 {
+        leases.push(
+            worker
+                .claim(&w, Duration::from_secs(2))
+                .await
+                .unwrap()
+                .expect("queued work"),
+        );
+    }
+    let lease_of = |id: &crucible_shared::TaskId| {
+        leases
+            .iter()
+            .find(|l| &l.task_id == id)
+            .unwrap_or_else(|| panic!("{id} was not claimed"))
+            .clone()
+    };
+    // The built-in tenant's task goes back into the fair share (it had left it) and is claimed
+    // again; bob's verdict fills the shared cache, which carol, sharing it, is answered from.
+    assert_eq!(
+        worker
+            .release(&lease_of(&builtin.task_id), "test release")
+            .await
+            .unwrap(),
+        AckOutcome::Accepted
+    );
+    let again = worker
+        .claim(&w, Duration::from_secs(2))
+        .await
+        .unwrap()
+        .expect("the released task");
+    assert_eq!(again.task_id, builtin.task_id);
+    assert_eq!(
+        worker.complete(&again, verdict()).await.unwrap(),
+        AckOutcome::Accepted
+    );
+    let bob_lease = lease_of(&bobs.task_id);
+    assert_eq!(worker.renew(&bob_lease).await.unwrap(), LeaseState::Held);
+    assert_eq!(
+        worker.complete(&bob_lease, verdict()).await.unwrap(),
+        AckOutcome::Accepted
+    );
+    assert!(api.submit(&carol.id, spec("shared")).await.unwrap().cached);
+
+    // Alice is deleted with one task done, two running and one queued: the running ones are
+    // cancelled (their worker learns it at its next renewal), the queued one purged.
+    let alice_leases: Vec<Lease> = alice_tasks.iter().map(|t| lease_of(&t.task_id)).collect();
+    assert_eq!(
+        worker.complete(&alice_leases[0], verdict()).await.unwrap(),
+        AckOutcome::Accepted
+    );
+    let queued = api.submit(&alice.id, spec("a6")).await.unwrap();
+    let deleted = api.delete_tenant("alice").await.unwrap().expect("alice");
+    assert_eq!(
+        (deleted.cancelled_running, deleted.cancelled_queued),
+        (2, 1)
+    );
+    assert_eq!(
+        worker.renew(&alice_leases[1]).await.unwrap(),
+        LeaseState::Cancelled
+    );
+    assert_eq!(
+        worker.complete(&alice_leases[2], verdict()).await.unwrap(),
+        AckOutcome::Stale
+    );
+    let view = api.get_task(&queued.task_id).await.unwrap().unwrap();
+    assert_eq!(view.status, TaskStatus::Cancelled, "{view:?}");
+    assert_eq!(api.delete_tenant("alice").await.unwrap(), None);
+    assert_eq!(
+        api.tenant_by_token(&token_hash("alice")).await.unwrap(),
+        None
+    );
+    // The reaper's pass: expired leases and the deletions a replica left half done.
+    api.reap_expired().await.unwrap();
+
+    // Bob's queued task is cancelled; the next claim finds his queues empty and drops him from
+    // the fair share, then waits for work.
+    let cancelled = api.submit(&bob.id, spec("bob-2")).await.unwrap();
+    assert!(matches!(
+        api.cancel(&cancelled.task_id).await.unwrap(),
+        CancelOutcome::Cancelled { .. }
+    ));
+    assert!(
+        worker
+            .claim(&w, Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(api.tenant_loads().await.unwrap().is_empty());
+    assert_eq!(api.list_tenants().await.unwrap().len(), 2);
+
+    assert_eq!(server.acl_denials().await, Vec::<String>::new());
+}
+
 /// What a leaked credential of either role cannot do, directly or from a Lua script.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_role_is_refused_everything_else() {
@@ -271,8 +491,13 @@ async fn each_role_is_refused_everything_else() {
             assert_eq!(err.code(), Some("NOPERM"), "{role:?} {args:?}: {err}");
         }
         if role == Role::Worker {
-            // A worker cannot list queues, batches or workers.
-            for (cmd, key) in [("LRANGE", "queue:normal"), ("ZRANGE", "workers")] {
+            // A worker cannot list queues, batches, leases or workers, nor count a batch.
+            for (cmd, key) in [
+                ("LRANGE", "queue:tn_admin:normal"),
+                ("ZRANGE", "workers"),
+                ("ZRANGE", "leases"),
+                ("LRANGE", "batch:b_1:tasks"),
+            ] {
                 let reply: redis::RedisResult<redis::Value> = redis::cmd(cmd)
                     .arg(format!("{PREFIX}:{key}"))
                     .arg(0)
@@ -280,6 +505,14 @@ async fn each_role_is_refused_everything_else() {
                     .query_async(&mut c)
                     .await;
                 assert_eq!(reply.unwrap_err().code(), Some("NOPERM"), "worker {cmd}");
+            }
+            let batch_tasks = format!("{PREFIX}:batch:b_1:tasks");
+            assert_refused(&mut c, "worker", &["LLEN", &batch_tasks]).await;
+        } else {
+            // The API enters tenants in the fair share; it cannot write leases or workers.
+            for key in ["leases", "workers"] {
+                let key = format!("{PREFIX}:{key}");
+                assert_refused(&mut c, "api", &["ZADD", &key, "1", "t_1"]).await;
             }
         }
         // Loading a script is allowed (the brokers' scripts are loaded on NOSCRIPT), but a
@@ -316,4 +549,140 @@ async fn each_role_is_refused_everything_else() {
             && denials.iter().any(|d| d.starts_with("crucible-api")),
         "{denials:?}"
     );
+}
+
+/// What a tenant's record holds, as the admin reads it: the key's name and every value in it.
+async fn dump(admin: &mut MultiplexedConnection, key: &str) -> String {
+    let kind: String = redis::cmd("TYPE")
+        .arg(key)
+        .query_async(admin)
+        .await
+        .unwrap();
+    let values: Vec<String> = match kind.as_str() {
+        "string" => vec![redis::cmd("GET").arg(key).query_async(admin).await.unwrap()],
+        "hash" => redis::cmd("HGETALL")
+            .arg(key)
+            .query_async(admin)
+            .await
+            .unwrap(),
+        "list" => redis::cmd("LRANGE")
+            .arg(key)
+            .arg(0)
+            .arg(-1)
+            .query_async(admin)
+            .await
+            .unwrap(),
+        "zset" => redis::cmd("ZRANGE")
+            .arg(key)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query_async(admin)
+            .await
+            .unwrap(),
+        other => panic!("{key}: unexpected type {other}"),
+    };
+    format!("{key} {}", values.join(" "))
+}
+
+/// A leaked worker credential reveals neither who the tenants are nor a way to look a token
+/// up: every key that holds a tenant's name or token hash (found by content, whatever the
+/// layout) is refused to the worker, read or written, directly and from Lua, while the API
+/// reaches it. The worker may read a tenant's weight (its claims need it) but not change it,
+/// and it writes cached results without reading them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_cannot_read_tenant_records_or_token_hashes() {
+    let logs = log_dir("redis-acl-registry");
+    let server = SecureRedis::start(&logs, false).await;
+    let api = open(&server, Role::Api).await;
+    let name = "secret-team";
+    let hash = token_hash(name);
+    let tenant = create_tenant(&api, name, |r| {
+        r.weight = Some(7);
+        r.max_queued = Some(9);
+    })
+    .await;
+    // Queued work: the tenant is in the fair share and its counters exist.
+    api.submit(&tenant.id, spec("x")).await.unwrap();
+
+    let mut admin = server.connection(Role::Admin).await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{PREFIX}:*"))
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let mut secret = Vec::new();
+    for key in &keys {
+        let text = dump(&mut admin, key).await;
+        if text.contains(name) || text.contains(&hash) {
+            secret.push(key.clone());
+        }
+    }
+    secret.sort();
+    // The record, the name index and the token index, all in the registry.
+    assert!(secret.len() >= 3, "{secret:?} of {keys:?}");
+    let registry = format!("{PREFIX}:tenants:");
+    assert!(
+        secret.iter().all(|k| k.starts_with(&registry)),
+        "tenant names or token hashes outside {registry}: {secret:?}"
+    );
+
+    let mut api_conn = server.connection(Role::Api).await.unwrap();
+    let mut c = server.connection(Role::Worker).await.unwrap();
+    for key in &secret {
+        let found: bool = redis::cmd("EXISTS")
+            .arg(key)
+            .query_async(&mut api_conn)
+            .await
+            .unwrap();
+        assert!(found, "the API reaches {key}");
+        for args in [
+            vec!["EXISTS", key],
+            vec!["HGET", key, &hash],
+            vec!["HMGET", key, "name", "token"],
+            vec!["GET", key],
+            vec!["HSET", key, &hash, "tn_forged"],
+            vec!["DEL", key],
+        ] {
+            assert_refused(&mut c, "worker", &args).await;
+        }
+        for body in [
+            format!("return redis.call('HGET', '{key}', '{hash}')"),
+            format!("return redis.call('HMGET', '{key}', 'name', 'token', 'max_queued')"),
+            format!("return redis.call('EXISTS', '{key}')"),
+            format!("return redis.call('HSET', '{key}', '{hash}', 'tn_forged')"),
+        ] {
+            assert_refused_in_lua(&mut c, "worker", &body).await;
+        }
+    }
+
+    // The weight a claim reads: readable, not writable.
+    let weights = format!("{PREFIX}:tenant_weights");
+    let weight: Option<String> = redis::cmd("HGET")
+        .arg(&weights)
+        .arg(tenant.id.as_str())
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(weight.as_deref(), Some("7"));
+    let id = tenant.id.as_str();
+    assert_refused(&mut c, "worker", &["HSET", &weights, id, "1000"]).await;
+    assert_refused_in_lua(
+        &mut c,
+        "worker",
+        &format!("return redis.call('HSET', '{weights}', '{id}', '1000')"),
+    )
+    .await;
+    // Cached results: written by complete, never read by a worker.
+    let cached = format!("{PREFIX}:rcache:{id}:scope:0123");
+    assert_refused(&mut c, "worker", &["GET", &cached]).await;
+    assert_refused_in_lua(
+        &mut c,
+        "worker",
+        &format!("return redis.call('GET', '{cached}')"),
+    )
+    .await;
+
+    // Nothing changed: the tenant is still found by its token, with its weight.
+    assert_eq!(api.tenant_by_token(&hash).await.unwrap(), Some(tenant));
 }

@@ -1,18 +1,22 @@
 //! The real processes against the shipped broker configuration (`deploy/redis.conf`: TLS, ACL
-//! users per role): `crucible-api` and a CPU `crucible-worker`, each with its own role's
-//! credentials over `rediss://`, run an evaluation end to end; `crucible up` runs both roles; a
-//! wrong password, a missing CA or a plain URL fails at startup with an error that names the
-//! problem and never the password.
+//! users per role): `crucible-api` (authentication required) and a CPU `crucible-worker`, each
+//! with its own role's credentials over `rediss://`, run a tenant's evaluation end to end, from
+//! the tenant's creation to its deletion; `crucible up` runs both roles; a wrong password, a
+//! missing CA or a plain URL fails at startup with an error that names the problem and never
+//! the password.
 
 use crucible_shared::BrokerConfig;
 use crucible_task_manager::{ConnectError, RedisBroker, RedisTarget, TlsFiles};
 use crucible_tests::secure_redis::{Role, SecureRedis};
 use crucible_tests::*;
+use reqwest::Method;
+use serde_json::json;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// The prefix `deploy/redis.conf` binds the roles to.
 const PREFIX: &str = "crucible";
+const ADMIN_TOKEN: &str = "tls-test-admin-token-0123456789abcdef01234567";
 
 /// A node's environment for `role`: its URL, the CA, the prefix the ACL allows.
 fn node_env(server: &SecureRedis, role: Role) -> Vec<(String, String)> {
@@ -50,19 +54,29 @@ async fn api_and_worker_evaluate_over_tls_each_with_its_role() {
     let logs = log_dir("redis-tls-e2e");
     let server = SecureRedis::start(&logs, false).await;
     let port = free_port();
-    let mut api_proc = Proc::spawn(
-        "api",
-        api_command(port, &node_env(&server, Role::Api)),
-        &logs,
-    );
+    let mut api_env = node_env(&server, Role::Api);
+    api_env.push(("CRUCIBLE_AUTH".into(), "required".into()));
+    api_env.push(("CRUCIBLE_ADMIN_TOKEN".into(), ADMIN_TOKEN.into()));
+    let mut api_proc = Proc::spawn("api", api_command(port, &api_env), &logs);
     let mut worker_proc = Proc::spawn(
         "worker",
         worker_command(&node_env(&server, Role::Worker)),
         &logs,
     );
-    let api = Api::new(port);
-    api.wait_ready().await;
+    let anon = Api::new(port);
+    anon.wait_ready().await;
+    let admin = anon.with_token(ADMIN_TOKEN);
 
+    // The admin creates a tenant (the registry is the API role's alone); the tenant evaluates.
+    let (status, created) = admin
+        .post(
+            "/admin/tenants",
+            json!({"name": "team-tls", "weight": 2, "max_queued": 10}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let token = created["token"].as_str().expect("a token");
+    let api = anon.with_token(token);
     let (status, task) = api
         .post(
             "/evaluate?wait=60",
@@ -77,20 +91,30 @@ async fn api_and_worker_evaluate_over_tls_each_with_its_role() {
     };
     assert_eq!(task["status"], "done", "{task}");
     assert_eq!(task["result"]["correct"], true, "{task}");
-    let (_, health) = api.get("/health").await;
+    let (_, health) = anon.get("/health").await;
     assert_eq!(
         (health["broker_ok"].as_bool(), health["broker"].as_str()),
         (Some(true), Some("redis")),
         "{health}"
     );
-    let (_, workers) = api.get("/workers/status").await;
+    // The admin's views read the registry and every tenant's counters.
+    let (_, workers) = admin.get("/workers/status").await;
     assert_eq!(
         workers["workers"].as_array().map(Vec::len),
         Some(1),
         "{workers}"
     );
-    let (_, queue) = api.get("/queue/status").await;
+    assert!(workers["tenants"].is_array(), "{workers}");
+    let (_, queue) = admin.get("/queue/status").await;
     assert_eq!(queue["done_total"], 1, "{queue}");
+    let (_, list) = admin.get("/admin/tenants").await;
+    assert_eq!(list["tenants"][0]["name"], "team-tls", "{list}");
+    assert_eq!(list["tenants"][0]["weight"], 2, "{list}");
+    let (status, deleted) = admin
+        .call(Method::DELETE, "/admin/tenants/team-tls", None)
+        .await;
+    assert_eq!(status, 200, "{deleted}");
+    assert_eq!(api.get("/queue/status").await.0, 401);
 
     assert!(
         worker_proc.terminate(Duration::from_secs(30)),
@@ -106,6 +130,11 @@ async fn api_and_worker_evaluate_over_tls_each_with_its_role() {
         let log = proc.log_text();
         assert!(log.contains("redis connected"), "{}:\n{log}", proc.name);
         assert_no_password(&proc.name, &log);
+        assert!(
+            !log.contains(ADMIN_TOKEN) && !log.contains(token),
+            "{} logged a token",
+            proc.name
+        );
     }
     assert!(
         api_proc

@@ -45,7 +45,8 @@ while true do
     if tenant_queue_len(tenant) == 0 then
       redis.call('ZREM', ACTIVE, tenant)
     else
-      local weight = tonumber(redis.call('HGET', tenant_key(tenant), 'weight')) or 1
+      -- The built-in tenant has no weight stored: the default, 1.
+      local weight = tonumber(redis.call('HGET', TENANT_WEIGHTS, tenant)) or 1
       -- ZINCRBY adds in Redis's doubles: a pass formatted by Lua (14 digits) would lose bits.
       redis.call('ZINCRBY', ACTIVE, math.floor(pass_scale / weight), tenant)
     end

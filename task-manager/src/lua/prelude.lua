@@ -1,5 +1,7 @@
 -- Shared helpers, concatenated in front of every script. Every script takes the key prefix as
 -- ARGV[1] and builds its keys from it (single-node Redis; the key layout is not cluster-slotted).
+-- The layout, and which role's ACL user reaches which key, is described in
+-- redis_broker/keys.rs; the names below spell it.
 
 local P = ARGV[1]
 local STATS = P .. ':stats'
@@ -14,13 +16,17 @@ local CLAIM_SEQ = P .. ':claim_seq'
 local QUEUED = P .. ':queued'
 local TENANT_QUEUED = P .. ':tenant_queued'
 local TENANT_RUNNING = P .. ':tenant_running'
+-- Tenant id -> its weight in the fair share: the one setting a claim reads, kept out of the
+-- registry so that workers never need to read it.
+local TENANT_WEIGHTS = P .. ':tenant_weights'
+-- The tenant registry: every key that names a tenant or holds its token's SHA-256 or its
+-- settings lives under REGISTRY, which only the API's ACL user may reach (deploy/redis.conf).
+local REGISTRY = P .. ':tenants:'
 -- Tenant name -> id, and token SHA-256 -> id.
-local TENANT_NAMES = P .. ':tenant_names'
-local TOKENS = P .. ':tokens'
+local TENANT_NAMES = REGISTRY .. 'names'
+local TOKENS = REGISTRY .. 'tokens'
 -- Id of a deleted tenant whose queued tasks are still being cancelled -> the error they get.
-local PURGING = P .. ':purging'
--- The fields of a tenant record the Rust side reads, in its order (redis_broker/tenants.rs).
-local TENANT_FIELDS = { 'name', 'max_queued', 'weight', 'share_cache', 'created_at' }
+local PURGING = REGISTRY .. 'purging'
 local WAKE_MAX = 1024
 -- Tokens only matter to claimers blocked right now; an unread token is useless after a while.
 local WAKE_TTL_MS = 60000
@@ -42,7 +48,7 @@ local function batch_finished_key(b) return P .. ':batch:' .. b .. ':finished' e
 -- Tenant ids (`tn_...`) hold no ':', so these keys cannot spell one another.
 local function queue_key(tenant, prio) return P .. ':queue:' .. tenant .. ':' .. prio end
 local function idem_key(tenant, k) return P .. ':idem:' .. tenant .. ':' .. k end
-local function tenant_key(tenant) return P .. ':tenant:' .. tenant end
+local function tenant_key(tenant) return REGISTRY .. 'record:' .. tenant end
 -- `ckey` is the scoped result cache key (cache scope, ':', hex SHA-256 of the request); `ns`
 -- the cache namespace of the task's tenant (its id, or the one shared namespace). In-flight
 -- entries are always the tenant's own: coalescing never crosses tenants.
@@ -50,6 +56,15 @@ local function rcache_key(ns, ckey) return P .. ':rcache:' .. ns .. ':' .. ckey 
 local function inflight_key(tenant, ckey) return P .. ':inflight:' .. tenant .. ':' .. ckey end
 -- The namespace is length-prefixed so that no (namespace, key) pair spells another's key.
 local function kv_key(ns, key) return P .. ':kv:' .. #ns .. ':' .. ns .. ':' .. key end
+
+-- A tenant as the Rust side reads it (redis_broker/tenants.rs, `TENANT_ROW`): {id, name,
+-- max_queued, weight, share_cache, created_at}, false where unset; or false when it has no
+-- record (unknown, deleted, or the built-in tenant).
+local function tenant_row(id)
+  local f = redis.call('HMGET', tenant_key(id), 'name', 'max_queued', 'share_cache', 'created_at')
+  if not f[1] then return false end
+  return { id, f[1], f[2], redis.call('HGET', TENANT_WEIGHTS, id), f[3], f[4] }
+end
 
 local function queued_total()
   local n = redis.call('HMGET', QUEUED, 'high', 'normal', 'low')

@@ -6,9 +6,10 @@ if redis.call('HEXISTS', TENANT_NAMES, name) == 1 then return { 'exists' } end
 if redis.call('HEXISTS', TOKENS, token) == 1 then return { 'token_taken' } end
 local now = now_ms()
 local key = tenant_key(id)
-redis.call('HSET', key, 'name', name, 'token', token, 'weight', ARGV[6], 'share_cache', ARGV[7],
-  'cache_ns', ARGV[8], 'created_at', now)
+redis.call('HSET', key, 'name', name, 'token', token, 'share_cache', ARGV[7], 'cache_ns', ARGV[8],
+  'created_at', now)
 if max_queued ~= '' then redis.call('HSET', key, 'max_queued', max_queued) end
+redis.call('HSET', TENANT_WEIGHTS, id, ARGV[6])
 redis.call('HSET', TENANT_NAMES, name, id)
 redis.call('HSET', TOKENS, token, id)
 return { 'created', now }

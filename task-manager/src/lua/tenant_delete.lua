@@ -11,6 +11,7 @@ local token = redis.call('HGET', tenant_key(id), 'token')
 if token then redis.call('HDEL', TOKENS, token) end
 redis.call('HDEL', TENANT_NAMES, name)
 redis.call('DEL', tenant_key(id))
+redis.call('HDEL', TENANT_WEIGHTS, id)
 redis.call('ZREM', ACTIVE, id)
 redis.call('HSET', PURGING, id, reason)
 local queued = tonumber(redis.call('HGET', TENANT_QUEUED, id)) or 0

@@ -1,12 +1,10 @@
--- Every tenant. ARGV: prefix. Returns, flat, per tenant: id, TENANT_FIELDS... (nil where unset).
+-- Every tenant. ARGV: prefix. Returns, flat, the tenant_row (prelude) of each.
 local out = {}
 local names = redis.call('HGETALL', TENANT_NAMES)
 for i = 2, #names, 2 do
-  local id = names[i]
-  local f = redis.call('HMGET', tenant_key(id), unpack(TENANT_FIELDS))
-  if f[1] then
-    out[#out + 1] = id
-    for j = 1, #TENANT_FIELDS do out[#out + 1] = f[j] end
+  local row = tenant_row(names[i])
+  if row then
+    for j = 1, #row do out[#out + 1] = row[j] end
   end
 end
 return out

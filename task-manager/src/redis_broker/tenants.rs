@@ -11,6 +11,9 @@ use crucible_shared::{BatchId, CreateTenantRequest, DeletedTenant, TaskId, Tenan
 use redis::Script;
 use std::sync::LazyLock;
 
+/// Values in a `tenant_row` (`lua/prelude.lua`).
+const TENANT_ROW: usize = 6;
+
 /// Queued tasks of deleted tenants cancelled per purge script call, so that one call never
 /// stalls Redis.
 const PURGE_CHUNK: u64 = 500;
@@ -43,8 +46,8 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     loads: lua!("tenant_loads.lua"),
 });
 
-/// A tenant from its id and the record's fields in the order of `TENANT_FIELDS`
-/// (`lua/prelude.lua`): name, max_queued, weight, share_cache, created_at.
+/// A tenant from the row `tenant_row` in `lua/prelude.lua` returns: id, name, max_queued,
+/// weight, share_cache, created_at.
 fn decode_tenant(row: &[Option<String>]) -> Result<Tenant, BrokerError> {
     let [
         Some(id),
@@ -168,7 +171,7 @@ impl TenantRegistry for RedisBroker {
             .await
             .map_err(redis_err)?;
         let mut out = flat
-            .chunks(6)
+            .chunks(TENANT_ROW)
             .map(decode_tenant)
             .collect::<Result<Vec<_>, _>>()?;
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -252,14 +255,12 @@ impl TenantRegistry for RedisBroker {
     }
 
     async fn task_tenant(&self, id: &TaskId) -> Result<Option<TenantId>, BrokerError> {
-        let owner = self.hget(self.key(&format!("task:{id}")), "tenant").await?;
+        let owner = self.hget(self.keys().task(id), "tenant").await?;
         Ok(owner.map(TenantId))
     }
 
     async fn batch_tenant(&self, id: &BatchId) -> Result<Option<TenantId>, BrokerError> {
-        let owner = self
-            .hget(self.key(&format!("batch:{id}")), "tenant")
-            .await?;
+        let owner = self.hget(self.keys().batch(id), "tenant").await?;
         Ok(owner.map(TenantId))
     }
 }

@@ -89,7 +89,7 @@ impl RedisBroker {
         let mut pipe = redis::pipe();
         for id in ids {
             pipe.cmd("HMGET")
-                .arg(self.key(&format!("task:{id}")))
+                .arg(self.keys().task(id))
                 .arg(&VIEW_FIELDS[..]);
         }
         let mut c = self.conn().await?;
@@ -107,14 +107,14 @@ impl RedisBroker {
         after: u64,
         limit: usize,
     ) -> Result<Option<(u64, u64, Vec<TaskId>)>, BrokerError> {
-        let log = self.key(&format!("batch:{id}:finished"));
+        let log = self.keys().batch_finished(id);
         let start = i64::try_from(after).unwrap_or(i64::MAX);
         let stop = start.saturating_add(i64::try_from(limit).unwrap_or(i64::MAX) - 1);
         let mut c = self.conn().await?;
         let (distinct, len, ids): (Option<u64>, u64, Vec<String>) = redis::pipe()
             .atomic()
             .cmd("HGET")
-            .arg(self.key(&format!("batch:{id}")))
+            .arg(self.keys().batch(id))
             .arg("distinct")
             .cmd("LLEN")
             .arg(&log)
