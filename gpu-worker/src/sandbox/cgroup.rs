@@ -215,7 +215,10 @@ fn remove_stale(own: &Path) {
     };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.strip_prefix(BASE_PREFIX).and_then(|p| p.parse::<u32>().ok()) else {
+        let Some(pid) = name
+            .strip_prefix(BASE_PREFIX)
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
             continue;
         };
         if Path::new(&format!("/proc/{pid}")).exists() {
