@@ -73,7 +73,8 @@ def identity():
     with open("/proc/self/status") as f:
         for line in f:
             key, _, value = line.partition(":")
-            if key in ("Uid", "Gid", "NoNewPrivs", "Seccomp", "CapEff", "NSpid"):
+            if key in ("Uid", "Gid", "NoNewPrivs", "Seccomp", "Seccomp_filters", "CapEff",
+                       "NSpid"):
                 fields[key] = value.split()
     return {"pid": os.getpid(), "status": fields}
 
