@@ -331,14 +331,12 @@ pub async fn run_child(
     };
     // Whatever the main process did, nothing it started may outlive it.
     kill_everything(pid, false).await;
-    // Its cgroup too (a process that left the group and the parent chain is still in it); the
-    // sandbox goes with it (the cgroup is removed, the user given back).
+    // Its cgroup too, as the sandbox goes (dropping it kills what is left in the cgroup, a
+    // process that left the group and the parent chain included, removes it and gives the
+    // user back); the OOM record is read first.
     let oom_kills = match sandbox {
         Some(sandbox) => tokio::task::spawn_blocking(move || {
-            let oom = sandbox.cgroup.as_ref().map_or(0, |c| {
-                c.kill_all();
-                c.oom_kills()
-            });
+            let oom = sandbox.cgroup.as_ref().map_or(0, |c| c.oom_kills());
             drop(sandbox);
             oom
         })

@@ -93,12 +93,3 @@ pub struct SandboxStatus {
     /// How long the self-test took, in milliseconds.
     pub selftest_ms: f64,
 }
-
-impl SandboxStatus {
-    /// Whether `layer` is in force.
-    pub fn is_active(&self, layer: SandboxLayer) -> bool {
-        self.layers
-            .iter()
-            .any(|l| l.layer == layer && l.state == LayerState::Active)
-    }
-}

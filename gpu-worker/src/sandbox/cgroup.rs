@@ -295,16 +295,6 @@ impl TaskCgroup {
         self.dirs().map(|d| d.join("cgroup.procs")).collect()
     }
 
-    /// Whether `pid` is in the task's cgroup (of the first hierarchy).
-    pub fn contains(&self, pid: i32) -> bool {
-        self.dirs().next().is_some_and(|d| {
-            std::fs::read_to_string(d.join("cgroup.procs"))
-                .unwrap_or_default()
-                .lines()
-                .any(|l| l.trim() == pid.to_string())
-        })
-    }
-
     /// Kills every process in the task's cgroups and waits (bounded) until they are empty.
     pub fn kill_all(&self) -> bool {
         let started = Instant::now();

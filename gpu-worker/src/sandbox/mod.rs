@@ -259,13 +259,17 @@ impl Host {
             _ => None,
         };
         let fresh_mounts = on(SandboxLayer::Mount);
-        let private_mounts = paths::private_mounts(
-            task_dir,
-            &self.read_only,
-            |p| paths::traversable_by(p, uid, gid),
-            cfg.sandbox.settings().shm_bytes,
-            cfg.sandbox.settings().tmp_bytes,
-        );
+        let private_mounts = if fresh_mounts {
+            paths::private_mounts(
+                task_dir,
+                &self.read_only,
+                |p| paths::traversable_by(p, uid, gid),
+                cfg.sandbox.settings().shm_bytes,
+                cfg.sandbox.settings().tmp_bytes,
+            )
+        } else {
+            Vec::new()
+        };
         let ruleset = if on(SandboxLayer::Landlock) {
             let mut rules: Vec<_> = self
                 .read_only
