@@ -339,6 +339,12 @@ pub fn log_dir(test: &str) -> PathBuf {
     let dir = std::env::temp_dir()
         .join("crucible-e2e")
         .join(format!("{test}-{}", std::process::id()));
+    // A directory already there is an earlier run's whose process had this pid (a fresh
+    // container numbers its processes alike): its files, an AOF a server would load among
+    // them, must not leak into this run.
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).expect("clear a stale log dir");
+    }
     std::fs::create_dir_all(&dir).expect("log dir");
     dir
 }

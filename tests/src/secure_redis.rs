@@ -129,17 +129,49 @@ pub struct SecureRedis {
     pub pki: Pki,
     /// True when the server requires client certificates (`tls-auth-clients yes`).
     pub mutual_tls: bool,
+    /// Holds the rendered configuration and the data directory, kept across a restart.
+    log_dir: PathBuf,
     pub proc: Proc,
 }
 
 impl SecureRedis {
     pub async fn start(log_dir: &Path, mutual_tls: bool) -> SecureRedis {
+        let pki = Pki::issue(&log_dir.join("pki"));
+        let port = free_port();
+        let proc = Self::spawn(log_dir, &pki, port, mutual_tls, "redis");
+        let server = SecureRedis {
+            port,
+            pki,
+            mutual_tls,
+            log_dir: log_dir.to_owned(),
+            proc,
+        };
+        server.wait_ready().await;
+        server
+    }
+
+    /// Stops the server as an operator would (SIGTERM: the AOF is flushed) and starts it again
+    /// on the same port, data directory and files; the new log is `redis-restarted.log`.
+    pub async fn restart(&mut self) {
+        assert!(
+            self.proc.terminate(Duration::from_secs(15)),
+            "redis did not stop on SIGTERM"
+        );
+        self.proc = Self::spawn(
+            &self.log_dir,
+            &self.pki,
+            self.port,
+            self.mutual_tls,
+            "redis-restarted",
+        );
+        self.wait_ready().await;
+    }
+
+    fn spawn(log_dir: &Path, pki: &Pki, port: u16, mutual_tls: bool, name: &str) -> Proc {
         let data = log_dir.join("redis-data");
         std::fs::create_dir_all(&data).expect("redis data dir");
-        let pki = Pki::issue(&log_dir.join("pki"));
         let conf = log_dir.join("redis.conf");
         std::fs::write(&conf, render_redis_conf()).expect("write redis.conf");
-        let port = free_port();
         // Only where this test's server differs from a node's: its port, address, data
         // directory and certificate files. Users, commands, keys and TLS policy are the file's.
         let mut cmd = Command::new("redis-server");
@@ -155,20 +187,16 @@ impl SecureRedis {
         if mutual_tls {
             cmd.args(["--tls-auth-clients", "yes"]);
         }
-        let proc = Proc::spawn("redis", cmd, log_dir);
-        let server = SecureRedis {
-            port,
-            pki,
-            mutual_tls,
-            proc,
-        };
+        Proc::spawn(name, cmd, log_dir)
+    }
+
+    async fn wait_ready(&self) {
         eventually(
             "the TLS redis to answer the admin",
             Duration::from_secs(15),
-            || async { server.connection(Role::Admin).await.ok().map(|_| ()) },
+            || async { self.connection(Role::Admin).await.ok().map(|_| ()) },
         )
         .await;
-        server
     }
 
     /// The role's URL: its user and password, TLS, the host name its certificate carries.
@@ -217,6 +245,18 @@ impl SecureRedis {
         &self,
         role: Role,
     ) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+        self.connect(&self.url(role)).await
+    }
+
+    /// A TLS connection that names no user: what a client without credentials gets.
+    pub async fn anonymous_connection(
+        &self,
+    ) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+        self.connect(&format!("rediss://localhost:{}", self.port))
+            .await
+    }
+
+    async fn connect(&self, url: &str) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
         let pem = |p: &Path| std::fs::read(p).expect("read pem");
         let certificates = redis::TlsCertificates {
             root_cert: Some(pem(&self.pki.ca)),
@@ -225,7 +265,7 @@ impl SecureRedis {
                 client_key: pem(&self.pki.client_key),
             }),
         };
-        let client = redis::Client::build_with_tls(self.url(role), certificates)?;
+        let client = redis::Client::build_with_tls(url, certificates)?;
         let cfg = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(5)))
             .set_response_timeout(Some(Duration::from_secs(5)));

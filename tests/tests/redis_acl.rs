@@ -686,3 +686,73 @@ async fn the_worker_cannot_read_tenant_records_or_token_hashes() {
     // Nothing changed: the tenant is still found by its token, with its weight.
     assert_eq!(api.tenant_by_token(&hash).await.unwrap(), Some(tenant));
 }
+
+/// A restart of the broker on the shipped file keeps everything the scripts wrote. Redis 7.0
+/// writes a script's effects to the AOF as a MULTI/EXEC block and, loading it, re-checks EXEC
+/// against the ACL of the default user (redis/redis#14541): with no rights there, every block is
+/// dropped without an error and the restarted broker has lost its tasks, tenants and results.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_keeps_what_the_scripts_wrote() {
+    let logs = log_dir("redis-acl-restart");
+    let mut server = SecureRedis::start(&logs, false).await;
+    let w = WorkerId("w_acl_restart".to_owned());
+    let (bob, tasks, done) = {
+        let api = open(&server, Role::Api).await;
+        let worker = open(&server, Role::Worker).await;
+        let bob = create_tenant(&api, "bob", |_| {}).await;
+        let (_, tasks) = api
+            .submit_batch(&bob.id, vec![spec("r1"), spec("r2")])
+            .await
+            .unwrap();
+        let lease = worker
+            .claim(&w, Duration::from_secs(2))
+            .await
+            .unwrap()
+            .expect("queued work");
+        assert_eq!(
+            worker.complete(&lease, verdict()).await.unwrap(),
+            AckOutcome::Accepted
+        );
+        (bob, tasks, lease.task_id)
+    };
+
+    server.restart().await;
+    let api = open(&server, Role::Api).await;
+    let worker = open(&server, Role::Worker).await;
+    assert_eq!(
+        api.tenant_by_token(&token_hash("bob")).await.unwrap(),
+        Some(bob)
+    );
+    let status = |id| {
+        let api = &api;
+        async move { api.get_task(id).await.unwrap().map(|v| v.status) }
+    };
+    assert_eq!(status(&done).await, Some(TaskStatus::Done));
+    let queued = tasks
+        .iter()
+        .map(|t| t.task_id.clone())
+        .find(|id| id != &done)
+        .expect("a second task");
+    assert_eq!(status(&queued).await, Some(TaskStatus::Queued));
+    let lease = worker
+        .claim(&w, Duration::from_secs(2))
+        .await
+        .unwrap()
+        .expect("the task queued before the restart");
+    assert_eq!(lease.task_id, queued);
+    assert_eq!(server.acl_denials().await, Vec::<String>::new());
+
+    // The default user's rights serve the AOF replay alone: no connection is or becomes it.
+    let mut anonymous = server.anonymous_connection().await.unwrap();
+    for args in [
+        vec!["PING"],
+        vec!["GET", "crucible:stats"],
+        vec!["AUTH", "default", "anything"],
+        vec!["HELLO", "3", "AUTH", "default", "anything"],
+    ] {
+        let mut cmd = redis::cmd(args[0]);
+        cmd.arg(&args[1..]);
+        let answer: redis::RedisResult<redis::Value> = cmd.query_async(&mut anonymous).await;
+        assert!(answer.is_err(), "{args:?} without a role: {answer:?}");
+    }
+}
