@@ -7,5 +7,5 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$(crucible_root)"
 ensure_python
 log "python: $CRUCIBLE_PYTHON"
-cargo build --release --quiet -p crucible-trainer-client --bin crucible
+cargo build --release --quiet -p crucible-cli --bin crucible
 exec target/release/crucible up "$@"

@@ -3,6 +3,7 @@
 use anyhow::Context;
 use clap::Parser;
 use crucible_api_server::{AppState, Auth, serve};
+use crucible_runtime::{LogTo, Shutdown, shutdown_signal};
 use crucible_shared::BrokerConfig;
 use crucible_task_manager::{Broker, RedisBroker, RedisTarget, run_reaper};
 use std::sync::Arc;
@@ -26,11 +27,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    crucible_runtime::init_tracing(LogTo::Stdout);
     let args = Args::parse();
     let cfg = BrokerConfig::from_env()?;
     let listener = tokio::net::TcpListener::bind(&args.bind)
@@ -42,36 +39,24 @@ async fn main() -> anyhow::Result<()> {
     let auth = Auth::from_env(addr)?;
     let target = RedisTarget::from_env(args.redis_url)?;
     let broker: Arc<dyn Broker> = Arc::new(RedisBroker::open(&target, cfg).await?);
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let shutdown = Shutdown::new();
     let reaper = (args.reaper_interval_ms > 0).then(|| {
         tokio::spawn(run_reaper(
             broker.clone(),
             Duration::from_millis(args.reaper_interval_ms),
-            stop_rx.clone(),
+            shutdown.watch(),
         ))
     });
     crucible_api_server::auth::log_mode(&auth, addr);
-    let mut stop = stop_rx.clone();
     let problems = crucible_api_server::problems::load_from_env().context("problem registry")?;
     let state = AppState::new(broker, auth).with_problems(problems);
-    let server = tokio::spawn(serve(listener, state, async move {
-        let _ = stop.wait_for(|s| *s).await;
-    }));
-    shutdown_signal().await;
+    let server = tokio::spawn(serve(listener, state, shutdown.token().cancelled_owned()));
+    shutdown_signal().await?;
     tracing::info!("shutdown requested");
-    let _ = stop_tx.send(true);
+    shutdown.cancel();
     server.await??;
     if let Some(r) = reaper {
         r.await?;
     }
     Ok(())
-}
-
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("install SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
 }

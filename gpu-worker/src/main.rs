@@ -3,6 +3,7 @@
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use crucible_gpu_worker::{DeviceSlot, Worker, WorkerConfig, probe};
+use crucible_runtime::{LogTo, Shutdown, shutdown_signal};
 use crucible_shared::BrokerConfig;
 use crucible_task_manager::{Broker, RedisBroker, RedisTarget};
 use std::sync::Arc;
@@ -42,11 +43,7 @@ async fn main() -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&probe::run_probe(0))?);
         return Ok(());
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    crucible_runtime::init_tracing(LogTo::Stdout);
     let redis_url = args.redis_url.context(
         "REDIS_URL (or --redis-url) is required: a standalone worker needs the shared broker",
     )?;
@@ -59,23 +56,17 @@ async fn main() -> anyhow::Result<()> {
     };
     let cfg = WorkerConfig::from_env(device).map_err(anyhow::Error::msg)?;
     let worker = Arc::new(Worker::new(broker, cfg));
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let mut run = tokio::spawn(worker.run(stop_rx));
+    let shutdown = Shutdown::new();
+    let mut run = tokio::spawn(worker.run(shutdown.watch()));
     tokio::select! {
-        _ = shutdown_signal() => tracing::info!("shutdown requested"),
+        signal = shutdown_signal() => {
+            signal?;
+            tracing::info!("shutdown requested");
+        }
         // The worker stopped by itself: it refused to serve.
         ended = &mut run => return Ok(ended??),
     }
-    let _ = stop_tx.send(true);
+    shutdown.cancel();
     run.await??;
     Ok(())
-}
-
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("install SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
 }

@@ -4,11 +4,13 @@
 
 pub mod secure_redis;
 
+// The harness pieces every suite shares live in `crucible-test-support`; the e2e tests keep
+// importing them from here.
+pub use crucible_test_support::{Proc, RedisServer as Redis, bin, eventually, free_port, log_dir};
 use serde_json::{Value, json};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 /// The checkout the test reads its problems and corpora from: where it was built, unless
 /// `CRUCIBLE_REPO_ROOT` says otherwise (a test binary carried to the GPU machine).
@@ -22,158 +24,9 @@ pub fn repo_root() -> PathBuf {
     }
 }
 
-/// A binary of this workspace, built by `cargo build --workspace --bins` (scripts/test.sh).
-/// Found next to the running executable: a test runs from `target/<profile>/deps/`, a binary
-/// of this package (`crucible-bench`) from `target/<profile>/`.
-pub fn bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let parent = exe.parent().expect("target/<profile>/...");
-    let dir = if parent.file_name().is_some_and(|n| n == "deps") {
-        parent.parent().expect("target/<profile>/deps/<test>")
-    } else {
-        parent
-    };
-    let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: build the binaries first (scripts/test.sh does: cargo build --workspace --bins)",
-        path.display()
-    );
-    path
-}
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 /// The Python the workers use; scripts/test.sh exports it.
 pub fn python() -> String {
     std::env::var("CRUCIBLE_PYTHON").unwrap_or_else(|_| "python3".to_owned())
-}
-
-/// Polls `f` until it returns `Some` or `timeout` passes.
-pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(20);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(250));
-    }
-}
-
-/// A child process killed (SIGKILL) when dropped.
-pub struct Proc {
-    pub name: String,
-    pub child: Child,
-    pub log: PathBuf,
-}
-
-impl Proc {
-    pub fn spawn(name: &str, mut cmd: Command, log_dir: &Path) -> Proc {
-        let log = log_dir.join(format!("{name}.log"));
-        let file = std::fs::File::create(&log).expect("log file");
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().expect("dup log"))
-            .stderr(file)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawning {name}: {e}"));
-        Proc {
-            name: name.to_owned(),
-            child,
-            log,
-        }
-    }
-
-    pub fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    pub fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// SIGTERM, then wait up to `timeout` for a clean exit (SIGKILL after).
-    pub fn terminate(&mut self, timeout: Duration) -> bool {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.pid()),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.kill9();
-        false
-    }
-
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
-/// A private redis-server on a free port.
-pub struct Redis {
-    pub url: String,
-    _proc: Proc,
-}
-
-impl Redis {
-    pub async fn start(log_dir: &Path) -> Redis {
-        let port = free_port();
-        let mut cmd = Command::new("redis-server");
-        cmd.args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--maxmemory-policy",
-            "noeviction",
-        ]);
-        let proc = Proc::spawn("redis", cmd, log_dir);
-        let addr = format!("127.0.0.1:{port}");
-        eventually(
-            "redis to accept connections",
-            Duration::from_secs(10),
-            || {
-                let addr = addr.clone();
-                async move { std::net::TcpStream::connect(&addr).ok().map(|_| ()) }
-            },
-        )
-        .await;
-        Redis {
-            url: format!("redis://127.0.0.1:{port}"),
-            _proc: proc,
-        }
-    }
 }
 
 /// Environment shared by API and worker processes of one test.
@@ -333,18 +186,4 @@ pub fn eval_body(problem_name: &str, candidate_file: &str, timeout_s: u32) -> Va
         "num_perf_trials": 5,
         "timeout_s": timeout_s,
     })
-}
-
-pub fn log_dir(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir()
-        .join("crucible-e2e")
-        .join(format!("{test}-{}", std::process::id()));
-    // A directory already there is an earlier run's whose process had this pid (a fresh
-    // container numbers its processes alike): its files, an AOF a server would load among
-    // them, must not leak into this run.
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).expect("clear a stale log dir");
-    }
-    std::fs::create_dir_all(&dir).expect("log dir");
-    dir
 }

@@ -16,7 +16,6 @@ use crucible_shared::{
 use crucible_task_manager::{Broker, Lease, MemoryBroker, RedisBroker};
 use std::future::Future;
 use std::pin::Pin;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -37,89 +36,10 @@ pub enum Backend {
     Redis,
 }
 
-/// A throwaway `redis-server` on a free port, killed on drop. It takes only an ACL user with a
-/// password (the default user is off), so every Redis test also runs authenticated.
-pub struct RedisServer {
-    child: Child,
-    pub url: String,
-}
-
-impl RedisServer {
-    pub async fn start() -> Self {
-        let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| {
-            if std::path::Path::new("/usr/bin/redis-server").exists() {
-                "/usr/bin/redis-server".to_owned()
-            } else {
-                "redis-server".to_owned()
-            }
-        });
-        // The port is free when probed but another process may take it before redis binds
-        // it; redis then exits at once and another port is tried.
-        for _ in 0..5 {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("bind a probe socket on 127.0.0.1")
-                .port();
-            let password = uuid::Uuid::new_v4().simple().to_string();
-            let child = Command::new(&bin)
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no"])
-                .args(["--user", "default", "off"])
-                .args(["--user", "crucible-contract", "on", &format!(">{password}")])
-                .args(["~*", "&*", "+@all"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| {
-                    panic!(
-                        "cannot start {bin:?} ({e}): the redis contract tests need a real \
-                         redis-server; install it (apt-get install redis-server) or set \
-                         REDIS_SERVER to its path"
-                    )
-                });
-            let mut server = RedisServer {
-                child,
-                url: format!("redis://crucible-contract:{password}@127.0.0.1:{port}"),
-            };
-            if server.wait_ready().await {
-                return server;
-            }
-        }
-        panic!("redis-server never became ready on any of 5 ports");
-    }
-
-    /// Polls PING until it answers; false if the server exited (port taken).
-    pub async fn wait_ready(&mut self) -> bool {
-        let deadline = Instant::now() + POLL_DEADLINE;
-        let client = ::redis::Client::open(self.url.as_str()).expect("valid redis url");
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                eprintln!("redis-server on {} exited early: {status}", self.url);
-                return false;
-            }
-            if let Ok(mut c) = client.get_multiplexed_async_connection().await {
-                let pong: ::redis::RedisResult<String> =
-                    ::redis::cmd("PING").query_async(&mut c).await;
-                if pong.is_ok() {
-                    return true;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "redis-server on {} did not answer PING within {POLL_DEADLINE:?}",
-                self.url
-            );
-            tokio::time::sleep(POLL_EVERY).await;
-        }
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+/// A throwaway `redis-server` on a free port, killed on drop; [`RedisServer::start_acl`]
+/// takes only an ACL user with a password (the default user is off), so every Redis test also
+/// runs authenticated.
+pub use crucible_test_support::RedisServer;
 
 pub struct Env {
     pub backend: Backend,
@@ -139,7 +59,7 @@ impl Env {
                 redis: None,
             },
             Backend::Redis => {
-                let server = RedisServer::start().await;
+                let server = RedisServer::start_acl().await;
                 let broker = RedisBroker::connect(&server.url, cfg.clone()).expect("connect");
                 broker.ping().await.expect("ping the fresh redis");
                 Env {

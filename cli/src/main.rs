@@ -9,14 +9,15 @@ mod tenants_cmd;
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use crucible_api_server::Auth;
+use crucible_client::Client;
 use crucible_gpu_worker::verdict::Classified;
 use crucible_gpu_worker::{
     DeviceSlot, Worker, WorkerConfig, discover_devices, evaluate_local, probe,
 };
+use crucible_runtime::{LogTo, Shutdown, shutdown_signal};
 use crucible_shared::rollout::RolloutEvalSettings;
 use crucible_shared::{Backend, BatchId, BrokerConfig, EvaluateRequest, TaskSpec};
 use crucible_task_manager::{Broker, MemoryBroker, RedisBroker, RedisTarget, run_reaper};
-use crucible_trainer_client::Client;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -215,12 +216,7 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     // Logs on stderr: stdout carries the commands' JSON.
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    crucible_runtime::init_tracing(LogTo::Stderr);
     match cli.command {
         Command::Up {
             bind,
@@ -378,19 +374,19 @@ async fn up(
     };
     devices.extend((0..extra_cpu_workers).map(|_| DeviceSlot::cpu()));
 
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let shutdown = Shutdown::new();
     let mut tasks = Vec::new();
     tasks.push(tokio::spawn(run_reaper(
         broker.clone(),
         Duration::from_secs(1),
-        stop_rx.clone(),
+        shutdown.watch(),
     )));
     // A worker that refuses to serve (its sandbox is not in place) stops `up` with its reason.
     let (refused_tx, mut refused) = tokio::sync::mpsc::channel::<String>(1);
     for device in devices {
         let wcfg = WorkerConfig::from_env(device).map_err(anyhow::Error::msg)?;
         let worker = Arc::new(Worker::new(worker_broker.clone(), wcfg));
-        let (stop, refused_tx) = (stop_rx.clone(), refused_tx.clone());
+        let (stop, refused_tx) = (shutdown.watch(), refused_tx.clone());
         tasks.push(tokio::spawn(async move {
             if let Err(e) = worker.run(stop).await {
                 let _ = refused_tx.send(e.to_string()).await;
@@ -403,22 +399,20 @@ async fn up(
         workers = tasks.len() - 1,
         "crucible up"
     );
-    let mut stop = stop_rx.clone();
     let server = tokio::spawn(crucible_api_server::serve(
         listener,
         crucible_api_server::AppState::new(broker, auth).with_problems(problems),
-        async move {
-            let _ = stop.wait_for(|s| *s).await;
-        },
+        shutdown.token().cancelled_owned(),
     ));
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let refusal = tokio::select! {
-        _ = tokio::signal::ctrl_c() => None,
-        _ = term.recv() => None,
+        signal = shutdown_signal() => {
+            signal?;
+            None
+        }
         why = refused.recv() => why,
     };
     tracing::info!("shutdown requested");
-    let _ = stop_tx.send(true);
+    shutdown.cancel();
     server.await??;
     for t in tasks {
         t.await?;

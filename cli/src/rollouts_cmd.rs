@@ -2,10 +2,10 @@
 //! results out (in completion order), with a progress bar and a summary.
 
 use anyhow::Context;
+use crucible_client::Client;
+use crucible_client::summary::RolloutSummary;
 use crucible_shared::BatchId;
 use crucible_shared::rollout::{Rollout, RolloutEvalSettings, RolloutResult};
-use crucible_trainer_client::Client;
-use crucible_trainer_client::summary::RolloutSummary;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::{BufWriter, IsTerminal, Write};
 use std::path::Path;
