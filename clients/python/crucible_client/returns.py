@@ -1,6 +1,6 @@
 """Multi-turn returns for refinement loops (Kevin-style): each turn's discounted return, and
 the rule that ends a trajectory once its kernel is good enough. Pure functions, the same as
-the Rust ``trainer_client::returns``.
+the Rust ``crucible_client::returns``.
 """
 
 from __future__ import annotations
