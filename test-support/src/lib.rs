@@ -255,3 +255,30 @@ impl Drop for RedisServer {
         let _ = self.child.wait();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn ping(url: &str) -> redis::RedisResult<String> {
+        let client = redis::Client::open(url)?;
+        let mut c = client.get_multiplexed_async_connection().await?;
+        redis::cmd("PING").query_async(&mut c).await
+    }
+
+    #[tokio::test]
+    async fn the_acl_server_takes_only_its_user() {
+        let server = RedisServer::start_acl().await;
+        assert_eq!(ping(&server.url).await.expect("the ACL user"), "PONG");
+        let anonymous = format!("redis://127.0.0.1:{}", server.port);
+        assert!(ping(&anonymous).await.is_err(), "the default user is off");
+    }
+
+    #[tokio::test]
+    async fn the_open_server_logs_in_the_test_dir() {
+        let dir = log_dir("test-support-open");
+        let server = RedisServer::start(&dir).await;
+        assert_eq!(ping(&server.url).await.expect("no password"), "PONG");
+        assert!(dir.join("redis.log").exists());
+    }
+}
