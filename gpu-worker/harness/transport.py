@@ -1,6 +1,6 @@
 """Messages and tensors between the judge and the runner (the candidate's process).
 
-The judge (harness.py's main process) holds the secret input seeds, the reference outputs and
+The judge (judge.py, the task's main process) holds the secret input seeds, the reference outputs and
 the comparison; the runner imports and runs the candidate. They talk over a Unix stream socket
 in frames: 4-byte big-endian length, then a JSON object. Tensors never travel by value over the
 socket and are never pickled (the judge must not unpickle what the candidate's process sends):
@@ -13,6 +13,8 @@ socket and are never pickled (the judge must not unpickle what the candidate's p
 
 Everything the judge imports is checked here first: known dtype, sane shape and strides, the
 view inside its storage, a regular file (no symlink) of the right size.
+
+May import: the standard library only (no harness module); the judge and the runner import it.
 """
 import base64
 import json
