@@ -1,9 +1,10 @@
 """Messages and tensors between the judge and the runner (the candidate's process).
 
-The judge (judge.py, the task's main process) holds the secret input seeds, the reference outputs and
-the comparison; the runner imports and runs the candidate. They talk over a Unix stream socket
-in frames: 4-byte big-endian length, then a JSON object. Tensors never travel by value over the
-socket and are never pickled (the judge must not unpickle what the candidate's process sends):
+The judge (judge.py: the task's main process) holds the secret input seeds, the reference
+outputs and the comparison; the runner imports and runs the candidate. They talk over a Unix
+stream socket in frames: 4-byte big-endian length, then a JSON object. Tensors never travel by
+value over the socket and are never pickled (the judge must not unpickle what the candidate's
+process sends):
 
 * CUDA tensors are shared in place with CUDA IPC: the exporter's storage handle, and the
   importer maps that allocation. The judge exports the inputs from a memory pool of their own
