@@ -12,7 +12,8 @@ cargo build --release --workspace --bins
 rm -rf .gpu-run && mkdir -p .gpu-run/bin .gpu-run/redis .gpu-run/kernelbench
 cp target/release/crucible target/release/crucible-api target/release/crucible-worker .gpu-run/bin/
 # The harness files the binaries embed, for the bench's naive loop (same code in every mode).
-mkdir -p .gpu-run/harness && cp gpu-worker/harness/harness.py gpu-worker/harness/screen.py gpu-worker/harness/transport.py .gpu-run/harness/
+# Every module: harness.py loads the others from its own directory.
+mkdir -p .gpu-run/harness && cp gpu-worker/harness/*.py .gpu-run/harness/
 for exe in "$(command -v redis-server)" "$(command -v redis-cli)"; do
   cp "$exe" .gpu-run/redis/
   ldd "$exe" | awk '/=> \//{print $3}' | grep -E 'jemalloc|lzf|atomic' \

@@ -21,6 +21,8 @@ else
   cargo test --workspace --no-fail-fast "$@"
 fi
 "$CRUCIBLE_PYTHON" tests/harness/check_screening.py
+# The harness modules' layering: no module imports one above it, judge and runner apart.
+"$CRUCIBLE_PYTHON" tests/harness/check_layers.py
 # The Python client against a live `crucible up` (the debug binary built above).
 "$CRUCIBLE_PYTHON" -c 'import httpx, pytest' 2>/dev/null ||
   "$CRUCIBLE_PYTHON" -m pip install --quiet --disable-pip-version-check httpx pytest

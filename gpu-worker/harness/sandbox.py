@@ -15,14 +15,16 @@ order, before the task's first line of untrusted code (the reference or the cand
       6. Landlock rules for the fresh mounts
       7. unprivileged identity (a sandbox uid; in a user namespace, no capabilities)
       8. no_new_privs, the Landlock domain, the judge's seccomp filter
-    runner (forked by the judge for the candidate: Runner in harness.py)
+    runner (forked by the judge for the candidate: Runner in runner.py)
       9. a nested Landlock domain (it cannot signal or trace the judge) and the runner's
          seccomp filter (stricter: no SIGKILL sent, so a runner killed by SIGKILL was killed
          from outside)
 
-Any step that fails raises SandboxError naming its layer; harness.py reports it on fd 3
+Any step that fails raises SandboxError naming its layer; judge.py reports it on fd 3
 (`sandbox_failed`) and exits with status 3 (a fault of this node, retried elsewhere): a child
-never goes on unsandboxed. Only the standard library is used.
+never goes on unsandboxed.
+
+May import: the standard library only (no harness module).
 """
 import base64
 import ctypes

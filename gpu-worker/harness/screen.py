@@ -7,6 +7,8 @@ candidate is imported; `DEFAULT_POLICY` says which rules reject and which only f
 request may override it per rule (`"screening": {rule: "reject" | "flag" | "off"}` in
 spec.json, applied by `apply_policy`). Screening is a first, cheap layer: it catches the known
 shortcuts written plainly (docs/harness-protocol.md, "Screening"); it is not a sandbox.
+
+May import: the standard library only (no harness module).
 """
 import ast
 

@@ -3,6 +3,8 @@
 Each probe tries one thing the sandbox must refuse and records what happened; the worker
 (gpu-worker/src/sandbox/selftest.rs) decides from the record which layers hold on this host.
 Nothing here is trusted to judge itself: it only reports errno names and small facts.
+
+May import: the standard library only (no harness module).
 """
 import ctypes
 import errno

@@ -20,6 +20,9 @@ The child then lives exactly as a freshly started harness would: its own session
 death (through ours) kills it, the task's environment only, its rlimits, cwd = taskdir, its
 descriptors at their numbers; then harness.main(taskdir), which enters the task's sandbox
 first. A child is never reused. The template exits when the worker closes the socket.
+
+May import: the standard library (and torch, triton to warm them); the harness is loaded from
+the path it is given, never imported by name.
 """
 import os
 import sys

@@ -1,9 +1,10 @@
 """Messages and tensors between the judge and the runner (the candidate's process).
 
-The judge (harness.py's main process) holds the secret input seeds, the reference outputs and
-the comparison; the runner imports and runs the candidate. They talk over a Unix stream socket
-in frames: 4-byte big-endian length, then a JSON object. Tensors never travel by value over the
-socket and are never pickled (the judge must not unpickle what the candidate's process sends):
+The judge (judge.py: the task's main process) holds the secret input seeds, the reference
+outputs and the comparison; the runner imports and runs the candidate. They talk over a Unix
+stream socket in frames: 4-byte big-endian length, then a JSON object. Tensors never travel by
+value over the socket and are never pickled (the judge must not unpickle what the candidate's
+process sends):
 
 * CUDA tensors are shared in place with CUDA IPC: the exporter's storage handle, and the
   importer maps that allocation. The judge exports the inputs from a memory pool of their own
@@ -13,6 +14,8 @@ socket and are never pickled (the judge must not unpickle what the candidate's p
 
 Everything the judge imports is checked here first: known dtype, sane shape and strides, the
 view inside its storage, a regular file (no symlink) of the right size.
+
+May import: the standard library only (no harness module); the judge and the runner import it.
 """
 import base64
 import json

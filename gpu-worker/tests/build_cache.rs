@@ -208,13 +208,16 @@ async fn identical_sources_build_once_and_distinct_sources_build_apart() {
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
 import harness, torch
+# Loaded by harness.py under these names (its MODULES).
+from crucible_builds import ExtensionBuilds
+from crucible_trusted import Trusted
 import torch.utils.cpp_extension as cpp
 def no_compiler(*a, **k):
     raise RuntimeError("the compiler ran")
 cpp._jit_compile = no_compiler
-harness.Trusted.torch = torch
+Trusted.torch = torch
 taskdir, prebuilt = sys.argv[2], json.loads(sys.argv[3])
-builds = harness.ExtensionBuilds(taskdir, str(torch.__version__), sys.argv[4], prebuilt, building=False)
+builds = ExtensionBuilds(taskdir, str(torch.__version__), sys.argv[4], prebuilt, building=False)
 builds.install()
 scope = {}
 exec(compile(open(os.path.join(taskdir, "candidate.py")).read(), "candidate.py", "exec"), scope)

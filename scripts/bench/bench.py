@@ -365,8 +365,10 @@ def run_harness_once(it, python, device, gpu, work_root):
     tests/harness/run_harness.py and the worker's direct-spawn path do."""
     taskdir = tempfile.mkdtemp(prefix="bench-task-", dir=work_root)
     os.chmod(taskdir, 0o700)
-    for name in ("harness.py", "screen.py"):
-        shutil.copyfile(os.path.join(HARNESS_DIR, name), os.path.join(taskdir, name))
+    # harness.py and the modules it loads from its own directory, as the worker writes them.
+    for name in sorted(os.listdir(HARNESS_DIR)):
+        if name.endswith(".py") and name != "template.py":
+            shutil.copyfile(os.path.join(HARNESS_DIR, name), os.path.join(taskdir, name))
     for name, text in (("reference.py", it["reference_code"]), ("candidate.py", it["kernel_code"])):
         with open(os.path.join(taskdir, name), "w", encoding="utf-8") as f:
             f.write(text)

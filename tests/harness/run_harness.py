@@ -65,10 +65,12 @@ def run(problem, candidate, spec=None, timeout=120.0, python=DEFAULT_PYTHON,
                  "atol": 0.01, "rtol": 0.01, "seed": 42}, **(spec or {}))
     taskdir = tempfile.mkdtemp(prefix="crucible-task-")
     os.chmod(taskdir, 0o700)
-    shutil.copyfile(HARNESS, os.path.join(taskdir, "harness.py"))
-    for module in ("screen.py", "transport.py"):
-        shutil.copyfile(os.path.join(os.path.dirname(HARNESS), module),
-                        os.path.join(taskdir, module))
+    # What the worker writes into a task directory: harness.py and the modules it loads from
+    # its own directory (every .py there but the template's).
+    harness_dir = os.path.dirname(HARNESS)
+    for module in sorted(os.listdir(harness_dir)):
+        if module.endswith(".py") and module != "template.py":
+            shutil.copyfile(os.path.join(harness_dir, module), os.path.join(taskdir, module))
     shutil.copyfile(problem, os.path.join(taskdir, "reference.py"))
     shutil.copyfile(candidate, os.path.join(taskdir, "candidate.py"))
     with open(os.path.join(taskdir, "spec.json"), "w") as f:

@@ -1,0 +1,169 @@
+"""Builds and loads: importing a task's Python files, and the candidate's CUDA extensions
+(torch.utils.cpp_extension.load_inline) built in the CPU stage and loaded prebuilt in the
+device stage. Runs in the runner (the candidate's process), except import_file(), which the
+judge uses for the reference.
+
+Owns: import_file(), build_key() (what the worker's build cache is keyed on),
+ExtensionBuilds (the load_inline stand-in), ExtensionCalls (the wrapper that lets a profiled
+forward count calls into the candidate's extensions).
+
+May import: trusted, errors, spec.
+"""
+import hashlib
+import importlib.machinery
+import importlib.util
+import inspect
+import os
+import sys
+
+from crucible_errors import CAUGHT
+from crucible_spec import MAX_BUILDS
+from crucible_trusted import Trusted, json_dumps
+
+REFERENCE_MODULE = "crucible_reference"
+CANDIDATE_MODULE = "crucible_candidate"
+# Bump when what decides a load_inline build changes: the worker keys its build cache on it too.
+BUILD_PROTOCOL = "build-v1"
+# load_inline arguments that do not change what is built.
+BUILD_ARGS_IGNORED = ("build_directory", "verbose", "keep_intermediates")
+
+
+def import_file(name, path):
+    """Import a file as its own module, registered in sys.modules before it executes so that
+    inspect/linecache (and so @triton.jit) can find its source."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {os.path.basename(path)}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def build_key(arguments, torch_version, cuda_arch):
+    """What decides a load_inline build: its arguments (not where it builds or how loudly),
+    the torch it builds against and the target architecture."""
+    material = {k: v for k, v in arguments.items() if k not in BUILD_ARGS_IGNORED}
+    blob = json_dumps({"protocol": BUILD_PROTOCOL, "torch": torch_version, "arch": cuda_arch,
+                        "args": material}, sort_keys=True, default=repr)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def load_extension_file(name, path, python_module):
+    """Load a built extension the way load_inline would have after building it."""
+    if not python_module:
+        Trusted.torch.ops.load_library(path)
+        return path
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+class ExtensionCalls:
+    """The functions of a candidate's extension whose CUDA source defines a __global__ kernel
+    are wrapped where load_inline hands them out, so a profiled forward (KernelCounter) sees
+    every call however the candidate keeps a reference to them; outside a profiled forward
+    the wrapper only passes the call on."""
+    counter = None
+
+    @classmethod
+    def wrap(cls, module, arguments):
+        sources = arguments.get("cuda_sources")
+        text = "\n".join(sources) if isinstance(sources, (list, tuple)) else str(sources or "")
+        if "__global__" not in text or not hasattr(module, "__dict__"):
+            return module
+        for attr, value in list(vars(module).items()):
+            if attr.startswith("_") or not callable(value) or isinstance(value, type):
+                continue
+
+            def call(*args, _fn=value, _name=attr, **kwargs):
+                counter = cls.counter
+                if counter is None:
+                    return _fn(*args, **kwargs)
+                return counter.custom_call(_name, _fn, args, kwargs)
+
+            call.__name__ = attr
+            call.__doc__ = getattr(value, "__doc__", None)
+            try:
+                setattr(module, attr, call)
+            except (AttributeError, TypeError):
+                pass
+        return module
+
+
+class ExtensionBuilds:
+    """Stands in for torch.utils.cpp_extension.load_inline while the candidate runs.
+
+    prepare stage (on the CPU, no GPU visible): each call is built in a directory of its own
+    under <taskdir>/build (distinct sources never share a build directory or its lock file)
+    and recorded as (name, key, file) for the worker, which caches the file node-wide.
+    evaluate stage: a call whose key the worker prebuilt loads that file and skips the
+    compiler; any other call builds as load_inline always does."""
+
+    def __init__(self, taskdir, torch_version, cuda_arch, prebuilt, building):
+        self.taskdir = taskdir
+        self.torch_version = torch_version
+        self.cuda_arch = cuda_arch
+        self.building = building
+        self.prebuilt = {}
+        for entry in prebuilt:
+            self.prebuilt[entry["key"]] = entry
+        self.builds = []
+        self.failure = None
+        self.reused = 0
+
+    def install(self):
+        try:
+            import torch.utils.cpp_extension as cpp
+        except Exception:
+            return
+        real = cpp.load_inline
+        signature = inspect.signature(real)
+        builds = self
+
+        def load_inline(*args, **kwargs):
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError:
+                return real(*args, **kwargs)
+            bound.apply_defaults()
+            arguments = dict(bound.arguments)
+            return builds.load(real, arguments)
+
+        load_inline.__doc__ = real.__doc__
+        cpp.load_inline = load_inline
+
+    def load(self, real, arguments):
+        name = arguments.get("name")
+        standalone = bool(arguments.get("is_standalone", False))
+        python_module = bool(arguments.get("is_python_module", True))
+        if not isinstance(name, str) or standalone:
+            return real(**arguments)
+        key = build_key(arguments, self.torch_version, self.cuda_arch)
+        entry = self.prebuilt.get(key)
+        if entry is not None and entry.get("name") == name:
+            self.reused += 1
+            return ExtensionCalls.wrap(load_extension_file(
+                name, os.path.join(self.taskdir, entry["file"]), python_module), arguments)
+        if not self.building or len(self.builds) >= MAX_BUILDS:
+            return ExtensionCalls.wrap(real(**arguments), arguments)
+        build_dir = os.path.join(self.taskdir, "build", key[:32])
+        os.makedirs(build_dir, exist_ok=True)
+        arguments["build_directory"] = build_dir
+        try:
+            result = real(**arguments)
+        except CAUGHT as e:
+            if self.failure is None and "error building extension" in str(e).lower():
+                self.failure = e
+            raise
+        self.builds.append({
+            "name": name, "key": key, "python_module": python_module,
+            "file": os.path.relpath(os.path.join(build_dir, name + ".so"), self.taskdir),
+        })
+        return result

@@ -1,0 +1,187 @@
+"""Errors: the exceptions that end an evaluation, and how a failure becomes a verdict code and
+a message a model can act on.
+
+Owns: SetupError (exit 3, not the candidate's fault), RunnerKilled (exit 4), Verdict, CAUGHT
+(what candidate or reference code may raise that becomes a verdict), classify() and
+format_error() with their limits.
+
+May import: trusted.
+"""
+import errno
+import os
+import sys
+import traceback
+
+from crucible_trusted import Trusted
+
+MAX_ERROR_CHARS = 4000
+MAX_HEADLINE_CHARS = 2500
+TRACEBACK_LINES = 15
+# The harness's own files (what harness.py was before it was split into modules): their frames
+# help nobody and are dropped from the tracebacks we report. screen.py, transport.py, sandbox.py
+# and selftest.py were always files of their own and stay in them, as before.
+HARNESS_FILES = tuple(os.path.join(os.path.dirname(os.path.abspath(__file__)), name) for name in (
+    "harness.py", "trusted.py", "errors.py", "channel.py", "spec.py", "tensors.py", "builds.py",
+    "integrity.py", "judge.py", "judge_setup.py", "judge_load.py", "judge_correctness.py",
+    "judge_performance.py", "runner.py"))
+
+
+# What the candidate (or reference) may raise that we turn into a verdict: everything except
+# KeyboardInterrupt. SystemExit counts: sys.exit() in forward is a failing forward.
+CAUGHT = (Exception, SystemExit)
+
+
+class SetupError(Exception):
+    """The evaluation cannot start for reasons that are not the candidate's (exit 3)."""
+
+
+RUNNER_KILLED_EXIT = 4
+
+
+class RunnerKilled(BaseException):
+    """The runner was killed by SIGKILL from outside it (exit 4, no result): out of memory
+    when the task's cgroup says so, else a fault of this node. A BaseException, so that no
+    `except Exception` on the way swallows it."""
+
+
+class Verdict(Exception):
+    """A final verdict: carries the error code, the message and the `compiled` flag."""
+
+    def __init__(self, code, message, compiled=None):
+        super().__init__(code)
+        self.code = code
+        self.message = message
+        self.compiled = compiled
+        self.keep_correct = False   # only for a reference failure after the candidate passed
+
+
+# ---------------------------------------------------------------------------------------------
+# Error classification and messages
+# ---------------------------------------------------------------------------------------------
+
+_CUDA_FAULT_TEXT = (
+    "illegal memory access", "misaligned address", "unspecified launch failure", "cuda error",
+    "device-side assert", "illegal instruction", "triton error [cuda]", "cuda_error_",
+    "cudaerrorillegaladdress", "hardware stack error", "launch timed out",
+)
+_RESOURCE_ERRNOS = {errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE, errno.ENOSPC,
+                    errno.EDQUOT, errno.EFBIG}
+_TRITON_COMPILER_DIR = os.sep + os.path.join("triton", "compiler") + os.sep
+_CPP_EXTENSION_FILE = os.path.join("torch", "utils", "cpp_extension.py")
+
+
+def _chain(exc):
+    """The exception and its causes/contexts, outermost first (cycles cut)."""
+    out, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        out.append(exc)
+        exc = exc.__cause__ if exc.__cause__ is not None else (
+            None if exc.__suppress_context__ else exc.__context__)
+    return out
+
+
+def _triton_types(*names):
+    """Triton exception classes by 'module.Class', only if triton is already imported."""
+    found = []
+    for name in names:
+        module_name, _, cls = name.rpartition(".")
+        module = sys.modules.get(module_name)
+        typ = getattr(module, cls, None) if module is not None else None
+        if isinstance(typ, type):
+            found.append(typ)
+    return tuple(found)
+
+
+def _frames(exc):
+    return [f.filename for e in _chain(exc) for f in traceback.extract_tb(e.__traceback__)]
+
+
+def classify(exc, default):
+    """Map an exception to a verdict code; `default` is the stage's own code.
+
+    Order matters: a Triton CompilationError is COMPILATION whatever its text says; then out of
+    memory (RESOURCE), then CUDA faults (their text is the only reliable signal), then build
+    failures recognised by type, text or by being raised inside torch.utils.cpp_extension or
+    triton/compiler. Under TRITON_INTERPRET=1 an error inside a kernel body comes back as
+    triton's InterpreterError: on a GPU the same mistake is a compile error, so it is
+    COMPILATION too (device_assert does not fire in the interpreter, so no runtime fault hides
+    behind it).
+    """
+    torch = Trusted.torch
+    chain = _chain(exc)
+    texts = " | ".join(f"{type(e).__name__}: {e}" for e in chain).lower()
+
+    if any(isinstance(e, _triton_types("triton.compiler.errors.CompilationError")) for e in chain):
+        return "COMPILATION"
+
+    oom_types = (MemoryError,) + ((torch.OutOfMemoryError,) if torch is not None else ())
+    for e in chain:
+        if isinstance(e, oom_types):
+            return "RESOURCE"
+        if isinstance(e, OSError) and e.errno in _RESOURCE_ERRNOS:
+            return "RESOURCE"   # fork() under RLIMIT_NPROC, too many open files, disk quota
+    if "out of memory" in texts:
+        return "RESOURCE"
+
+    accel = getattr(torch, "AcceleratorError", None) if torch is not None else None
+    if (accel is not None and any(isinstance(e, accel) for e in chain)) or \
+            any(t in texts for t in _CUDA_FAULT_TEXT):
+        return "CUDA_FAULT"
+
+    build_types = _triton_types("triton.runtime.errors.InterpreterError",
+                                "triton.runtime.errors.OutOfResources",
+                                "triton.runtime.errors.PTXASError")
+    if build_types and any(isinstance(e, build_types) for e in chain):
+        return "COMPILATION"
+    if "error building extension" in texts or "passmanager::run failed" in texts:
+        return "COMPILATION"
+    if any(_CPP_EXTENSION_FILE in f or _TRITON_COMPILER_DIR in f for f in _frames(exc)):
+        return "COMPILATION"
+    return default
+
+
+def format_error(exc, focus_file, taskdir, context=""):
+    """Type + message, then the last traceback lines, restricted to `focus_file` frames.
+
+    The restriction keeps the part a model can act on (its own code) and drops torch/triton
+    internals; when no frame is in the focus file, the innermost frames are kept instead
+    (never the harness's own: an asynchronous CUDA fault surfaces in our synchronize()).
+    Causes are included (Triton's interpreter wraps the real error). Capped at 4000 chars.
+    """
+    headline = f"{type(exc).__name__}: {exc}"
+    if len(headline) > MAX_HEADLINE_CHARS:
+        headline = headline[:MAX_HEADLINE_CHARS] + " ...[truncated]"
+    if context:
+        headline = f"{context}: {headline}"
+    lines = []
+    chain = _chain(exc)
+    for e in reversed(chain):   # root cause first, like Python prints it
+        frames = [f for f in traceback.extract_tb(e.__traceback__)
+                  if not _own_frame(f.filename)]   # our frames help nobody
+        mine = [f for f in frames if same_file(f.filename, focus_file)]
+        for entry in traceback.format_list(mine or frames[-3:]):
+            lines.extend(entry.rstrip("\n").split("\n"))
+        if e is not exc:
+            lines.append(traceback.format_exception_only(type(e), e)[-1].rstrip("\n")[:500])
+            lines.append("which led to:")
+    tail = lines[-TRACEBACK_LINES:]
+    message = headline + ("\nTraceback (most recent call last, filtered):\n" + "\n".join(tail)
+                          if tail else "")
+    message = message.replace(taskdir.rstrip(os.sep) + os.sep, "")
+    if len(message) > MAX_ERROR_CHARS:
+        message = message[:MAX_ERROR_CHARS - 15] + "\n...[truncated]"
+    return message
+
+
+def same_file(a, b):
+    if a == b:
+        return True
+    try:
+        return os.path.realpath(a) == os.path.realpath(b)
+    except (OSError, ValueError):
+        return False
+
+
+def _own_frame(filename):
+    return any(same_file(filename, own) for own in HARNESS_FILES)

@@ -1,0 +1,158 @@
+"""The judge's `performance` stage: timed calls of the candidate in the runner on inputs the
+judge rotates, checked at random; the reference timed here; the plausibility checks.
+
+Owns: PerformanceStage, a part of Evaluation, and the timing pool's limits.
+
+May import: trusted, errors, tensors, transport, integrity.
+"""
+import math
+import random
+
+import crucible_transport as transport
+from crucible_errors import CAUGHT, MAX_ERROR_CHARS, Verdict
+from crucible_integrity import peak_memory_bandwidth
+from crucible_tensors import (DiffStats, compare, deep_clone, outputs_match, runtime_stats,
+                              tensor_nbytes, timed_call)
+from crucible_trusted import Trusted, perf_counter_ns
+
+TIMING_POOL_MAX = 3          # distinct input sets the timed calls rotate through
+LARGE_SET_BYTES = 1 << 30    # inputs + outputs above this: release cached memory before timing
+TIMING_POOL_MEMORY = 0.35    # at most this share of device memory for the timing pool
+TIMING_CHECKS = 8            # warm-up and timed calls whose outputs are compared
+TIMING_ROTATE_SHARE = 0.1    # share of the other calls before which the inputs change too
+
+
+class PerformanceStage:
+    """Evaluation's performance stage."""
+
+    def timing_pool_size(self, inputs, ref_out):
+        """Input sets the timed calls rotate through: as many as fit the memory budget, at
+        least 2 (the inputs of a set, its reference output)."""
+        if self.device != "cuda":
+            return TIMING_POOL_MAX
+        torch = Trusted.torch
+        per_set = tensor_nbytes(inputs) + tensor_nbytes(ref_out)
+        budget = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory \
+            * TIMING_POOL_MEMORY
+        return max(2, min(TIMING_POOL_MAX, int(budget // max(per_set, 1))))
+
+    def performance(self):
+        """Timed calls on inputs the judge rotates: a pool of input sets (seeds drawn from the
+        secret seed) with their reference outputs; the runner sees one input slot whose
+        contents the judge rewrites from another set of the pool before every checked call and
+        a random share of the others (so a result kept from an earlier call, keyed on pointer,
+        shape or call count, is stale there). A few warm-up and timed calls, chosen at random
+        and unknown to the runner, have their outputs compared with the reference's and their
+        inputs checked unchanged. The reference is timed here in the judge the same way (unless
+        the worker passed its cached timing): L2 flush, sync, start event, forward, device-wide
+        sync (work on side streams counts), end event."""
+        spec = self.spec
+        torch = Trusted.torch
+        large = self.device == "cuda" and self.set_bytes > LARGE_SET_BYTES
+        if large:   # what correctness left cached in both processes, before the pool
+            torch.cuda.empty_cache()
+            self.ask("release", trim=True)
+        seeds = random.Random(self.input_seed ^ 0x5EED)
+        pool = []
+        for _ in range(TIMING_POOL_MAX if self.checks else 1):
+            inputs = self._fresh_inputs(seeds.randrange(2 ** 32),
+                                        "get_inputs() failed (performance)")
+            args = deep_clone(inputs) if self.reference_mutates else inputs
+            pool.append((inputs, self._run_reference(args, "reference forward failed (timing)")))
+            del args
+            if len(pool) >= self.timing_pool_size(*pool[0]):
+                break
+        cached_ref = spec.reference_timing
+        if cached_ref is None:
+            ref = runtime_stats(self.time_reference(pool))
+            if large:   # its temporaries, before the runner's turn
+                torch.cuda.empty_cache()
+        else:
+            ref = dict(cached_ref)
+        descs, views = self.share_inputs(pool[0][0])
+        self.ask("slot", slot=0, inputs=descs)
+        content = 0
+        total = spec.num_warmup + spec.num_perf_trials
+        checked = set(self.rng.sample(range(total), min(total, TIMING_CHECKS))) \
+            if self.checks else set()
+        cand_times, wrong_calls = [], []
+        for k in range(total):
+            timed = k >= spec.num_warmup
+            call = f"timed call {k - spec.num_warmup}" if timed else f"warm-up call {k}"
+            if len(pool) > 1 and (k in checked or self.rng.random() < TIMING_ROTATE_SHARE):
+                content = self.rng.choice([c for c in range(len(pool)) if c != content])
+                for view, src in zip(views, pool[content][0]):
+                    if isinstance(src, torch.Tensor):
+                        view.copy_(src)
+                self.sync()
+            t0 = perf_counter_ns()
+            reply = self.ask("time", slot=0, timed=timed)
+            wall_ms = (perf_counter_ns() - t0) / 1e6
+            ms = reply.get("ms")
+            if type(ms) not in (int, float) or not 0 <= ms < math.inf:
+                raise Verdict("RUNTIME", "the runner reported no usable time")
+            try:
+                out = self.import_outputs(reply.get("outputs"))
+            except transport.TransportError as e:
+                raise Verdict("RUNTIME", f"{call}: unusable output: {e}")
+            if timed:
+                cand_times.append(float(ms))
+                if ms > wall_ms:
+                    self.add_finding("timing-inconsistent", f"{call} reported {ms:.3f} ms; the "
+                                     f"judge's clock saw the whole request take {wall_ms:.3f} ms")
+            if k in checked and not outputs_match(pool[content][1], out, spec):
+                problems = compare(pool[content][1], out, spec.atol, spec.rtol,
+                                   DiffStats()) or ["output differs"]
+                if self.matches_other_input(pool, content, out):
+                    self.add_finding("stale-output", f"{call} returned the result for an "
+                                     f"earlier input: {problems[0]}")
+                elif not wrong_calls:
+                    wrong_calls.append(f"{call}: {problems[0]}")
+            if k in checked:
+                changed = self.inputs_changed(views, pool[content][0])
+                if changed is not None:
+                    self.add_finding("input-mutated", f"{call}: input {changed} was changed")
+            del out
+        self.ask("release")
+        if wrong_calls and not self.hacks():
+            raise Verdict("CORRECTNESS", "after passing all correctness trials, an output of "
+                          f"a warm-up or timed call was wrong: {wrong_calls[0]}"[:MAX_ERROR_CHARS],
+                          compiled=True)
+        cand = runtime_stats(cand_times)
+        self.result["ref_runtime_ms"] = ref
+        self.result["ref_timing_cached"] = cached_ref is not None
+        self.result["runtime_ms"] = cand
+        self.result["speedup"] = ref["median"] / cand["median"] if cand["median"] > 0 else None
+        self.check_plausibility(pool[0][0], cand)
+
+    def matches_other_input(self, pool, j, out):
+        """Whether a wrong output is right for another input of the pool: a kept result."""
+        return any(outputs_match(pool[c][1], out, self.spec) for c in range(len(pool)) if c != j)
+
+    def check_plausibility(self, inputs, cand):
+        speedup = self.result["speedup"]
+        if speedup is not None and speedup > self.spec.max_speedup:
+            self.add_finding("implausible-speedup", f"speedup {speedup:.1f}x is over the "
+                             f"plausibility threshold {self.spec.max_speedup:g}x")
+        if self.device == "cuda":
+            bandwidth = peak_memory_bandwidth(Trusted.torch)
+            floor_ms = tensor_nbytes(inputs) / bandwidth * 1e3 if bandwidth else 0.0
+            # Inputs come from memory after the L2 flush; half the floor leaves room for
+            # clock and measurement slack.
+            if cand["median"] < 0.5 * floor_ms:
+                self.add_finding("faster-than-memory-bound", f"median {cand['median']:.4f} ms "
+                                 f"is under half the {floor_ms:.4f} ms needed to read the "
+                                 "inputs once at peak memory bandwidth")
+
+    def time_reference(self, pool):
+        spec = self.spec
+        args = [deep_clone(inputs) if self.reference_mutates else inputs for inputs, _ in pool]
+        for k in range(spec.num_warmup):
+            self._run_reference(args[k % len(args)], "reference forward failed (warm-up)")
+        times = []
+        try:
+            for k in range(spec.num_perf_trials):
+                times.append(timed_call(self, self.ref_model, args[k % len(args)])[0])
+        except CAUGHT as e:
+            self.reference_failed(e, "reference forward failed (timed)")
+        return times

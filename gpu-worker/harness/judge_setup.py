@@ -1,0 +1,206 @@
+"""The judge's `setup` stage, and the two stages that end there: `prepare` (the CPU stage:
+import and builds, no device) and `selftest` (the worker's start-up proof of the sandbox).
+
+Owns: SetupStage (a part of Evaluation: reading the typed spec, importing torch, capturing
+the trusted functions, describing the device, forking the runner and checking its sandbox),
+and RunnerLink, the judge's end of the runner.
+
+May import: trusted, errors, channel, spec, tensors, transport, sandbox, selftest. Never the
+runner: RunnerLink is handed the runner's entry point by harness.py.
+"""
+import os
+import platform
+import random
+
+import crucible_sandbox as sandbox
+import crucible_selftest as selftest
+import crucible_transport as transport
+from crucible_channel import emit
+from crucible_errors import MAX_ERROR_CHARS, SetupError, Verdict
+from crucible_spec import MAX_BUILDS, read_spec
+from crucible_tensors import FLUSH_BYTES, cpu_model_name, set_cpu_threads, triton_version
+from crucible_trusted import PR_SET_DUMPABLE, Trusted, capture_trusted, flush_std, prctl
+
+
+class RunnerGone(Exception):
+    """The runner process ended (crash, exit) while the judge waited on it."""
+
+
+class RunnerLink:
+    """The judge's end of the runner: forked before CUDA is initialised and before any secret
+    exists, so the candidate's process never holds the input seeds, the reference outputs or
+    the comparison, nor the protocol channel (fd 3) and the gate (fd 4). `serve` is the runner's
+    entry point (runner.runner_main), handed down by harness.py, so that no module of the judge
+    imports the runner's code."""
+
+    def __init__(self, taskdir, plan, serve):
+        import socket
+        judge_end, runner_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        flush_std()
+        pid = os.fork()
+        if pid == 0:
+            judge_end.close()
+            serve(runner_end, taskdir, plan)   # never returns
+        runner_end.close()
+        if plan is not None:
+            sandbox.close_ruleset(plan)   # the runner was the last process to need it
+        self.sock = judge_end
+        self.pid = pid
+        self.status = None
+
+    def call(self, op, **fields):
+        """Sends one request and returns the reply; RunnerGone when the runner died."""
+        try:
+            transport.send(self.sock, dict(fields, op=op))
+            return transport.recv(self.sock)
+        except (transport.PeerGone, BrokenPipeError, ConnectionResetError):
+            raise RunnerGone()
+
+    def reap(self):
+        """The runner's wait status once it has exited (waits for it)."""
+        if self.status is None:
+            try:
+                _, self.status = os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                self.status = 0
+        return self.status
+
+    def stop(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        try:
+            os.kill(self.pid, 9)
+        except OSError:
+            pass
+        self.reap()
+
+
+class SetupStage:
+    """Evaluation's setup, prepare and selftest stages (judge.py puts the stages together)."""
+
+    def setup(self):
+        """Read the spec, import torch, capture trusted functions, describe the device; in the
+        evaluate stage, fork the runner first (nothing secret exists yet) and set it up.
+
+        A cuda-backend candidate on a CPU worker is answered here (UNSUPPORTED) without ever
+        being imported: load_inline would try to build CUDA code.
+        """
+        spec = read_spec(self.taskdir)
+        self.spec = spec
+        self.device = spec.device
+        self.result["trials_total"] = spec.num_correct_trials
+
+        if self.device == "cpu" and spec.backend == "triton":
+            # The worker sets it; make sure, before triton is first imported by the candidate.
+            os.environ.setdefault("TRITON_INTERPRET", "1")
+        try:
+            import torch
+        except Exception as e:
+            raise SetupError(f"cannot import torch: {type(e).__name__}: {e}")
+        capture_trusted(torch)
+        # Read before the candidate runs; the worker keys its reference timing cache on these.
+        self.result["software"] = {
+            "torch": str(torch.__version__), "triton": triton_version(),
+            "cuda": torch.version.cuda, "python": platform.python_version(),
+        }
+
+        if spec.stage == "prepare":
+            # No device: the worker hides the GPU from this stage. The candidate is imported
+            # (and its extensions built) in a runner, like everywhere else.
+            self.result["device"] = {"kind": "cpu", "name": cpu_model_name()}
+            self.start_runner()
+            self.ask("setup", device="cpu", backend=spec.backend, cuda_arch=spec.cuda_arch,
+                     prebuilt=[], building=True)
+            self.check_runner()
+            return
+        if spec.backend == "cuda" and self.device == "cpu":
+            self.result["device"] = {"kind": "cpu", "name": cpu_model_name()}
+            raise Verdict("UNSUPPORTED", "backend 'cuda' (nvcc / load_inline) needs a CUDA "
+                          "device; this worker evaluates on CPU (Triton interpreter only)",
+                          compiled=False)
+        self.start_runner()
+        self.exporter = transport.Exporter(torch, self.xfer_dir, "in")
+        # The input seeds: drawn here, after the fork, never sent to the runner.
+        import secrets
+        self.input_seed = secrets.randbits(63)
+        self.rng = random.Random(secrets.randbits(63))
+        if self.device == "cuda":
+            if not torch.cuda.is_available():
+                raise SetupError("spec asks for device 'cuda' but torch sees no CUDA device")
+            self.result["device"] = {"kind": "cuda", "name": torch.cuda.get_device_name()}
+            self.flush_buffer = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+            self.start_event = torch.cuda.Event(enable_timing=True)
+            self.end_event = torch.cuda.Event(enable_timing=True)
+            self.share_pool = torch.cuda.MemPool()
+        else:
+            self.result["device"] = {"kind": "cpu", "name": cpu_model_name()}
+            set_cpu_threads(torch)
+        self.checks = spec.integrity_checks
+        if not self.checks:
+            self.add_finding("integrity-checks-off", "this worker ran without the runtime "
+                             "integrity checks (a benchmark setting)")
+        self.ask("setup", device=self.device, backend=spec.backend,
+                 cuda_arch=spec.cuda_arch, prebuilt=spec.prebuilt)
+        self.check_runner()
+
+    def start_runner(self):
+        """Forks the runner: before CUDA exists here (a forked child cannot use it) and before
+        any secret does."""
+        os.makedirs(self.xfer_dir, mode=0o700, exist_ok=True)
+        self.runner = RunnerLink(self.taskdir, self.spec.sandbox, self.serve_runner)
+        # No process of our uid (the runner included) may ptrace us or read our memory.
+        prctl(PR_SET_DUMPABLE, 0)
+
+    def check_runner(self):
+        """The runner's sandbox as the kernel shows it, before any candidate code runs in it."""
+        if self.spec.sandbox is not None:
+            try:
+                sandbox.check_runner(self.runner.pid, self.spec.sandbox)
+            except (sandbox.SandboxError, OSError, KeyError, ValueError) as e:
+                raise SetupError(str(e))
+
+    def prepare(self):
+        """The CPU stage the worker runs before the task takes the GPU: the syntax check,
+        screening, then the runner imports the candidate with no GPU visible, building its
+        load_inline extensions. Final here: SYNTAX, SCREENED and a compiler failure
+        (COMPILATION); the builds are reported in a `prepared` line. Anything else the import
+        raised is left for the GPU stage to judge (module-level code may need the GPU).
+        Nothing secret exists in this process: it only builds."""
+        self.begin("load_candidate")
+        source = self.check_source()
+        self.screen(source)
+        self.candidate_loaded = True
+        reply = self.ask("prepare")
+        self._end_stage()
+        self.runner.stop()
+        if reply.get("build_failure"):
+            raise Verdict("COMPILATION", str(reply["build_failure"])[:MAX_ERROR_CHARS],
+                          compiled=False)
+        builds = reply.get("builds")
+        import_error = reply.get("import_error")
+        # The worker checks every field again (protocol.rs); here only the shape.
+        if not isinstance(builds, list) or len(builds) > MAX_BUILDS or not all(
+                isinstance(b, dict) for b in builds):
+            raise Verdict("RUNTIME", "the candidate's process answered the prepare request "
+                          "with a malformed build list")
+        emit({"event": "prepared", "builds": builds,
+              "import_error": None if import_error is None else str(import_error)[
+                  :MAX_ERROR_CHARS],
+              "stage_ms": self.stage_ms, "software": self.result["software"],
+              "flags": self.result["flags"]})
+
+    def selftest(self):
+        """The worker's start-up proof (no reference, no candidate): the runner tries what its
+        sandbox must refuse and, on a GPU, maps a tensor shared from here (CUDA IPC)."""
+        self.candidate_loaded = True   # the runner runs probe code from here on
+        tensor = None
+        if self.device == "cuda":
+            torch = Trusted.torch
+            descs, self.selftest_inputs = self.share_inputs([torch.ones(1024, device="cuda")])
+            tensor = descs[0]["tensor"]
+        reply = self.ask("selftest", targets=self.spec.selftest, tensor=tensor)
+        self.runner.stop()
+        emit({"event": "selftest", "runner": reply.get("report"),
+              "judge": selftest.identity()})

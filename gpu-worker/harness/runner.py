@@ -1,0 +1,522 @@
+"""The runner: everything that executes in the candidate's process, and nothing else.
+
+The judge forks it (judge_setup.RunnerLink) before CUDA or any secret exists; it closes the
+protocol channel and the gate, enters its own sandbox layer, then serves the judge's requests
+over transport.py. Nothing it says is trusted by the judge: outputs are checked there; what the
+runner reports can only count against the candidate (findings, failure verdicts).
+
+Owns: runner_main(), Runner (one op_* method per request), the per-request integrity checks
+that must run beside the candidate, and the kernel counting of a profiled forward.
+
+May import: trusted, errors, channel (only the gate's fd number, to close it), tensors,
+transport, sandbox, selftest, builds, integrity. Never a judge module.
+"""
+import base64
+import os
+import pickle
+import sys
+import traceback
+
+import crucible_sandbox as sandbox
+import crucible_selftest as selftest
+import crucible_transport as transport
+from crucible_builds import CANDIDATE_MODULE, ExtensionBuilds, ExtensionCalls, import_file
+from crucible_channel import GATE_FD
+from crucible_errors import CAUGHT, classify, format_error, same_file
+from crucible_integrity import (THREAD_STARTERS, WATCHED, lookup, overlaps, precision_state,
+                                storage_span)
+from crucible_tensors import (FLUSH_BYTES, flatten, seed_all, set_cpu_threads, timed_call,
+                              to_device)
+from crucible_trusted import (PR_SET_PDEATHSIG, Trusted, capture_trusted, finite_or_none,
+                              flush_std, os_exit, perf_counter_ns, prctl, sync_device)
+
+
+class RunnerVerdict(Exception):
+    def __init__(self, code, message, compiled=None):
+        super().__init__(code)
+        self.code, self.message, self.compiled = code, message, compiled
+
+
+# Device operations that launch no kernel: views, metadata, allocation without a fill.
+_NO_KERNEL_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+                  "detach", "lift_fresh", "_reshape_alias", "set_", "resize_", "_unsafe_view",
+                  "alias", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset",
+                  "is_same_size", "_local_scalar_dense"}
+
+
+class KernelCounter:
+    """A forward's work by who launched it: launches of the candidate's own Triton kernels
+    (by identity of the kernel objects its module defined) and calls into its own load_inline
+    extensions that define a __global__ kernel, each timed; every other device operation
+    dispatched through torch. CUPTI (torch.profiler) would name every kernel, but its
+    initialisation took 6.7 s per process on the H100 and slowed later event timings."""
+
+    def __init__(self, runner):
+        self.runner = runner
+        self.custom = 0
+        self.ops = 0
+        self.custom_names = set()
+        self.spans = []   # (start, end) events or perf_counter_ns pairs
+        self.inside_custom = 0
+
+    def clock(self):
+        r = self.runner
+        if r.device == "cuda":
+            e = Trusted.Event(enable_timing=True)
+            Trusted.event_record(e)
+            return e
+        return perf_counter_ns()
+
+    def elapsed(self, a, b):
+        if self.runner.device == "cuda":
+            return Trusted.event_elapsed(a, b)
+        return (b - a) / 1e6
+
+    def custom_call(self, name, fn, args, kwargs):
+        start = self.clock()
+        self.inside_custom += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.inside_custom -= 1
+            self.spans.append((start, self.clock()))
+            self.custom += 1
+            self.custom_names.add(name)
+
+    def covered_ms(self):
+        if self.runner.device == "cuda":
+            Trusted.synchronize()
+        return sum(self.elapsed(a, b) for a, b in self.spans)
+
+
+def warm_dispatch_mode(torch):
+    """The first TorchDispatchMode entered in a process imports what it needs (~1 s); the
+    template does it once for every child, the runner before a profiled forward."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Passthrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with Passthrough():
+        torch.ones(2).add(1)
+
+
+def _dispatch_counter(counter):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class OpCounter(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if not counter.inside_custom and name not in _NO_KERNEL_OPS \
+                    and not getattr(func, "is_view", False):
+                counter.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    return OpCounter()
+
+
+def _triton_kernel_classes():
+    classes = []
+    for module, names in (("triton.runtime.jit", ("JITFunction",)),
+                          ("triton.runtime.interpreter", ("InterpretedFunction",))):
+        m = sys.modules.get(module)
+        for n in names:
+            c = getattr(m, n, None) if m is not None else None
+            if isinstance(c, type):
+                classes.append(c)
+    return classes
+
+
+class Runner:
+    """Serves the judge's requests in the candidate's process. Nothing here is trusted by
+    the judge: outputs are checked there; what the runner reports can only count against the
+    candidate (findings, failure verdicts)."""
+
+    def __init__(self, sock, taskdir):
+        self.sock = sock
+        self.taskdir = taskdir
+        self.cand_path = os.path.join(taskdir, "candidate.py")
+        self.xfer_dir = os.path.join(taskdir, "xfer")
+        self.model = None
+        self.slots = {}
+        self.kept = None
+        self.inputs = None
+        self.watched = {}
+        self.precision = None
+        self.loaded = False
+        self.kernels = set()
+        self.ext_globals = False
+
+    def serve(self):
+        while True:
+            try:
+                msg = transport.recv(self.sock)
+            except transport.PeerGone:
+                return
+            op = msg.get("op")
+            handler = getattr(self, "op_" + str(op), None)
+            try:
+                if handler is None:
+                    raise ValueError(f"unknown request {op!r}")
+                reply = handler(msg) or {}
+            except RunnerVerdict as v:
+                reply = {"verdict": {"code": v.code, "message": v.message,
+                                     "compiled": v.compiled}}
+            except CAUGHT as e:
+                if self.loaded:
+                    reply = {"verdict": {"code": classify(e, "RUNTIME"), "message": format_error(
+                        e, self.cand_path, self.taskdir, f"during {op}")}}
+                else:
+                    reply = {"error": f"{type(e).__name__}: {e}"}
+            reply["findings"] = reply.pop("extra", []) + self.integrity_findings()
+            transport.send(self.sock, finite_or_none(reply))
+            if op == "finish":
+                return
+
+    # -- checks that run after every request ---------------------------------------------------
+
+    def integrity_findings(self):
+        if not self.loaded:
+            return []
+        found = []
+        changed = [".".join(p) for p in WATCHED if lookup(p) is not self.watched.get(p)]
+        if changed:
+            found.append({"rule": "timing-tampered",
+                          "detail": "replaced while the candidate ran: " + ", ".join(changed)})
+        now = precision_state(Trusted.torch)
+        diff = [f"{k} {self.precision[k]!r} -> {now[k]!r}" for k in now
+                if now[k] != self.precision[k]]
+        if diff:
+            found.append({"rule": "precision-toggle", "detail": "; ".join(diff)})
+        alive = len(self.current_frames()) - 1
+        if alive > 0 or self.thread_starts:
+            found.append({"rule": "threads-started", "detail": f"{self.thread_starts} "
+                          f"thread(s) started by the candidate, {alive} alive besides the "
+                          "main one after it returned"})
+        return found
+
+    def hook_thread_starts(self):
+        """Counts every thread the candidate's Python starts: threading and _thread both
+        end in these functions (the originals stay reachable only through the wrappers,
+        which WATCHED checks are still in place)."""
+        import _thread
+        import threading
+        self.thread_starts = 0
+        runner = self
+        for module in (_thread, threading):
+            for name in THREAD_STARTERS:
+                original = getattr(module, name, None)
+                if original is None:
+                    continue
+
+                def start(*args, _original=original, **kwargs):
+                    runner.thread_starts += 1
+                    return _original(*args, **kwargs)
+
+                setattr(module, name, start)
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def op_setup(self, msg):
+        import torch
+        self.device = msg["device"]
+        self.backend = msg["backend"]
+        capture_trusted(torch)
+        if self.device == "cuda":
+            torch.cuda.init()
+            torch.empty(1, device="cuda")
+            self.flush_buffer = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+            self.start_event = torch.cuda.Event(enable_timing=True)
+            self.end_event = torch.cuda.Event(enable_timing=True)
+        else:
+            set_cpu_threads(torch)
+        self.exporter = transport.Exporter(torch, self.xfer_dir, "out")
+        self.builds = ExtensionBuilds(self.taskdir, str(torch.__version__), msg.get("cuda_arch"),
+                                      msg.get("prebuilt") or [],
+                                      building=bool(msg.get("building")))
+        self.current_frames = sys._current_frames
+        return {}
+
+    def arm_checks(self):
+        """Captured just before the candidate's code first runs."""
+        self.hook_thread_starts()
+        self.watched = {p: lookup(p) for p in WATCHED}
+        self.precision = precision_state(Trusted.torch)
+        self.loaded = True
+
+    def op_import(self, msg):
+        self.arm_checks()
+        self.builds.install()
+        try:
+            self.cand = import_file(CANDIDATE_MODULE, self.cand_path)
+        except CAUGHT as e:
+            code = classify(e, "IMPORT")
+            raise RunnerVerdict(code, format_error(e, self.cand_path, self.taskdir), False)
+        self.kernels = self.find_kernels()
+        return {"builds_reused": self.builds.reused}
+
+    def op_prepare(self, msg):
+        """The CPU stage's import: builds load_inline extensions into the task directory and
+        reports them, a compiler failure, or what else the import raised (for the device stage
+        to judge)."""
+        self.builds.install()
+        import_error = None
+        try:
+            import_file(CANDIDATE_MODULE, self.cand_path)
+        except CAUGHT as e:
+            import_error = format_error(e, self.cand_path, self.taskdir)
+        failure = None
+        if self.builds.failure is not None:
+            failure = format_error(self.builds.failure, self.cand_path, self.taskdir,
+                                   "load_inline failed to build")
+        return {"builds": self.builds.builds, "build_failure": failure,
+                "import_error": import_error}
+
+    def op_selftest(self, msg):
+        """The worker's start-up check: tries what the sandbox must refuse (selftest.py)."""
+        report = selftest.probe(msg.get("targets") or {})
+        desc = msg.get("tensor")
+        if desc is not None:   # a CUDA tensor the judge shared: IPC through the sandbox
+            torch = Trusted.torch
+            t = transport.import_tensor(torch, desc, self.xfer_dir, torch.cuda.current_device())
+            report["ipc_sum"] = float(t.sum().item())
+        return {"report": report}
+
+    def find_kernels(self):
+        """The Triton kernels the candidate's file defines (unwrapping autotune/heuristics),
+        by object identity: a kernel counts when its code comes from candidate.py."""
+        found = set()
+        classes = tuple(_triton_kernel_classes())
+        if not classes:
+            return found
+        for value in list(vars(self.cand).values()):
+            for _ in range(8):
+                if isinstance(value, classes):
+                    fn = getattr(value, "fn", None)
+                    code = getattr(fn, "__code__", None)
+                    if code is not None and same_file(code.co_filename, self.cand_path):
+                        found.add(id(value))
+                    break
+                value = getattr(value, "fn", None)
+                if value is None:
+                    break
+        return found
+
+    def op_instantiate(self, msg):
+        torch = Trusted.torch
+        init = pickle.loads(base64.b64decode(msg["init"]))
+        model_new = getattr(self.cand, "ModelNew", None)
+        if model_new is None:
+            raise RunnerVerdict("INSTANTIATION", "candidate.py defines no `ModelNew`", False)
+        if not callable(model_new):
+            raise RunnerVerdict("INSTANTIATION", f"`ModelNew` is not callable "
+                                f"({type(model_new).__name__})", False)
+        try:
+            seed_all(msg["seed"], self.device)
+            model = model_new(*to_device(init, self.device))
+            if isinstance(model, torch.nn.Module):
+                model = model.to(self.device).eval()
+            elif not callable(model):
+                raise TypeError(f"ModelNew(...) returned a non-callable {type(model).__name__}")
+            self.sync()
+        except CAUGHT as e:
+            code = classify(e, "INSTANTIATION")
+            raise RunnerVerdict(code, format_error(e, self.cand_path, self.taskdir), False)
+        self.model = model
+        torch.set_grad_enabled(False)
+        return {}
+
+    def sync(self):
+        sync_device(self.device)
+
+    def import_inputs(self, descs):
+        torch = Trusted.torch
+        args = []
+        for d in descs:
+            if "tensor" in d:
+                index = torch.cuda.current_device() if self.device == "cuda" else None
+                args.append(transport.import_tensor(torch, d["tensor"], self.xfer_dir, index,
+                                                     shared=True))
+            else:
+                args.append(pickle.loads(base64.b64decode(d["value"])))
+        return args
+
+    def call_model(self, args, context):
+        try:
+            out = self.model(*args)
+            self.sync()
+            return out
+        except CAUGHT as e:
+            code = classify(e, "RUNTIME")
+            raise RunnerVerdict(code, format_error(e, self.cand_path, self.taskdir, context))
+
+    def op_forward(self, msg):
+        args = self.import_inputs(msg["inputs"])
+        if msg.get("poison"):
+            self.poison_free_memory()
+        out = self.call_model(args, str(msg.get("context", "candidate forward raised")))
+        findings = self.check_outputs(out, args, bool(msg.get("allow_alias")))
+        if findings:
+            # An output on an input's memory cannot go back over CUDA IPC (torch does not
+            # re-share what it received): the judge gets a copy, the finding stands.
+            out = [x.clone() if isinstance(x, Trusted.torch.Tensor) else x
+                   for x in flatten(out)] if isinstance(out, (list, tuple)) else (
+                out.clone() if isinstance(out, Trusted.torch.Tensor) else out)
+        self.kept, self.inputs = out, args
+        reply = {"outputs": self.export(out)}
+        if findings:
+            reply["extra"] = findings
+        return reply
+
+    def op_slot(self, msg):
+        self.slots[msg["slot"]] = self.import_inputs(msg["inputs"])
+        return {}
+
+    def op_time(self, msg):
+        args = self.slots[msg["slot"]]
+        self.kept = None
+        ms, self.kept = timed_call(self, self.model, args)
+        return {"ms": ms, "outputs": self.export(self.kept)}
+
+    def op_release(self, msg):
+        self.kept = None
+        self.inputs = None
+        self.slots = {}
+        if msg.get("trim") and self.device == "cuda":
+            Trusted.torch.cuda.empty_cache()
+        return {}
+
+    def op_finish(self, msg):
+        return {}
+
+    def op_profile(self, msg):
+        args = self.import_inputs(msg["inputs"])
+        warm_dispatch_mode(Trusted.torch)
+        counter = KernelCounter(self)
+        restore = self.instrument(counter)
+        try:
+            start = counter.clock()
+            with _dispatch_counter(counter):
+                out = self.call_model(args, "candidate forward raised (profiled)")
+            end = counter.clock()
+        finally:
+            restore()
+        self.sync()
+        forward_ms = counter.elapsed(start, end)
+        custom_ms = counter.covered_ms()
+        del out
+        return {"custom_kernel_count": counter.custom,
+                "total_kernel_count": counter.custom + counter.ops,
+                "custom_time_coverage": (min(custom_ms / forward_ms, 1.0)
+                                         if forward_ms > 0 else None),
+                "custom_kernels": sorted(counter.custom_names)[:32]}
+
+    def instrument(self, counter):
+        """Wraps Triton's launch path and the candidate's extension functions for one
+        forward; returns the function that undoes it."""
+        undo = []
+        kernels = self.kernels
+        for cls in _triton_kernel_classes():
+            original = cls.run
+
+            def run(self_, *args, _original=original, **kwargs):
+                if id(self_) in kernels:
+                    name = getattr(getattr(self_, "fn", None), "__name__", "kernel")
+                    return counter.custom_call(name, _original, (self_,) + args, kwargs)
+                return _original(self_, *args, **kwargs)
+
+            cls.run = run
+            undo.append((cls, "run", original))
+        ExtensionCalls.counter = counter
+
+        def restore():
+            ExtensionCalls.counter = None
+            for owner, attr, value in reversed(undo):
+                setattr(owner, attr, value)
+        return restore
+
+    # -- outputs -------------------------------------------------------------------------------
+
+    def check_outputs(self, out, args, allow_alias):
+        """Plain tensors on the device, no memory shared with the inputs; reported as
+        findings (the judge compares the values)."""
+        torch = Trusted.torch
+        spans = [storage_span(a) for a in args if isinstance(a, torch.Tensor)]
+        found = []
+        for t in flatten(out):
+            if isinstance(t, torch.Tensor) and type(t) is not torch.Tensor:
+                found.append({"rule": "output-subclass", "detail": f"an output is a "
+                              f"{type(t).__name__}, not a plain torch.Tensor"})
+            elif isinstance(t, torch.Tensor) and not allow_alias and \
+                    any(overlaps(storage_span(t), s) for s in spans):
+                found.append({"rule": "output-aliases-input",
+                              "detail": "an output shares memory with an input"})
+        return found
+
+    def export(self, node, depth=0):
+        torch = Trusted.torch
+        if isinstance(node, torch.Tensor):
+            t = node.detach()
+            if type(t) is not torch.Tensor:
+                t = t.as_subclass(torch.Tensor)   # its storage, whatever the subclass says
+            desc, _ = self.exporter.export(t)
+            return {"tensor": desc}
+        if isinstance(node, (list, tuple)) and depth < 8:
+            return {"seq": "tuple" if isinstance(node, tuple) else "list",
+                    "items": [self.export(x, depth + 1) for x in node]}
+        if node is None or type(node) in (int, float, bool, str):
+            return {"value": node}
+        return {"value": f"<{type(node).__name__}>"}
+
+    def poison_free_memory(self):
+        """Fill the memory the caching allocator holds but no tensor uses with NaN bytes, so
+        an output that is never written reads garbage instead of an earlier result."""
+        if self.device != "cuda":
+            return
+        torch = Trusted.torch
+        sizes = []
+        for segment in torch.cuda.memory_snapshot():
+            for block in segment.get("blocks", []):
+                if block.get("state") == "inactive" and block.get("size", 0) > 0:
+                    sizes.append(block["size"])
+        held = []
+        for size in sorted(sizes, reverse=True):
+            t = torch.empty(size, dtype=torch.uint8, device="cuda")
+            t.fill_(0xFF)
+            held.append(t)
+        del held
+
+
+def runner_main(sock, taskdir, plan):
+    """The forked runner: drops the protocol channel and the gate, enters its own sandbox
+    layer, dies with the judge, and serves requests until told to finish; never returns."""
+    code = 0
+    try:
+        for fd in (3, GATE_FD):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if plan is not None:
+            try:
+                sandbox.enter_runner(plan)
+                sandbox.close_ruleset(plan)
+            except sandbox.SandboxError as e:
+                # Told to the judge as the answer to its first request (nothing of the
+                # candidate has run yet, so this is still our own code speaking).
+                transport.recv(sock)
+                transport.send(sock, {"sandbox_failed": {"layer": e.layer,
+                                                          "error": str(e.message)[:2000]}})
+                os_exit(3)
+        import signal
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        Runner(sock, taskdir).serve()
+    except BaseException:
+        try:
+            sys.stderr.write("crucible runner: internal error\n" + traceback.format_exc())
+        except Exception:
+            pass
+        code = 1
+    flush_std()
+    os_exit(code)

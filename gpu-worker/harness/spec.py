@@ -1,0 +1,149 @@
+"""The typed spec: spec.json, as the worker writes it, parsed and checked in one place.
+
+Owns: Spec (the dataclass every stage reads), parse_spec() with its defaults and its checks
+(each failure a SetupError, exit 3), the checks of the fields the worker may also send later
+(reference_timing at the gate), and sandbox_plan(), the one field read before the sandbox is
+entered.
+
+May import: trusted, errors.
+"""
+import dataclasses
+import json
+import math
+import os
+import sys
+from typing import Optional
+
+from crucible_errors import SetupError
+from crucible_trusted import flush_std, os_exit
+
+SCREENING_ACTIONS = ("reject", "flag", "off")
+SPEC_DEFAULTS = {
+    "backend": "triton", "device": "cuda", "num_correct_trials": 5, "num_perf_trials": 100,
+    "num_warmup": 3, "measure_performance": True, "atol": 0.01, "rtol": 0.01, "seed": 42,
+    "reference_timing": None, "screening": {}, "stage": "evaluate", "cuda_arch": None,
+    "prebuilt": [], "max_speedup": 10.0, "integrity_checks": True, "sandbox": None,
+    "selftest": None,
+}
+# evaluate: the device stage; prepare: the CPU stage (import and builds, no device);
+# selftest: the worker's start-up proof that the sandbox holds on this host.
+STAGES = ("evaluate", "prepare", "selftest")
+MAX_BUILDS = 16
+RUNTIME_STATS_KEYS = ("median", "mean", "std", "min", "max")
+
+
+@dataclasses.dataclass
+class Spec:
+    """spec.json after parse_spec(): every field present (defaults filled in) and checked.
+    `sandbox` and `selftest` are the worker's, passed on as they are."""
+    backend: str
+    device: str
+    num_correct_trials: int
+    num_perf_trials: int
+    num_warmup: int
+    measure_performance: bool
+    atol: float
+    rtol: float
+    seed: int
+    reference_timing: Optional[dict]
+    screening: dict
+    stage: str
+    cuda_arch: Optional[str]
+    prebuilt: list
+    max_speedup: float
+    integrity_checks: bool
+    sandbox: Optional[dict]
+    selftest: Optional[dict]
+
+
+def read_spec(taskdir):
+    """spec.json from the task directory, parsed."""
+    try:
+        with open(os.path.join(taskdir, "spec.json"), encoding="utf-8") as f:
+            raw = json.load(f)
+    except (OSError, ValueError) as e:
+        raise SetupError(f"cannot read spec.json: {e}")
+    if not isinstance(raw, dict):
+        raise SetupError("spec.json is not an object")
+    return parse_spec(raw)
+
+
+def parse_spec(raw):
+    """The spec object, with SPEC_DEFAULTS for what it leaves out, checked field by field."""
+    spec = dict(SPEC_DEFAULTS, **raw)
+    if spec["backend"] not in ("triton", "cuda") or spec["device"] not in ("cuda", "cpu"):
+        raise SetupError(f"bad backend/device in spec: {spec['backend']!r}/{spec['device']!r}")
+    ints = {"num_correct_trials": 1, "num_perf_trials": 1, "num_warmup": 0, "seed": 0}
+    for key, low in ints.items():
+        if type(spec[key]) is not int or spec[key] < low:
+            raise SetupError(f"spec.{key} must be an integer >= {low}")
+    for key in ("atol", "rtol"):
+        if type(spec[key]) not in (int, float) or not 0 <= spec[key] < math.inf:
+            raise SetupError(f"spec.{key} must be a finite number >= 0")
+        spec[key] = float(spec[key])
+    if type(spec["max_speedup"]) not in (int, float) or not 1 <= spec["max_speedup"]:
+        raise SetupError("spec.max_speedup must be a number >= 1")
+    spec["measure_performance"] = bool(spec["measure_performance"])
+    spec["integrity_checks"] = bool(spec["integrity_checks"])
+    spec["reference_timing"] = reference_timing_from_spec(spec["reference_timing"])
+    screening = spec["screening"] if spec["screening"] is not None else {}
+    if not isinstance(screening, dict) or any(
+            not isinstance(k, str) or v not in SCREENING_ACTIONS
+            for k, v in screening.items()):
+        raise SetupError("spec.screening must map rule ids to reject/flag/off")
+    spec["screening"] = screening
+    if spec["stage"] not in STAGES:
+        raise SetupError(f"spec.stage must be one of {', '.join(STAGES)}")
+    if spec["cuda_arch"] is not None and not isinstance(spec["cuda_arch"], str):
+        raise SetupError("spec.cuda_arch must be a string or null")
+    spec["prebuilt"] = prebuilt_from_spec(spec["prebuilt"])
+    return Spec(**{field.name: spec[field.name] for field in dataclasses.fields(Spec)})
+
+
+def reference_timing_from_spec(value):
+    """spec.reference_timing: null, or cached reference statistics {median, mean, std, min,
+    max} in ms (finite, >= 0, min <= max), returned as floats."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or sorted(value) != sorted(RUNTIME_STATS_KEYS):
+        raise SetupError("spec.reference_timing must be null or an object with exactly "
+                         + ", ".join(RUNTIME_STATS_KEYS))
+    stats = {}
+    for key in RUNTIME_STATS_KEYS:
+        v = value[key]
+        if type(v) not in (int, float) or not 0 <= v < math.inf:
+            raise SetupError(f"spec.reference_timing.{key} must be a finite number >= 0")
+        stats[key] = float(v)
+    if stats["min"] > stats["max"]:
+        raise SetupError("spec.reference_timing.min exceeds its max")
+    return stats
+
+
+def prebuilt_from_spec(value):
+    """spec.prebuilt: [{name, key, file, python_module}], files inside the task dir."""
+    if not isinstance(value, list) or len(value) > MAX_BUILDS:
+        raise SetupError("spec.prebuilt must be a list of at most %d entries" % MAX_BUILDS)
+    entries = []
+    for e in value:
+        if (not isinstance(e, dict) or not isinstance(e.get("name"), str)
+                or not isinstance(e.get("key"), str) or not isinstance(e.get("file"), str)
+                or os.path.isabs(e["file"]) or ".." in e["file"].split("/")):
+            raise SetupError(f"bad spec.prebuilt entry: {e!r}"[:300])
+        entries.append({"name": e["name"], "key": e["key"], "file": e["file"],
+                        "python_module": bool(e.get("python_module", True))})
+    return entries
+
+
+def sandbox_plan(taskdir):
+    """The worker's sandbox plan from spec.json (null: the worker runs unsandboxed). Read
+    before anything else, as the process the worker started; exit 3 if unusable."""
+    try:
+        with open(os.path.join(taskdir, "spec.json"), encoding="utf-8") as f:
+            plan = json.load(f).get("sandbox")
+        if plan is not None and not isinstance(plan, dict):
+            raise ValueError("unusable sandbox plan (or sandbox.py missing)")
+        return plan
+    except (OSError, ValueError, AttributeError) as e:
+        sys.stderr.write(f"crucible harness: cannot read the sandbox plan: {e}\n")
+        flush_std()
+        os_exit(3)

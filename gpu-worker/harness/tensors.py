@@ -1,0 +1,270 @@
+"""Tensors on the device: inputs, comparison, timing, and what the device and its software are.
+Used alike by the judge and the runner.
+
+Owns: seeding and moving inputs, deep copies, the output comparison (compare, outputs_match,
+DiffStats), timed_call (one timed forward), runtime statistics, the CPU thread count, and the
+names of the CPU and of the installed Triton.
+
+May import: trusted, errors.
+"""
+import copy
+import math
+import os
+import platform
+import statistics
+
+from crucible_errors import SetupError
+from crucible_trusted import Trusted, perf_counter_ns
+
+FLUSH_BYTES = 256 << 20   # L2 flush buffer on CUDA, as KernelBench / do_bench
+# Distributions that may provide the `triton` package (upstream, and PyTorch's own builds).
+TRITON_DISTRIBUTIONS = ("triton", "pytorch-triton", "pytorch-triton-rocm")
+
+
+def seed_all(seed, device):
+    """Seed torch's CPU generator (and every CUDA generator on a CUDA device)."""
+    Trusted.manual_seed(seed)
+    if device == "cuda":
+        Trusted.cuda_manual_seed_all(seed)
+
+
+def to_device(obj, device):
+    """Move tensors (also inside lists/tuples/dicts) to the device; pass anything else through."""
+    torch = Trusted.torch
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_device(x, device) for x in obj)
+    if isinstance(obj, dict):
+        return {k: to_device(v, device) for k, v in obj.items()}
+    return obj
+
+
+def deep_clone(obj):
+    """A private copy per model, so one model mutating its inputs cannot affect the other."""
+    torch = Trusted.torch
+    if isinstance(obj, torch.Tensor):
+        return obj.clone()
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(deep_clone(x) for x in obj)
+    if isinstance(obj, dict):
+        return {k: deep_clone(v) for k, v in obj.items()}
+    try:
+        return copy.deepcopy(obj)
+    except Exception:
+        return obj
+
+
+def as_call_args(inputs):
+    """get_inputs() returns a list (KernelBench); tolerate a single tensor or a tuple."""
+    return list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+
+
+class DiffStats:
+    """Absolute differences over all compared elements of all trials (in float64)."""
+
+    def __init__(self):
+        self.max = 0.0
+        self.sum = 0.0
+        self.count = 0
+        self.nonfinite = 0   # mismatches whose difference is NaN/Inf (e.g. NaN vs finite)
+
+    def result(self):
+        """(max, mean), or (None, None) when nothing was compared or a difference was NaN/Inf
+        (JSON cannot carry it; the error message says how many)."""
+        if self.count == 0 or self.nonfinite:
+            return None, None
+        return self.max, self.sum / self.count
+
+
+def compare(ref, out, atol, rtol, stats, path="output"):
+    """Compare one output against the reference; returns a list of problems (empty = pass).
+
+    Structure (tensor vs tuple/list, length), shape, dtype and device must match; then values
+    with torch.allclose(atol, rtol, equal_nan=True): NaN where the reference has NaN is fine,
+    NaN (or Inf) where the reference is finite is a mismatch.
+    """
+    torch = Trusted.torch
+    if isinstance(ref, torch.Tensor):
+        if not isinstance(out, torch.Tensor):
+            return [f"{path}: expected a tensor, got {type(out).__name__}"]
+        if tuple(out.shape) != tuple(ref.shape):
+            return [f"{path}: shape {tuple(out.shape)} != expected {tuple(ref.shape)}"]
+        if out.dtype != ref.dtype:
+            return [f"{path}: dtype {out.dtype} != expected {ref.dtype}"]
+        if out.device != ref.device:
+            return [f"{path}: device {out.device} != expected {ref.device}"]
+        return _compare_values(ref, out, atol, rtol, stats, path)
+    if isinstance(ref, (list, tuple)):
+        if not isinstance(out, (list, tuple)):
+            return [f"{path}: expected a {type(ref).__name__} of {len(ref)}, "
+                    f"got {type(out).__name__}"]
+        if len(out) != len(ref):
+            return [f"{path}: {len(out)} outputs, expected {len(ref)}"]
+        problems = []
+        for i, (r, o) in enumerate(zip(ref, out)):
+            problems += compare(r, o, atol, rtol, stats, f"{path}[{i}]")
+        return problems
+    numbers = (int, float)
+    if isinstance(ref, numbers) and isinstance(out, numbers) and not isinstance(ref, bool):
+        if math.isclose(out, ref, rel_tol=rtol, abs_tol=atol) or (ref != ref and out != out):
+            return []
+        return [f"{path}: {out!r} != expected {ref!r}"]
+    return [] if out == ref else [f"{path}: {out!r} != expected {ref!r}"]
+
+
+# Elements compared per step: the widened copies of a whole 1.6e9-element output (KernelBench
+# level 1) would need ~80 GB; in chunks the comparison needs a few hundred MB.
+COMPARE_CHUNK = 1 << 25
+
+
+def _compare_values(ref, out, atol, rtol, stats, path):
+    """Every reduction stays on the device and is read back once per output: a sync per chunk
+    (and boolean-mask indexing, which syncs too) made comparing a 6.4 GB output take ~0.2 s."""
+    torch = Trusted.torch
+    wide = torch.complex128 if (ref.is_complex() or out.is_complex()) else torch.float64
+    ref_flat = ref.detach().reshape(-1)
+    out_flat = out.detach().reshape(-1)
+    parts = []   # per chunk: [bad, nonfinite, finite count, sum, max] as 0-d device tensors
+    for start in range(0, ref_flat.numel(), COMPARE_CHUNK):
+        r_part = ref_flat[start:start + COMPARE_CHUNK]
+        o_part = out_flat[start:start + COMPARE_CHUNK]
+        r = r_part.to(wide)
+        o = o_part.to(wide)
+        diff = (o - r).abs()
+        same = (o == r) | (torch.isnan(o) & torch.isnan(r))   # equal infinities, shared NaNs
+        diff = diff.masked_fill(same, 0)
+        finite = torch.isfinite(diff)
+        finite_diff = diff.masked_fill(~finite, 0)
+        if ref.dtype == torch.bool:
+            bad = (o_part != r_part).sum()
+        else:
+            bad = (~Trusted.isclose(o_part, r_part, rtol=rtol, atol=atol, equal_nan=True)).sum()
+        parts.append(torch.stack([bad.to(torch.float64), (~finite).sum().to(torch.float64),
+                                  finite.sum().to(torch.float64), finite_diff.sum(),
+                                  finite_diff.max()]))
+        del r, o, diff, same, finite, finite_diff
+    if not parts:
+        return []
+    rows = torch.stack(parts).tolist()
+    bad = int(sum(row[0] for row in rows))
+    n_nonfinite = int(sum(row[1] for row in rows))
+    chunk_max = max(row[4] for row in rows)
+    stats.max = max(stats.max, chunk_max)
+    stats.sum += sum(row[3] for row in rows)
+    stats.count += int(sum(row[2] for row in rows))
+    stats.nonfinite += n_nonfinite
+    if bad == 0:
+        return []
+    msg = f"{path}: {bad} of {ref.numel()} elements differ beyond atol={atol}, rtol={rtol}"
+    if n_nonfinite:
+        msg += f" ({n_nonfinite} of them NaN/Inf where the reference has another value)"
+    else:
+        msg += f" (max abs diff {chunk_max:.6g})"
+    return [msg]
+
+
+def runtime_stats(times_ms):
+    """median/mean/std/min/max in ms; std is the population std (ddof=0), as numpy's default
+    that KernelBench reports."""
+    return {
+        "median": statistics.median(times_ms),
+        "mean": statistics.fmean(times_ms),
+        "std": statistics.pstdev(times_ms) if len(times_ms) > 1 else 0.0,
+        "min": min(times_ms),
+        "max": max(times_ms),
+    }
+
+
+def outputs_match(ref, out, spec):
+    """A quick pass/fail of `compare` (one isclose pass per tensor, no statistics): the
+    timed calls' checks, where only the answer matters."""
+    torch = Trusted.torch
+    if isinstance(ref, torch.Tensor):
+        if not isinstance(out, torch.Tensor) or out.shape != ref.shape or \
+                out.dtype != ref.dtype or out.device != ref.device:
+            return False
+        if ref.dtype == torch.bool:
+            return bool(torch.equal(out, ref))
+        # In chunks, as _compare_values: isclose's temporaries for a 8.6 GB output are ~20 GB.
+        r, o = ref.reshape(-1), out.reshape(-1)
+        verdicts = [Trusted.isclose(o[i:i + COMPARE_CHUNK], r[i:i + COMPARE_CHUNK],
+                                    rtol=spec.rtol, atol=spec.atol, equal_nan=True).all()
+                    for i in range(0, r.numel(), COMPARE_CHUNK)]
+        return not verdicts or bool(torch.stack(verdicts).all())
+    if isinstance(ref, (list, tuple)):
+        return isinstance(out, (list, tuple)) and len(out) == len(ref) and all(
+            outputs_match(r, o, spec) for r, o in zip(ref, out))
+    return not compare(ref, out, spec.atol, spec.rtol, DiffStats())
+
+
+def flatten(obj):
+    if isinstance(obj, (list, tuple)):
+        out = []
+        for x in obj:
+            out.extend(flatten(x))
+        return out
+    return [obj]
+
+
+def tensor_nbytes(obj):
+    torch = Trusted.torch
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_nbytes(x) for x in obj)
+    return 0
+
+
+def timed_call(owner, model, args):
+    """One timed call, returning (ms, output). CUDA: flush L2, sync, start event, forward,
+    device-wide sync (so work left on side streams is inside the window), end event, sync.
+    CPU: perf_counter_ns around the forward. `owner` holds the flush buffer and events."""
+    if owner.device != "cuda":
+        t0 = perf_counter_ns()
+        out = model(*args)
+        return (perf_counter_ns() - t0) / 1e6, out
+    owner.flush_buffer.zero_()
+    Trusted.synchronize()
+    Trusted.event_record(owner.start_event)
+    out = model(*args)
+    Trusted.synchronize()
+    Trusted.event_record(owner.end_event)
+    Trusted.synchronize()
+    return Trusted.event_elapsed(owner.start_event, owner.end_event), out
+
+
+def set_cpu_threads(torch):
+    threads = os.environ.get("CRUCIBLE_CPU_THREADS")
+    if threads:
+        try:
+            torch.set_num_threads(max(1, int(threads)))
+        except ValueError:
+            raise SetupError(f"CRUCIBLE_CPU_THREADS is not an integer: {threads!r}")
+
+
+def cpu_model_name():
+    """The CPU model from /proc/cpuinfo, so CPU timings say where they were taken."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def triton_version():
+    """The installed Triton's version from its distribution metadata (without importing it),
+    or None when none is installed."""
+    try:
+        import importlib.metadata as metadata
+    except ImportError:
+        return None
+    for name in TRITON_DISTRIBUTIONS:
+        try:
+            return metadata.version(name)
+        except Exception:
+            continue
+    return None
