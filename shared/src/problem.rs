@@ -28,9 +28,9 @@ impl std::fmt::Display for ProblemRef {
 /// One problem of the registry, without its source (`GET /problems`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ProblemInfo {
-    /// As in [`ProblemRef::level`].
+    /// The KernelBench level (`levelN/` directory).
     pub level: u32,
-    /// As in [`ProblemRef::id`].
+    /// The number before the name in the file name; unique within its level only.
     pub id: u32,
     /// The name after the id in the file name (`ReLU`), or the JSONL entry's `name`.
     pub name: String,

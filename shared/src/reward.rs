@@ -138,21 +138,21 @@ pub struct RewardWeights {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WeightsOverride {
-    /// Replaces [`RewardWeights::format`] (-1000..=1000).
+    /// The `format` weight instead of the profile's (-1000..=1000).
     pub format: Option<f64>,
-    /// Replaces [`RewardWeights::compile`] (-1000..=1000).
+    /// The `compile` weight instead of the profile's (-1000..=1000).
     pub compile: Option<f64>,
-    /// Replaces [`RewardWeights::correctness`] (-1000..=1000).
+    /// The `correctness` weight instead of the profile's (-1000..=1000).
     pub correctness: Option<f64>,
-    /// Replaces [`RewardWeights::speed`] (-1000..=1000).
+    /// The `speed` weight instead of the profile's (-1000..=1000).
     pub speed: Option<f64>,
-    /// Replaces [`RewardWeights::length`] (-1000..=1000).
+    /// The `length` weight instead of the profile's (-1000..=1000).
     pub length: Option<f64>,
-    /// Replaces [`RewardWeights::thinking`] (-1000..=1000).
+    /// The `thinking` weight instead of the profile's (-1000..=1000).
     pub thinking: Option<f64>,
-    /// Replaces [`RewardWeights::coverage`] (-1000..=1000).
+    /// The `coverage` weight instead of the profile's (-1000..=1000).
     pub coverage: Option<f64>,
-    /// Replaces [`RewardWeights::speedup_cap`] (0..=1e9).
+    /// The speedup cap instead of the profile's (0..=1e9).
     pub speedup_cap: Option<f64>,
 }
 
@@ -250,8 +250,7 @@ pub struct RewardComponents {
     pub correctness: f64,
     /// The speedup over the reference, capped at `speedup_cap`; 0 unless the verdict is `ok`.
     pub speed: f64,
-    /// 1 up to [`LENGTH_FULL_BYTES`] of kernel, falling to 0 at [`LENGTH_ZERO_BYTES`]; 0 with
-    /// no kernel.
+    /// 1 up to 2,000 bytes of kernel, falling linearly to 0 at 20,000; 0 with no kernel.
     pub length: f64,
     /// 1 when the completion has a non-blank thinking section.
     pub thinking: f64,

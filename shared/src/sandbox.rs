@@ -93,7 +93,8 @@ pub struct LayerStatus {
 /// The sandbox of one worker, as its start-up self-test found it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct SandboxStatus {
-    /// Every layer, each once, in the order of [`SandboxLayer::ALL`].
+    /// Every layer, each once, in a fixed order (network, pid, mount, user, landlock,
+    /// seccomp, cgroup).
     pub layers: Vec<LayerStatus>,
     /// Who task children run as (`nobody (uid 65534)`, `user namespace of uid 1000`).
     pub identity: String,
