@@ -92,7 +92,7 @@ impl QueueStatus {
 pub struct BatchStatus {
     /// The id `POST /evaluate/batch` or `POST /rollouts` returned.
     pub batch_id: BatchId,
-    /// Tasks in the batch; equals `counts` summed.
+    /// Tasks in the batch.
     pub total: u64,
     /// The batch's tasks by status: it is finished when `counts.finished()` reaches `total`.
     pub counts: StatusCounts,
