@@ -19,17 +19,40 @@ use crucible_shared::{
 use serde::de::DeserializeOwned;
 use std::time::Duration;
 
+/// Why a call failed, after any retries: the variant says whether retrying later can help.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The server answered with an error body.
     #[error("HTTP {status}: {error}")]
-    Api { status: u16, error: ApiError },
+    Api {
+        /// The HTTP status.
+        status: u16,
+        /// The body: `error.code` says what to do about it.
+        error: ApiError,
+    },
+    /// The request could not be sent or its answer read, and the failure was not one that
+    /// is retried (a connection refused or a timeout is).
     #[error("transport: {0}")]
     Transport(#[from] reqwest::Error),
+    /// The answer is not what the API sends: a 2xx body of the wrong shape, or an error
+    /// without an [`ApiError`] body (a proxy's page, a server of another version).
     #[error("unexpected answer (HTTP {status}): {body}")]
-    Unexpected { status: u16, body: String },
+    Unexpected {
+        /// The HTTP status.
+        status: u16,
+        /// The body as received (lossily decoded).
+        body: String,
+    },
+    /// Every attempt met a retryable refusal (429, 503) or connection error: the server is
+    /// overloaded or down.
     #[error("gave up after {attempts} attempts: {last}")]
-    Exhausted { attempts: u32, last: String },
+    Exhausted {
+        /// Attempts made.
+        attempts: u32,
+        /// The last attempt's error.
+        last: String,
+    },
+    /// A wait for results passed its deadline; what says which.
     #[error("timed out: {0}")]
     TimedOut(String),
 }
@@ -37,7 +60,10 @@ pub enum ClientError {
 /// Answer of `POST /evaluate/batch`.
 #[derive(Debug, Clone, serde::Deserialize)]
 pub struct BatchSubmitted {
+    /// Poll it with [`Client::batch`].
     pub batch_id: crucible_shared::BatchId,
+    /// One per requested task, in order; as with [`Client::evaluate`], one may be an
+    /// identical open task (coalesced) or a task already done with a cached result.
     pub task_ids: Vec<TaskId>,
 }
 
@@ -52,6 +78,8 @@ pub struct Client {
 }
 
 impl Client {
+    /// A client of the server at `base_url` (e.g. `http://127.0.0.1:10907`), without a token;
+    /// each request times out after 120 s and is tried up to 6 times.
     pub fn new(base_url: impl Into<String>) -> Self {
         Self {
             base: base_url.into().trim_end_matches('/').to_owned(),
@@ -104,6 +132,8 @@ impl Client {
             .await
     }
 
+    /// Submits up to 1000 evaluations as one batch; all are accepted or none (queue cap,
+    /// quota).
     pub async fn evaluate_batch(
         &self,
         batch: &BatchRequest,
@@ -112,11 +142,13 @@ impl Client {
             .await
     }
 
+    /// The task's status and, once `done`, its result; [`Client::wait`] polls it to the end.
     pub async fn task(&self, id: &TaskId) -> Result<TaskView, ClientError> {
         self.send::<(), _>(reqwest::Method::GET, &format!("/tasks/{id}"), None)
             .await
     }
 
+    /// A batch's counts by status, with every task's view.
     pub async fn batch(&self, id: &crucible_shared::BatchId) -> Result<BatchStatus, ClientError> {
         self.send::<(), _>(
             reqwest::Method::GET,
@@ -126,11 +158,14 @@ impl Client {
         .await
     }
 
+    /// Queue depths, lifetime counters and cache figures (`GET /queue/status`).
     pub async fn queue(&self) -> Result<QueueStatus, ClientError> {
         self.send::<(), _>(reqwest::Method::GET, "/queue/status", None)
             .await
     }
 
+    /// The workers as the registry reports them (`GET /workers/status`), untyped: the CLI
+    /// prints it as it comes.
     pub async fn workers(&self) -> Result<serde_json::Value, ClientError> {
         self.send::<(), _>(reqwest::Method::GET, "/workers/status", None)
             .await
@@ -155,11 +190,13 @@ impl Client {
         }
     }
 
+    /// The server's problem registry, without sources.
     pub async fn problems(&self) -> Result<ProblemList, ClientError> {
         self.send::<(), _>(reqwest::Method::GET, "/problems", None)
             .await
     }
 
+    /// One registered problem with its reference source.
     pub async fn problem(&self, level: u32, id: u32) -> Result<Problem, ClientError> {
         self.send::<(), _>(
             reqwest::Method::GET,

@@ -5,11 +5,14 @@ use crucible_shared::Verdict;
 use crucible_shared::rollout::{RolloutResult, RolloutStatus};
 use serde::Serialize;
 
+/// The headline figures of a set of rollout results (`Serialize`, for a trainer's logs).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct RolloutSummary {
+    /// Results summarised: the denominator of the rates.
     pub rollouts: usize,
     /// Rollouts with a verdict (status `done`).
     pub evaluated: usize,
+    /// No kernel could be extracted (status `no_kernel`): a format failure of the model.
     pub no_kernel: usize,
     /// No verdict: `failed`, `cancelled` or `expired`.
     pub unscored: usize,
@@ -20,13 +23,16 @@ pub struct RolloutSummary {
     /// Share of all rollouts that are `ok` and faster than the reference (KernelBench's
     /// fast_1).
     pub fast_1: f64,
+    /// Verdict `hack`: caught gaming the evaluation.
     pub hacks: usize,
+    /// Verdict `decoy`: correct, but no kernel of its own did the work.
     pub decoys: usize,
     /// Mean reward over the rollouts that have one.
     pub mean_reward: Option<f64>,
 }
 
 impl RolloutSummary {
+    /// The summary of `results`; all zero (rates 0, means None) for none.
     pub fn of<'a>(results: impl IntoIterator<Item = &'a RolloutResult>) -> Self {
         let mut s = Self::default();
         let (mut speedups, mut rewards) = (Vec::new(), Vec::new());

@@ -53,6 +53,7 @@ pub struct Shutdown {
 }
 
 impl Shutdown {
+    /// A shutdown not yet started; clone it into every loop that must see it.
     pub fn new() -> Self {
         Self::default()
     }
@@ -68,6 +69,7 @@ impl Shutdown {
         self.token.cancel();
     }
 
+    /// Whether the shutdown has started, for loops that check between steps.
     pub fn is_cancelled(&self) -> bool {
         self.token.is_cancelled()
     }

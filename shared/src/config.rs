@@ -3,12 +3,17 @@
 
 use std::time::Duration;
 
+/// Why [`BrokerConfig`] could not be read; fatal at startup, before any connection is made.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ConfigError {
+    /// A variable is set but does not parse as its type.
     #[error("{key}: cannot parse {value:?}: {reason}")]
     Invalid {
+        /// The variable, e.g. `CRUCIBLE_QUEUE_CAP`.
         key: String,
+        /// Its value as set, untrimmed.
         value: String,
+        /// The parser's complaint.
         reason: String,
     },
 }
@@ -81,6 +86,7 @@ impl BrokerConfig {
         Ok(cfg)
     }
 
+    /// [`BrokerConfig::from_lookup`] over the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_lookup(|k| std::env::var(k).ok())
     }

@@ -56,13 +56,17 @@ impl ApiErrorCode {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, thiserror::Error)]
 #[error("{code:?}: {message}")]
 pub struct ApiError {
+    /// What went wrong, for programs; it alone decides the HTTP status.
     pub code: ApiErrorCode,
+    /// What went wrong, for people: free text, not to be matched on.
     pub message: String,
+    /// The request field at fault; absent when the error is not about one field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
 }
 
 impl ApiError {
+    /// An error about no particular field.
     pub fn new(code: ApiErrorCode, message: impl Into<String>) -> Self {
         Self {
             code,
@@ -81,6 +85,7 @@ impl ApiError {
         }
     }
 
+    /// `NotFound`, with the message "`what` not found".
     pub fn not_found(what: impl AsRef<str>) -> Self {
         Self::new(
             ApiErrorCode::NotFound,
@@ -88,6 +93,7 @@ impl ApiError {
         )
     }
 
+    /// The HTTP status of this error's code.
     pub fn http_status(&self) -> u16 {
         self.code.http_status()
     }

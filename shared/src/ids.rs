@@ -19,6 +19,7 @@ macro_rules! string_id {
                 Self(format!(concat!($prefix, "{}"), uuid::Uuid::new_v4().simple()))
             }
 
+            /// The id as it appears on the wire and in Redis keys.
             pub fn as_str(&self) -> &str {
                 &self.0
             }
@@ -81,6 +82,8 @@ impl TenantId {
         Self(BUILTIN_TENANT_ID.to_owned())
     }
 
+    /// Whether this is [`TenantId::builtin`], which has no stored record: brokers answer for
+    /// it without looking it up.
     pub fn is_builtin(&self) -> bool {
         self.0 == BUILTIN_TENANT_ID
     }

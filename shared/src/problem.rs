@@ -12,7 +12,10 @@ use utoipa::ToSchema;
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
 )]
 pub struct ProblemRef {
+    /// The KernelBench level (`levelN/` directory).
     pub level: u32,
+    /// The number before the name in the file name (`19` in `19_ReLU.py`); unique within
+    /// its level only.
     pub id: u32,
 }
 
@@ -25,7 +28,9 @@ impl std::fmt::Display for ProblemRef {
 /// One problem of the registry, without its source (`GET /problems`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ProblemInfo {
+    /// The KernelBench level (`levelN/` directory).
     pub level: u32,
+    /// The number before the name in the file name; unique within its level only.
     pub id: u32,
     /// The name after the id in the file name (`ReLU`), or the JSONL entry's `name`.
     pub name: String,
@@ -37,12 +42,16 @@ pub struct ProblemInfo {
 /// One problem with its source (`GET /problems/{level}/{id}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Problem {
+    /// Level, id, name and hash, flattened into this object.
     #[serde(flatten)]
     pub info: ProblemInfo,
+    /// KernelBench problem source (`class Model`, `get_inputs()`, `get_init_inputs()`): what
+    /// a candidate must match and is timed against.
     pub reference_code: String,
 }
 
 impl Problem {
+    /// A problem with its hash computed from `reference_code`, so the two cannot disagree.
     pub fn new(level: u32, id: u32, name: impl Into<String>, reference_code: String) -> Self {
         Self {
             info: ProblemInfo {
@@ -55,6 +64,7 @@ impl Problem {
         }
     }
 
+    /// The `{level, id}` that names this problem in requests.
     pub fn reference(&self) -> ProblemRef {
         ProblemRef {
             level: self.info.level,
@@ -66,7 +76,9 @@ impl Problem {
 /// `GET /problems`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ProblemList {
+    /// Every problem of the registry.
     pub problems: Vec<ProblemInfo>,
+    /// How many `problems` holds.
     pub total: usize,
 }
 

@@ -32,6 +32,7 @@ pub struct CompletionFacts {
 }
 
 impl ParsedCompletion {
+    /// What the reward needs of this completion, dropping the text.
     pub fn facts(&self) -> CompletionFacts {
         CompletionFacts {
             format_ok: self.format_ok,
@@ -114,12 +115,20 @@ pub enum RewardProfile {
 /// Weights of the components; a request may override any of them. Unused by a profile: 0.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RewardWeights {
+    /// Of the `format` component (`kernel_rl`).
     pub format: f64,
+    /// Of the `compile` component (`kernel_rl`).
     pub compile: f64,
+    /// Of the `correctness` component (`kernel_rl`); `kevin` and `drkernel` award it whole to
+    /// a correct kernel.
     pub correctness: f64,
+    /// Of the capped speedup.
     pub speed: f64,
+    /// Of the `length` component (`kernel_rl`): a tie-breaker for shorter kernels.
     pub length: f64,
+    /// Of the `thinking` component (`kernel_rl`).
     pub thinking: f64,
+    /// Of the `coverage` component (`kernel_rl`, `drkernel`).
     pub coverage: f64,
     /// Speedups above this count as this (`drkernel`: 3, `kevin`: unbounded, here 1e9).
     pub speedup_cap: f64,
@@ -129,13 +138,21 @@ pub struct RewardWeights {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WeightsOverride {
+    /// The `format` weight instead of the profile's (-1000..=1000).
     pub format: Option<f64>,
+    /// The `compile` weight instead of the profile's (-1000..=1000).
     pub compile: Option<f64>,
+    /// The `correctness` weight instead of the profile's (-1000..=1000).
     pub correctness: Option<f64>,
+    /// The `speed` weight instead of the profile's (-1000..=1000).
     pub speed: Option<f64>,
+    /// The `length` weight instead of the profile's (-1000..=1000).
     pub length: Option<f64>,
+    /// The `thinking` weight instead of the profile's (-1000..=1000).
     pub thinking: Option<f64>,
+    /// The `coverage` weight instead of the profile's (-1000..=1000).
     pub coverage: Option<f64>,
+    /// The speedup cap instead of the profile's (0..=1e9).
     pub speedup_cap: Option<f64>,
 }
 
@@ -219,17 +236,26 @@ impl RewardProfile {
 /// Kernels up to this many bytes get the whole length score; it falls to 0 at
 /// [`LENGTH_ZERO_BYTES`].
 pub const LENGTH_FULL_BYTES: usize = 2_000;
+/// Kernels of this many bytes or more get no length score; between the two it falls linearly.
 pub const LENGTH_ZERO_BYTES: usize = 20_000;
 
 /// Each component's score in 0..=1 (speed: the capped speedup) before weighting.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema, Default)]
 pub struct RewardComponents {
+    /// 1 when the completion has `<KERNEL>` and a fenced block.
     pub format: f64,
+    /// 1 when the kernel compiled.
     pub compile: f64,
+    /// Share of correctness trials passed (partial credit); 0 for a decoy.
     pub correctness: f64,
+    /// The speedup over the reference, capped at `speedup_cap`; 0 unless the verdict is `ok`.
     pub speed: f64,
+    /// 1 up to 2,000 bytes of kernel, falling linearly to 0 at 20,000; 0 with no kernel.
     pub length: f64,
+    /// 1 when the completion has a non-blank thinking section.
     pub thinking: f64,
+    /// Share of device time spent in the candidate's own kernels; 0 unless the verdict is
+    /// `ok`.
     pub coverage: f64,
 }
 

@@ -39,11 +39,13 @@ pub struct Rollout {
     pub reference_code: Option<String>,
     /// The raw completion: the kernel is extracted from it (docs/REWARDS.md).
     pub completion: String,
+    /// What the extracted kernel is written for.
     #[serde(default)]
     pub backend: Backend,
     /// Turn index of a multi-turn episode (0 for the first); carried through to the result.
     #[serde(default)]
     pub turn: u32,
+    /// How the rollout is scored.
     #[serde(default)]
     pub profile: RewardProfile,
     /// Weights that replace the profile's defaults.
@@ -56,13 +58,21 @@ pub struct Rollout {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RolloutEvalSettings {
+    /// Correctness trials, each on fresh seeded inputs (1-20).
     pub num_correct_trials: Option<u32>,
+    /// Timed trials for reference and candidate (1-1000).
     pub num_perf_trials: Option<u32>,
+    /// Time the candidate (only when it is correct); without timings `speed` scores 0.
     pub measure_performance: Option<bool>,
+    /// Absolute tolerance of the output comparison.
     pub atol: Option<f64>,
+    /// Relative tolerance of the output comparison.
     pub rtol: Option<f64>,
+    /// Wall-clock budget of each evaluation, in seconds (10-3600).
     pub timeout_s: Option<u32>,
+    /// Queue priority of the batch's tasks.
     pub priority: Option<Priority>,
+    /// A speedup above this is flagged `implausible-speedup`.
     pub max_speedup: Option<f64>,
 }
 
@@ -70,7 +80,9 @@ pub struct RolloutEvalSettings {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RolloutBatchRequest {
+    /// The completions to score (1-1000); ids unique within the batch.
     pub rollouts: Vec<Rollout>,
+    /// How every rollout's kernel is evaluated.
     #[serde(default)]
     pub eval: RolloutEvalSettings,
     /// Resubmitting a batch under the same key (a retry after a lost answer) returns the first
@@ -82,7 +94,9 @@ pub struct RolloutBatchRequest {
 /// `202` answer of `POST /rollouts`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RolloutBatchResponse {
+    /// Read the results with `GET /batches/{batch_id}/results`.
     pub batch_id: BatchId,
+    /// Rollouts in the batch, with or without a kernel.
     pub rollouts: usize,
     /// Rollouts that are being evaluated (the others had no kernel to extract).
     pub evaluated: usize,
@@ -197,14 +211,21 @@ impl RolloutEvalSettings {
 /// text.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RolloutRecord {
+    /// The client's rollout id.
     pub id: String,
     /// None when no kernel was found: nothing was evaluated.
     pub task_id: Option<TaskId>,
+    /// The problem, when the rollout named it by reference.
     pub problem: Option<ProblemRef>,
+    /// Version of the problem, whether named or sent as source.
     pub problem_hash: String,
+    /// Carried through to the result.
     pub turn: u32,
+    /// How the rollout is scored.
     pub profile: RewardProfile,
+    /// The profile's weights with the rollout's overrides applied.
     pub weights: RewardWeights,
+    /// What the reward needs of the completion.
     pub facts: CompletionFacts,
 }
 
@@ -230,18 +251,27 @@ pub enum RolloutStatus {
 pub struct RolloutResult {
     /// The client's rollout id.
     pub id: String,
+    /// The evaluation task; None for `no_kernel`. Rollouts with identical kernels for the
+    /// same problem share one.
     pub task_id: Option<TaskId>,
+    /// Whether it was scored, and if not, why.
     pub status: RolloutStatus,
+    /// The rollout's `turn`, carried through.
     pub turn: u32,
+    /// The problem, when the rollout named it by reference.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem: Option<ProblemRef>,
     /// Version of the problem evaluated ([`crate::problem::problem_hash`]).
     pub problem_hash: String,
+    /// The profile `reward` was computed with.
     pub profile: RewardProfile,
     /// None when the service produced no verdict (`failed`, `cancelled`, `expired`).
     pub reward: Option<f64>,
+    /// The component scores `reward` was weighted from; None when `reward` is.
     pub components: Option<RewardComponents>,
+    /// The completion had a `<KERNEL>` tag followed by a fenced code block.
     pub format_ok: bool,
+    /// The evaluation's result, for `done`.
     pub result: Option<EvalResult>,
     /// Text for the next turn's prompt (docs/REWARDS.md).
     pub feedback: String,
@@ -253,6 +283,7 @@ pub struct RolloutResult {
 /// `GET /batches/{id}/results`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RolloutResultsPage {
+    /// The batch read.
     pub batch_id: BatchId,
     /// Results in the order their evaluations finished, after the `after` cursor.
     pub results: Vec<RolloutResult>,

@@ -34,6 +34,7 @@ pub enum SandboxLayer {
 }
 
 impl SandboxLayer {
+    /// Every layer, in the order reports list them.
     pub const ALL: [SandboxLayer; 7] = [
         SandboxLayer::Network,
         SandboxLayer::Pid,
@@ -57,11 +58,13 @@ impl SandboxLayer {
         }
     }
 
+    /// The layer [`SandboxLayer::name`] gives `name`, if any.
     pub fn from_name(name: &str) -> Option<SandboxLayer> {
         SandboxLayer::ALL.into_iter().find(|l| l.name() == name)
     }
 }
 
+/// Whether one layer protects this worker's tasks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum LayerState {
@@ -74,9 +77,12 @@ pub enum LayerState {
     Off,
 }
 
+/// One layer of one worker's sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct LayerStatus {
+    /// Which layer.
     pub layer: SandboxLayer,
+    /// Whether it is in force, and if not, whether by choice.
     pub state: LayerState,
     /// Whether the worker refuses to serve without this layer.
     pub required: bool,
@@ -87,6 +93,8 @@ pub struct LayerStatus {
 /// The sandbox of one worker, as its start-up self-test found it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct SandboxStatus {
+    /// Every layer, each once, in a fixed order (network, pid, mount, user, landlock,
+    /// seccomp, cgroup).
     pub layers: Vec<LayerStatus>,
     /// Who task children run as (`nobody (uid 65534)`, `user namespace of uid 1000`).
     pub identity: String,

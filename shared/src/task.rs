@@ -10,16 +10,20 @@ use utoipa::ToSchema;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum TaskStatus {
+    /// Waiting for a worker (again, after a retry).
     Queued,
+    /// A worker holds its lease and is evaluating it.
     Running,
     /// The evaluation reached a verdict (which may be "does not compile", "wrong", "hangs").
     Done,
     /// The service could not produce a verdict after `max_attempts` (an outage, not a kernel).
     Failed,
+    /// Cancelled by its submitter or with its tenant before it finished; it has no result.
     Cancelled,
 }
 
 impl TaskStatus {
+    /// Every status, in lifecycle order.
     pub const ALL: [TaskStatus; 5] = [
         TaskStatus::Queued,
         TaskStatus::Running,
@@ -28,6 +32,7 @@ impl TaskStatus {
         TaskStatus::Cancelled,
     ];
 
+    /// The name on the wire and in the broker (`queued`, `running`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             TaskStatus::Queued => "queued",
@@ -38,10 +43,12 @@ impl TaskStatus {
         }
     }
 
+    /// The status [`TaskStatus::as_str`] gives `s`, if any.
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|st| st.as_str() == s)
     }
 
+    /// `done`, `failed` or `cancelled`: the task will not change again.
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
@@ -133,9 +140,11 @@ impl Verdict {
     }
 }
 
-/// Flag severities: decided the verdict `SCREENED`; reported only; caught cheating at run time.
+/// Flag severity: the finding decided the verdict `SCREENED`.
 pub const SEVERITY_REJECT: &str = "reject";
+/// Flag severity: reported only; the verdict does not depend on it.
 pub const SEVERITY_FLAG: &str = "flag";
+/// Flag severity: a runtime check caught the candidate cheating; the verdict is `hack`.
 pub const SEVERITY_HACK: &str = "hack";
 
 /// A finding about the candidate: static screening of its source, or a runtime integrity
@@ -154,10 +163,15 @@ pub struct Flag {
 /// Summary statistics of timed trials, in milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RuntimeStats {
+    /// The figure `speedup` is computed from: robust to the odd slow trial.
     pub median: f64,
+    /// Mean over the trials.
     pub mean: f64,
+    /// Standard deviation over the trials: how noisy the timing was.
     pub std: f64,
+    /// Fastest trial.
     pub min: f64,
+    /// Slowest trial.
     pub max: f64,
 }
 
@@ -165,11 +179,15 @@ pub struct RuntimeStats {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DeviceKind {
+    /// An NVIDIA GPU: the timings mean what a trainer wants.
     Cuda,
+    /// A CPU worker (a host without a GPU, tests): correctness means what it says, timings
+    /// say nothing about a GPU.
     Cpu,
 }
 
 impl DeviceKind {
+    /// The name on the wire (`cuda`, `cpu`).
     pub fn as_str(self) -> &'static str {
         match self {
             DeviceKind::Cuda => "cuda",
@@ -178,8 +196,10 @@ impl DeviceKind {
     }
 }
 
+/// The device a worker evaluates on, and so what a result's timings were measured on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct DeviceInfo {
+    /// GPU or CPU.
     pub kind: DeviceKind,
     /// e.g. "NVIDIA H100 80GB HBM3", or the CPU model.
     pub name: String,
@@ -188,12 +208,19 @@ pub struct DeviceInfo {
 /// The verdict of one evaluation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct EvalResult {
+    /// The candidate built, imported and instantiated `ModelNew` (its kernels compiled), so
+    /// the correctness trials ran.
     pub compiled: bool,
+    /// Every correctness trial matched the reference within tolerance.
     pub correct: bool,
+    /// Correctness trials that matched; every trial runs even after a mismatch, so this is
+    /// partial credit.
     pub trials_passed: u32,
+    /// Correctness trials asked for (`num_correct_trials`).
     pub trials_total: u32,
     /// Largest absolute difference to the reference over all trials.
     pub max_abs_diff: Option<f64>,
+    /// Mean absolute difference to the reference over all trials.
     pub mean_abs_diff: Option<f64>,
     /// Candidate timings (only when correct and performance was asked for).
     pub runtime_ms: Option<RuntimeStats>,
@@ -206,8 +233,11 @@ pub struct EvalResult {
     pub ref_runtime_cached: bool,
     /// `ref_runtime_ms.median / runtime_ms.median`.
     pub speedup: Option<f64>,
+    /// Why the candidate did not pass; absent when it did.
     pub error_code: Option<VerdictCode>,
+    /// What `error_code` means here, for people (the build log's error, the exception, ...).
     pub error_message: Option<String>,
+    /// The device the evaluation ran on.
     pub device: DeviceInfo,
     /// Wall time of each stage of the evaluation, in milliseconds.
     #[serde(default)]
@@ -293,18 +323,27 @@ impl EvalResult {
 /// `GET /tasks/{id}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TaskView {
+    /// The task.
     pub task_id: TaskId,
+    /// Where it is in its lifecycle; poll until it is terminal.
     pub status: TaskStatus,
+    /// The evaluation's result; present once `done`.
     pub result: Option<EvalResult>,
     /// Why the service could not produce a verdict (`failed`) or why it stopped (`cancelled`).
     pub error: Option<String>,
     /// Attempts started so far (1 on the first claim; +1 for each retry after a lost worker).
     pub attempts: u32,
+    /// The worker running it, or the one that finished it; cleared when it is requeued.
     pub worker_id: Option<WorkerId>,
+    /// The priority it was submitted with.
     pub priority: crate::request::Priority,
+    /// The batch it was submitted in, if any.
     pub batch_id: Option<BatchId>,
+    /// When it was accepted.
     pub submitted_at: DateTime<Utc>,
+    /// When its running (or last) attempt began; cleared when it is requeued.
     pub started_at: Option<DateTime<Utc>>,
+    /// When it reached a terminal status.
     pub finished_at: Option<DateTime<Utc>>,
     /// True when `result` was served from the result cache: an identical request was
     /// evaluated within the cache TTL and this task never reached a worker (`attempts` 0).
@@ -315,7 +354,9 @@ pub struct TaskView {
 /// `202` answer of `POST /evaluate`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct SubmitResponse {
+    /// The task to poll with `GET /tasks/{id}`.
     pub task_id: TaskId,
+    /// Its status now: `done` at once for a cached answer.
     pub status: TaskStatus,
     /// True when an idempotency key matched an earlier submission.
     #[serde(default)]

@@ -43,6 +43,8 @@ pub struct CreateTenantRequest {
 }
 
 impl CreateTenantRequest {
+    /// A tenant named `name` with every setting at its default: no quota, weight 1, a cache
+    /// of its own.
     pub fn new(name: impl Into<String>) -> Self {
         Self {
             name: name.into(),
@@ -110,11 +112,15 @@ pub fn validate_tenant_name(name: &str) -> Result<(), ApiError> {
 /// A tenant as the admin sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TenantInfo {
+    /// The name it was created with; the API names tenants by it.
     pub name: String,
     /// Most tasks it may have queued; absent: only the global queue cap.
     pub max_queued: Option<u64>,
+    /// Its share of claims while several tenants have queued work.
     pub weight: u32,
+    /// Whether it reads and fills the shared result cache instead of a cache of its own.
     pub share_cache: bool,
+    /// When it was created.
     pub created_at: DateTime<Utc>,
     /// Its tasks queued right now.
     pub queued: u64,
@@ -125,6 +131,7 @@ pub struct TenantInfo {
 /// Answer of `POST /admin/tenants`. The token is shown this once: only its SHA-256 is kept.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct CreatedTenant {
+    /// The tenant as created.
     pub tenant: TenantInfo,
     /// The tenant's bearer token (`Authorization: Bearer <token>`).
     pub token: String,
@@ -133,7 +140,9 @@ pub struct CreatedTenant {
 /// Answer of `GET /admin/tenants`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TenantList {
+    /// Every created tenant, by name; the built-in one is not listed.
     pub tenants: Vec<TenantInfo>,
+    /// How many `tenants` holds.
     pub total: usize,
 }
 
@@ -141,8 +150,11 @@ pub struct TenantList {
 /// queued or running was cancelled (error `tenant <name> was deleted`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct DeletedTenant {
+    /// The deleted tenant; the name is free to be created again.
     pub name: String,
+    /// Its tasks that were queued and are now cancelled.
     pub cancelled_queued: u64,
+    /// Its tasks that were running and are now cancelled.
     pub cancelled_running: u64,
 }
 
@@ -152,7 +164,9 @@ pub struct DeletedTenant {
 pub struct TenantCounts {
     /// The tenant's name (`admin` for the built-in tenant).
     pub tenant: String,
+    /// Its tasks queued right now.
     pub queued: u64,
+    /// Its tasks holding a lease right now.
     pub running: u64,
 }
 

@@ -7,14 +7,19 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+/// What a worker is doing; only `idle` and `busy` workers count as alive in `GET /health`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum WorkerState {
+    /// Checking its device and warming up; takes no tasks yet.
     Starting,
+    /// Ready, waiting for a task.
     Idle,
+    /// Running a task on its device (`current_task`).
     Busy,
     /// The device failed a health check; the worker takes no tasks until it passes one.
     Unhealthy,
+    /// Shutting down: takes no new tasks, gives back the ones it cannot finish.
     Stopping,
     /// No heartbeat for longer than the liveness window (derived by the registry).
     Lost,
@@ -23,16 +28,23 @@ pub enum WorkerState {
 /// One worker, as written by its own heartbeats.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct WorkerInfo {
+    /// The worker, stable across its heartbeats (not across restarts).
     pub worker_id: WorkerId,
     /// Host name of the node the worker runs on.
     pub node: String,
+    /// The device it evaluates on.
     pub device: DeviceInfo,
     /// Device index on its node (`None` for CPU workers).
     pub device_index: Option<u32>,
+    /// What it is doing, as of `last_heartbeat` (or `lost`).
     pub state: WorkerState,
+    /// The task on its device, when `busy`.
     pub current_task: Option<TaskId>,
+    /// Tasks it has completed with a verdict since it started.
     pub tasks_done: u64,
+    /// When the worker process started.
     pub started_at: DateTime<Utc>,
+    /// When it last wrote this record; `lost` once this is older than the liveness window.
     pub last_heartbeat: DateTime<Utc>,
     /// The sandbox layers in force for this worker's task children (absent until its
     /// start-up self-test has run).

@@ -83,12 +83,17 @@ pub fn log_dir(test: &str) -> PathBuf {
 
 /// A child process killed (SIGKILL) when dropped.
 pub struct Proc {
+    /// What the process is to the test (`api`, `worker-0`); names its log file.
     pub name: String,
+    /// The process itself, for what the helpers below do not cover.
     pub child: Child,
+    /// `<log_dir>/<name>.log`: its stdout and stderr.
     pub log: PathBuf,
 }
 
 impl Proc {
+    /// Starts `cmd` with stdin closed and stdout and stderr to `<log_dir>/<name>.log`;
+    /// panics if it cannot be started.
     pub fn spawn(name: &str, mut cmd: Command, log_dir: &Path) -> Proc {
         let log = log_dir.join(format!("{name}.log"));
         let file = std::fs::File::create(&log).expect("log file");
@@ -105,10 +110,12 @@ impl Proc {
         }
     }
 
+    /// Its process id, as `kill(2)` takes it.
     pub fn pid(&self) -> i32 {
         self.child.id() as i32
     }
 
+    /// SIGKILL and reap it: a crash, as far as the rest of the system can tell.
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -131,6 +138,7 @@ impl Proc {
         false
     }
 
+    /// Its output so far; empty if the log cannot be read.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -148,7 +156,9 @@ const REDIS_READY: Duration = Duration::from_secs(10);
 /// A throwaway `redis-server` on a free port, killed on drop.
 pub struct RedisServer {
     child: Child,
+    /// `redis://` URL to connect with, credentials included for [`RedisServer::start_acl`].
     pub url: String,
+    /// The port it listens on, on 127.0.0.1.
     pub port: u16,
 }
 

@@ -43,6 +43,8 @@ pub fn service_env(redis_url: &str, prefix: &str) -> Vec<(String, String)> {
     ]
 }
 
+/// `crucible-api` on 127.0.0.1:`port` with `env`, its reaper at a 200 ms interval so lost
+/// leases come back within a test's patience.
 pub fn api_command(port: u16, env: &[(String, String)]) -> Command {
     let mut cmd = Command::new(bin("crucible-api"));
     cmd.env("CRUCIBLE_BIND", format!("127.0.0.1:{port}"))
@@ -51,6 +53,7 @@ pub fn api_command(port: u16, env: &[(String, String)]) -> Command {
     cmd
 }
 
+/// A CPU `crucible-worker` with `env`: no GPU needed.
 pub fn worker_command(env: &[(String, String)]) -> Command {
     let mut cmd = Command::new(bin("crucible-worker"));
     cmd.arg("--cpu").envs(env.iter().map(|(k, v)| (k, v)));
@@ -60,11 +63,14 @@ pub fn worker_command(env: &[(String, String)]) -> Command {
 /// A small HTTP client for one API.
 #[derive(Clone)]
 pub struct Api {
+    /// `http://127.0.0.1:<port>`, without a trailing slash.
     pub base: String,
+    /// For requests the helpers below do not make (headers, raw bodies).
     pub http: reqwest::Client,
 }
 
 impl Api {
+    /// The API on 127.0.0.1:`port`, without a token; requests time out after 90 s.
     pub fn new(port: u16) -> Api {
         Api {
             base: format!("http://127.0.0.1:{port}"),
@@ -92,6 +98,8 @@ impl Api {
         }
     }
 
+    /// Waits up to 30 s for `/health` to answer at all (whatever its status): the server
+    /// is listening.
     pub async fn wait_ready(&self) {
         eventually(
             "the API to answer /health",
@@ -125,10 +133,12 @@ impl Api {
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
+    /// `GET path`, as [`Api::call`].
     pub async fn get(&self, path: &str) -> (u16, Value) {
         self.call(reqwest::Method::GET, path, None).await
     }
 
+    /// `POST path` with a JSON body, as [`Api::call`].
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
         self.call(reqwest::Method::POST, path, Some(body)).await
     }
@@ -145,6 +155,7 @@ impl Api {
             .expect("metrics body")
     }
 
+    /// `POST /evaluate`, asserting 202; returns the task id.
     pub async fn submit(&self, body: Value) -> String {
         let (status, v) = self.post("/evaluate", body).await;
         assert_eq!(status, 202, "submit answered {status}: {v}");
@@ -162,6 +173,7 @@ impl Api {
     }
 }
 
+/// The source of `tests/problems/<name>.py`.
 pub fn problem(name: &str) -> String {
     std::fs::read_to_string(
         repo_root()
@@ -171,6 +183,7 @@ pub fn problem(name: &str) -> String {
     .unwrap_or_else(|e| panic!("problem {name}: {e}"))
 }
 
+/// The source of `tests/candidates/<file>`.
 pub fn candidate(file: &str) -> String {
     std::fs::read_to_string(repo_root().join("tests/candidates").join(file))
         .unwrap_or_else(|e| panic!("candidate {file}: {e}"))

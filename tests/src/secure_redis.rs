@@ -17,14 +17,19 @@ use std::time::Duration;
 /// The ACL users of `deploy/redis.conf`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
+    /// `crucible-api`: the API replicas and their reaper.
     Api,
+    /// `crucible-worker`: the workers; no access to the tenant registry.
     Worker,
+    /// `crucible-admin`: operators, everything; no Crucible process uses it.
     Admin,
 }
 
 impl Role {
+    /// Every role, each a user of the file.
     pub const ALL: [Role; 3] = [Role::Api, Role::Worker, Role::Admin];
 
+    /// The role's ACL user name.
     pub fn user(self) -> &'static str {
         match self {
             Role::Api => "crucible-api",
@@ -72,14 +77,20 @@ fn hex(bytes: &[u8]) -> String {
 /// A throwaway CA with a server certificate for `localhost`/127.0.0.1 and a client certificate,
 /// written as PEM files.
 pub struct Pki {
+    /// The CA certificate, which both sides trust.
     pub ca: PathBuf,
+    /// The server's certificate, for `localhost` and 127.0.0.1.
     pub server_cert: PathBuf,
+    /// The server certificate's key.
     pub server_key: PathBuf,
+    /// A node's certificate, for mutual TLS.
     pub client_cert: PathBuf,
+    /// The client certificate's key.
     pub client_key: PathBuf,
 }
 
 impl Pki {
+    /// Issues a fresh CA and both certificates into `dir` (created if missing).
     pub fn issue(dir: &Path) -> Pki {
         std::fs::create_dir_all(dir).expect("pki dir");
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
@@ -125,16 +136,22 @@ impl Pki {
 
 /// The shipped broker configuration on a free TLS port.
 pub struct SecureRedis {
+    /// Its TLS port on 127.0.0.1 (no plain port).
     pub port: u16,
+    /// The certificates it and its clients use.
     pub pki: Pki,
     /// True when the server requires client certificates (`tls-auth-clients yes`).
     pub mutual_tls: bool,
     /// Holds the rendered configuration and the data directory, kept across a restart.
     log_dir: PathBuf,
+    /// The running redis-server (replaced by [`SecureRedis::restart`]).
     pub proc: Proc,
 }
 
 impl SecureRedis {
+    /// Issues the certificates, renders the configuration into `log_dir` and starts the
+    /// server; returns once the admin user can connect. `mutual_tls` requires client
+    /// certificates.
     pub async fn start(log_dir: &Path, mutual_tls: bool) -> SecureRedis {
         let pki = Pki::issue(&log_dir.join("pki"));
         let port = free_port();
@@ -228,6 +245,8 @@ impl SecureRedis {
         env
     }
 
+    /// The TLS files a node's broker connection uses: the CA, and the client certificate
+    /// when mutual TLS is on.
     pub fn tls_files(&self) -> TlsFiles {
         TlsFiles {
             ca_file: Some(self.pki.ca.clone()),
@@ -236,6 +255,7 @@ impl SecureRedis {
         }
     }
 
+    /// What a broker connects with as `role`: its URL and the TLS files.
     pub fn target(&self, role: Role) -> RedisTarget {
         RedisTarget::new(self.url(role)).with_tls(self.tls_files())
     }
