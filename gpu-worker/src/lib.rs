@@ -14,6 +14,7 @@ pub mod config;
 pub mod device;
 pub mod evaluation;
 pub mod harness;
+mod isolation;
 pub mod prepare;
 pub mod probe;
 pub mod protocol;
