@@ -1,6 +1,7 @@
 //! One evaluation from spec to classified verdict: private directory, child environment,
 //! supervised child, classification. Used by the worker's claim loop and by `crucible eval`.
 
+use crate::budget::task_budget;
 use crate::build_cache::{BuildCache, CachedBuild};
 use crate::config::WorkerConfig;
 use crate::device::DeviceSlot;
@@ -14,7 +15,7 @@ use crate::task_dir::TaskDir;
 use crate::verdict::{Classified, VerdictContext, classify};
 use crucible_shared::{Backend, BuildSource, EvalResult, RuntimeStats, TaskSpec};
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// Variables taken from the worker's environment when set: toolchain locations, nothing else.
@@ -103,6 +104,9 @@ pub struct StageInputs {
     pub prebuilt: Option<Prebuilt>,
     /// The architecture CUDA extensions are built for (`TORCH_CUDA_ARCH_LIST` spelling).
     pub cuda_arch: Option<String>,
+    /// The wall-clock time left to this stage of the task's one budget (`crate::budget`);
+    /// `None`: all of `timeout_s` (the task's first or only stage).
+    pub budget: Option<Duration>,
 }
 
 /// A build cache entry to install into the task directory, and how it came to be.
@@ -254,7 +258,7 @@ pub fn harness_child(
     stage: &mut StageDir,
     env: Vec<(String, String)>,
     gate: Option<GateChild>,
-    deadline: std::time::Duration,
+    deadline: Duration,
 ) -> ChildSpec {
     let dir = stage.dir.path();
     ChildSpec {
@@ -274,8 +278,9 @@ pub fn harness_child(
     }
 }
 
-fn task_deadline(spec: &TaskSpec) -> std::time::Duration {
-    std::time::Duration::from_secs(u64::from(spec.request.timeout_s))
+/// The deadline of a stage's child: what is left of the task's budget.
+fn stage_deadline(spec: &TaskSpec, inputs: &StageInputs) -> Duration {
+    inputs.budget.unwrap_or_else(|| task_budget(spec))
 }
 
 /// The environment of a prepare-stage child: a task child's, with no GPU visible and CUDA
@@ -314,7 +319,7 @@ pub async fn run_prepare_child(
     let env = prepare_env(cfg, stage.dir.path(), inputs.cuda_arch.as_deref(), |k| {
         std::env::var(k).ok()
     });
-    let child = harness_child(cfg, &mut stage, env, None, task_deadline(spec));
+    let child = harness_child(cfg, &mut stage, env, None, stage_deadline(spec, inputs));
     let outcome = run_child(child, launcher, cancel).await?;
     Ok((outcome, stage.dir))
 }
@@ -351,7 +356,7 @@ pub async fn run_evaluation_gated(
     let prepare_ms = started.elapsed().as_secs_f64() * 1e3;
     let env = child_env(cfg, stage.dir.path(), |k| std::env::var(k).ok());
     let sandbox_ms = stage.sandbox.as_ref().map(|s| s.prepared_ms);
-    let child = harness_child(cfg, &mut stage, env, gate, task_deadline(spec));
+    let child = harness_child(cfg, &mut stage, env, gate, stage_deadline(spec, &inputs));
     let outcome = run_child(child, launcher, cancel).await?;
     tracing::debug!(
         label,
@@ -362,14 +367,7 @@ pub async fn run_evaluation_gated(
         peak_processes = outcome.peak_processes,
         "task child ended"
     );
-    let ctx = VerdictContext {
-        trials_total: spec.request.num_correct_trials,
-        device: cfg.device.info(),
-        timeout_s: spec.request.timeout_s,
-        max_output_bytes: cfg.limits.max_output_bytes,
-        max_memory_bytes: cfg.limits.max_memory_bytes,
-        max_processes: cfg.limits.max_processes,
-    };
+    let ctx = VerdictContext::for_task(spec, cfg);
     let mut classified = classify(&outcome, &ctx);
     if let Classified::Verdict(result) = &mut classified {
         result.stage_ms.insert("worker_prepare".into(), prepare_ms);

@@ -9,6 +9,7 @@
 //! sandbox every child runs in (namespaces, an unprivileged user, Landlock, seccomp, a cgroup)
 //! and its start-up self-test. The Python harness and template are embedded here.
 
+pub mod budget;
 pub mod build_cache;
 pub mod config;
 pub mod device;

@@ -24,7 +24,7 @@ use crate::verdict::{Classified, VerdictContext, classify};
 use crucible_shared::{Backend, BuildSource, TaskSpec, VerdictCode};
 use crucible_task_manager::Broker;
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// How a CPU stage ended.
@@ -43,6 +43,8 @@ pub struct Ready {
     /// Worker-side times of the CPU stage (`cpu_stage`, `build_cache`), merged into the
     /// result's `stage_ms`.
     pub stage_ms: BTreeMap<String, f64>,
+    /// How long the CPU stage's child ran: charged to the task's budget (`crate::budget`).
+    pub cpu_used: Duration,
 }
 
 /// How the outcome of a prepare child reads, before any cache work.
@@ -188,14 +190,8 @@ pub async fn prepare(
     let child_started = Instant::now();
     let (outcome, dir) = run_prepare_child(ctx.cfg, spec, label, launcher, cancel, &inputs).await?;
     ready.stage_ms.insert("cpu_stage".into(), ms(child_started));
-    let vctx = VerdictContext {
-        trials_total: spec.request.num_correct_trials,
-        device: ctx.cfg.device.info(),
-        timeout_s: spec.request.timeout_s,
-        max_output_bytes: ctx.cfg.limits.max_output_bytes,
-        max_memory_bytes: ctx.cfg.limits.max_memory_bytes,
-        max_processes: ctx.cfg.limits.max_processes,
-    };
+    ready.cpu_used = outcome.wall;
+    let vctx = VerdictContext::for_task(spec, ctx.cfg);
     let prepared = match classify_prepare(&outcome, &vctx) {
         PrepareVerdict::Final(mut classified) => {
             if let Classified::Verdict(result) = &mut classified {

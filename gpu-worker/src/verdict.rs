@@ -1,9 +1,10 @@
 //! Turns the way a child ended into a verdict about the candidate, or into a service fault to
 //! retry elsewhere. Pure: every rule is tested without spawning anything.
 
+use crate::config::WorkerConfig;
 use crate::protocol::HarnessResult;
 use crate::supervisor::{ChildOutcome, ExitKind, KillReason};
-use crucible_shared::{DeviceInfo, EvalResult, Verdict, VerdictCode};
+use crucible_shared::{DeviceInfo, EvalResult, TaskSpec, Verdict, VerdictCode};
 
 /// Output excerpt kept in a result.
 const RESULT_TAIL_BYTES: usize = 2048;
@@ -57,6 +58,20 @@ pub struct VerdictContext {
     pub max_output_bytes: u64,
     pub max_memory_bytes: u64,
     pub max_processes: u64,
+}
+
+impl VerdictContext {
+    /// The context of one of `spec`'s children on the worker configured by `cfg`.
+    pub fn for_task(spec: &TaskSpec, cfg: &WorkerConfig) -> Self {
+        Self {
+            trials_total: spec.request.num_correct_trials,
+            device: cfg.device.info(),
+            timeout_s: spec.request.timeout_s,
+            max_output_bytes: cfg.limits.max_output_bytes,
+            max_memory_bytes: cfg.limits.max_memory_bytes,
+            max_processes: cfg.limits.max_processes,
+        }
+    }
 }
 
 /// Harness stages in order; a child that ends before `load_candidate` has not run any
@@ -161,8 +176,8 @@ pub fn classify(outcome: &ChildOutcome, ctx: &VerdictContext) -> Classified {
         (Some(KillReason::Timeout), _) => (
             VerdictCode::Timeout,
             format!(
-                "no verdict within the {}s deadline (stage: {stage_name}); the process group was killed",
-                ctx.timeout_s
+                "{}; the process group was killed",
+                deadline_passed(ctx, stage_name)
             ),
         ),
         (Some(KillReason::OutputLimit), _) => (
@@ -237,6 +252,29 @@ pub fn classify(outcome: &ChildOutcome, ctx: &VerdictContext) -> Classified {
         ctx.device.clone(),
     );
     result.output_tail = tail;
+    Classified::Verdict(Box::new(result))
+}
+
+fn deadline_passed(ctx: &VerdictContext, stage_name: &str) -> String {
+    format!(
+        "no verdict within the {}s deadline (stage: {stage_name})",
+        ctx.timeout_s
+    )
+}
+
+/// The verdict of a task whose CPU stage spent all of its budget (`crate::budget`), so its
+/// device stage never starts: a timeout, as a child killed at its deadline gets.
+pub fn budget_spent(ctx: &VerdictContext) -> Classified {
+    let result = EvalResult::failed_before_trials(
+        VerdictCode::Timeout,
+        format!(
+            "{}; no time was left for the device stage",
+            deadline_passed(ctx, "cpu_stage")
+        ),
+        false,
+        ctx.trials_total,
+        ctx.device.clone(),
+    );
     Classified::Verdict(Box::new(result))
 }
 

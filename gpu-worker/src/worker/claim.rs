@@ -4,9 +4,10 @@
 //! run loop ([`super::run`]).
 
 use super::Worker;
+use crate::budget::{remaining, task_budget};
 use crate::prepare::{PrepareContext, PrepareEnd, Ready, prepare};
 use crate::supervisor::Launcher;
-use crate::verdict::Classified;
+use crate::verdict::{Classified, VerdictContext, budget_spent};
 use crucible_task_manager::{Lease, LeaseState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,6 +38,8 @@ pub(super) struct ReadyTask {
     pub(super) task: ClaimedTask,
     pub(super) ready: Ready,
     pub(super) ready_at: Instant,
+    /// What is left of the task's `timeout_s` for its device stage.
+    pub(super) budget: Duration,
 }
 
 impl Worker {
@@ -202,10 +205,18 @@ impl Worker {
                 }
             }
         }
+        // One budget for the whole task: the device stage gets what the CPU stage left.
+        let Some(budget) = remaining(task_budget(&task.lease.spec), ready.cpu_used) else {
+            tracing::info!(worker_id = %self.id, task_id = %task.lease.task_id, "budget spent in the cpu stage");
+            let ctx = VerdictContext::for_task(&task.lease.spec, &self.cfg);
+            self.finish(&task.lease, Ok(budget_spent(&ctx))).await;
+            return;
+        };
         let task = ReadyTask {
             task,
             ready,
             ready_at: Instant::now(),
+            budget,
         };
         if let Err(mpsc::error::SendError(task)) = ready_tx.send(task) {
             self.give_back(&task.task.lease, "worker stopped before the task ran")

@@ -220,6 +220,7 @@ impl Worker {
             reference_timing: None,
             prebuilt: ready.ready.prebuilt.clone(),
             cuda_arch: self.cuda_arch.clone(),
+            budget: Some(ready.budget),
         };
         let events = tasks.events_tx.clone();
         let id = task_id.clone();
