@@ -17,7 +17,7 @@ use crate::build_cache::{
 };
 use crate::config::WorkerConfig;
 use crate::evaluation::{Prebuilt, StageInputs, run_prepare_child};
-use crate::protocol::Prepared;
+use crate::protocol::{Prepared, Stage};
 use crate::reference_cache::SoftwareVersions;
 use crate::supervisor::{ChildOutcome, KillReason, Launcher};
 use crate::verdict::{Classified, VerdictContext, classify};
@@ -69,7 +69,7 @@ pub fn classify_prepare(outcome: &ChildOutcome, ctx: &VerdictContext) -> Prepare
     let transcript = &outcome.transcript;
     match outcome.killed_for {
         Some(KillReason::Cancelled) => return PrepareVerdict::Final(Classified::Cancelled),
-        Some(_) if transcript.last_stage() == Some("load_candidate") => {
+        Some(_) if transcript.last_stage() == Some(Stage::LoadCandidate) => {
             // The candidate's import (and build) ran into a limit: the same limits apply on
             // the device.
             return PrepareVerdict::Final(classify(outcome, ctx));
@@ -80,6 +80,9 @@ pub fn classify_prepare(outcome: &ChildOutcome, ctx: &VerdictContext) -> Prepare
             ));
         }
         None => {}
+    }
+    if let Some(name) = &transcript.unknown_stage {
+        return PrepareVerdict::Inconclusive(format!("unknown stage {name:?}"));
     }
     if let Some(why) = &transcript.violation {
         return PrepareVerdict::Inconclusive(format!("protocol violation: {why}"));

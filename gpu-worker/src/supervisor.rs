@@ -6,7 +6,7 @@
 
 use crate::config::ChildLimits;
 use crate::isolation::{detach_from_worker, place_fd, task_rlimits};
-use crate::protocol::{MAX_LINE_BYTES, Transcript};
+use crate::protocol::{MAX_LINE_BYTES, Stage, Transcript};
 use crate::sandbox::plan::RULESET_FD;
 use crate::sandbox::{ChildSandbox, verify};
 use crate::template::Template;
@@ -49,7 +49,7 @@ pub struct ChildSpec {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChildEvent {
     /// A stage began (`stage` line on fd 3).
-    Stage(String),
+    Stage(Stage),
     /// The result (or `prepared`) line arrived: the child has nothing left to do but exit.
     Result,
 }
@@ -534,7 +534,7 @@ async fn read_transcript(
                         if transcript.stages.len() > stages
                             && let Some(stage) = transcript.last_stage()
                         {
-                            feed(ChildEvent::Stage(stage.to_owned()));
+                            feed(ChildEvent::Stage(stage));
                         }
                         if !ended && transcript.ended() {
                             feed(ChildEvent::Result);

@@ -2,7 +2,7 @@
 //! retry elsewhere. Pure: every rule is tested without spawning anything.
 
 use crate::config::WorkerConfig;
-use crate::protocol::HarnessResult;
+use crate::protocol::{HarnessResult, Stage};
 use crate::supervisor::{ChildOutcome, ExitKind, KillReason};
 use crucible_shared::{DeviceInfo, EvalResult, TaskSpec, Verdict, VerdictCode};
 
@@ -75,20 +75,21 @@ impl VerdictContext {
 }
 
 /// Harness stages in order; a child that ends before `load_candidate` has not run any
-/// candidate code, so its end cannot be the candidate's fault.
-const STAGES: &[&str] = &[
-    "setup",
-    "load_reference",
-    "load_candidate",
-    "instantiate",
-    "correctness",
-    "timing_gate",
-    "performance",
+/// candidate code, so its end cannot be the candidate's fault. The stages not listed
+/// (`standby`, `profile`, `integrity`) rank as no stage at all, as they always have.
+const RANKED: &[Stage] = &[
+    Stage::Setup,
+    Stage::LoadReference,
+    Stage::LoadCandidate,
+    Stage::Instantiate,
+    Stage::Correctness,
+    Stage::TimingGate,
+    Stage::Performance,
 ];
 
-fn stage_rank(stage: Option<&str>) -> usize {
+fn stage_rank(stage: Option<Stage>) -> usize {
     stage
-        .and_then(|s| STAGES.iter().position(|x| *x == s))
+        .and_then(|s| RANKED.iter().position(|x| *x == s))
         .map(|i| i + 1)
         .unwrap_or(0)
 }
@@ -133,6 +134,13 @@ pub fn classify(outcome: &ChildOutcome, ctx: &VerdictContext) -> Classified {
     if let Some(why) = outside_cause(outcome) {
         return Classified::ServiceFault(why);
     }
+    if let Some(name) = &outcome.transcript.unknown_stage {
+        // Only the judge, trusted code, names stages: this harness is not the one this
+        // worker speaks with, and nothing it reported can be judged.
+        return Classified::ServiceFault(format!(
+            "the harness reported a stage this worker does not know: {name:?}"
+        ));
+    }
     let tail = tail_excerpt(&outcome.output_tail);
     if let (Some(result), None) = (&outcome.transcript.result, &outcome.transcript.violation) {
         let mut result = from_harness(result.clone(), ctx, tail);
@@ -154,7 +162,7 @@ pub fn classify(outcome: &ChildOutcome, ctx: &VerdictContext) -> Classified {
 
     let stage = outcome.transcript.last_stage();
     let rank = stage_rank(stage);
-    let stage_name = stage.unwrap_or("start");
+    let stage_name = stage.map_or("start", Stage::as_str);
     let describe_end = || match (outcome.killed_for, outcome.exit) {
         (Some(reason), _) => format!("killed by the worker ({reason:?})"),
         (None, ExitKind::Signal(sig)) => format!("killed by {}", signal_name(sig)),
@@ -162,15 +170,15 @@ pub fn classify(outcome: &ChildOutcome, ctx: &VerdictContext) -> Classified {
     };
     // `standby`: set up and waiting for the worker's go, no candidate code has run; whatever
     // ended it (the worker gave up on it, the node ran out of memory) was not the task's doing.
-    if rank < stage_rank(Some("load_reference")) || stage == Some("standby") {
+    if rank < stage_rank(Some(Stage::LoadReference)) || stage == Some(Stage::Standby) {
         return Classified::ServiceFault(format!(
             "harness ended before loading the problem ({}); output: {}",
             describe_end(),
             tail.as_deref().unwrap_or("")
         ));
     }
-    let candidate_ran = rank >= stage_rank(Some("load_candidate"));
-    let compiled = rank >= stage_rank(Some("correctness"));
+    let candidate_ran = rank >= stage_rank(Some(Stage::LoadCandidate));
+    let compiled = rank >= stage_rank(Some(Stage::Correctness));
 
     let (code, message) = match (outcome.killed_for, outcome.exit) {
         (Some(KillReason::Timeout), _) => (
@@ -366,7 +374,7 @@ mod tests {
             exit,
             killed_for: killed,
             transcript: Transcript {
-                stages: stages.iter().map(|s| s.to_string()).collect(),
+                stages: stages.iter().map(|s| Stage::parse(s).unwrap()).collect(),
                 violation: None,
                 ..Transcript::default()
             },
@@ -378,6 +386,32 @@ mod tests {
             oom_kills: 0,
             sandbox_broken: None,
         }
+    }
+
+    #[test]
+    fn an_unknown_stage_is_a_service_fault_whatever_the_child_reported() {
+        let mut o = outcome(&["setup", "load_reference"], ExitKind::Code(0), None);
+        o.transcript.unknown_stage = Some("warp_drive".into());
+        match classify(&o, &ctx()) {
+            Classified::ServiceFault(why) => assert!(why.contains("warp_drive"), "{why}"),
+            other => panic!("expected a service fault, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_spent_budget_is_a_timeout_before_the_device_stage() {
+        let Classified::Verdict(r) = budget_spent(&ctx()) else {
+            panic!("a spent budget is a verdict");
+        };
+        assert_eq!(r.error_code, Some(VerdictCode::Timeout));
+        assert!(!r.compiled);
+        assert!(
+            r.error_message
+                .as_deref()
+                .unwrap()
+                .starts_with("no verdict within the 30s deadline"),
+            "{r:?}"
+        );
     }
 
     fn code_of(c: Classified) -> VerdictCode {

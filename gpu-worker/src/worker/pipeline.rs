@@ -3,6 +3,7 @@
 //! task: the run loop ([`super::run`]) spawns the children, feeds their events in and asks
 //! what to do next, so the rules can be tested by feeding events alone.
 
+use crate::protocol::Stage;
 use crate::supervisor::{ChildEvent, Gate};
 use crucible_shared::{RuntimeStats, TaskId, TaskSpec};
 use std::collections::HashMap;
@@ -161,11 +162,11 @@ impl DevicePipeline {
             return;
         };
         match event {
-            ChildEvent::Stage(stage) => match stage.as_str() {
+            ChildEvent::Stage(stage) => match stage {
                 // A child let go before it reached standby passes it on the byte waiting.
-                "standby" if child.timing.go.is_some() => child.phase = Phase::Running,
-                "standby" => child.phase = Phase::Standby,
-                "timing_gate" => child.phase = Phase::WantsTiming,
+                Stage::Standby if child.timing.go.is_some() => child.phase = Phase::Running,
+                Stage::Standby => child.phase = Phase::Standby,
+                Stage::TimingGate => child.phase = Phase::WantsTiming,
                 _ if child.phase == Phase::Starting && child.timing.go.is_some() => {
                     child.phase = Phase::Running
                 }
@@ -234,7 +235,8 @@ mod tests {
     }
 
     fn stage(device: &mut DevicePipeline, id: &TaskId, s: &str) {
-        device.on_event(id, ChildEvent::Stage(s.to_owned()));
+        let s = Stage::parse(s).expect("a stage the harness sends");
+        device.on_event(id, ChildEvent::Stage(s));
         device.advance();
     }
 
