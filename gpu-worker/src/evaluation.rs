@@ -6,8 +6,7 @@ use crate::build_cache::{BuildCache, CachedBuild};
 use crate::config::WorkerConfig;
 use crate::device::DeviceSlot;
 use crate::harness::{HARNESS_FILE, HARNESS_MODULES, HARNESS_SOURCE};
-use crate::protocol::BuiltExtension;
-use crate::protocol::SoftwareReport;
+use crate::protocol::{BuiltExtension, HarnessSpec, HarnessStage, SoftwareReport};
 use crate::reference_cache::NUM_WARMUP;
 use crate::sandbox::{ChildSandbox, Ready, SandboxError};
 use crate::supervisor::{ChildOutcome, ChildSpec, GateChild, Launcher, run_child};
@@ -119,34 +118,40 @@ pub struct Prebuilt {
     pub source: BuildSource,
 }
 
-/// The harness's `spec.json` for `stage` (`evaluate` or `prepare`).
-pub fn harness_spec(
-    spec: &TaskSpec,
+/// The harness's `spec.json` for `stage`.
+pub fn harness_spec<'a>(
+    spec: &'a TaskSpec,
     device: &DeviceSlot,
-    stage: &str,
-    inputs: &StageInputs,
-    prebuilt: &[BuiltExtension],
+    stage: HarnessStage,
+    inputs: &'a StageInputs,
+    prebuilt: &'a [BuiltExtension],
     integrity_checks: bool,
-) -> serde_json::Value {
+) -> HarnessSpec<'a> {
     let r = &spec.request;
-    serde_json::json!({
-        "stage": stage,
-        "cuda_arch": inputs.cuda_arch,
-        "prebuilt": prebuilt,
-        "backend": match r.backend { Backend::Triton => "triton", Backend::Cuda => "cuda" },
-        "device": match device { DeviceSlot::Gpu { .. } => "cuda", DeviceSlot::Cpu { .. } => "cpu" },
-        "num_correct_trials": r.num_correct_trials,
-        "num_perf_trials": r.num_perf_trials,
-        "num_warmup": NUM_WARMUP,
-        "measure_performance": r.measure_performance,
-        "atol": r.atol,
-        "rtol": r.rtol,
-        "seed": spec.seed,
-        "reference_timing": inputs.reference_timing,
-        "screening": r.screening,
-        "max_speedup": r.max_speedup,
-        "integrity_checks": integrity_checks,
-    })
+    HarnessSpec {
+        stage,
+        cuda_arch: inputs.cuda_arch.as_deref(),
+        prebuilt,
+        backend: match r.backend {
+            Backend::Triton => "triton",
+            Backend::Cuda => "cuda",
+        },
+        device: match device {
+            DeviceSlot::Gpu { .. } => "cuda",
+            DeviceSlot::Cpu { .. } => "cpu",
+        },
+        num_correct_trials: r.num_correct_trials,
+        num_perf_trials: r.num_perf_trials,
+        num_warmup: NUM_WARMUP,
+        measure_performance: r.measure_performance,
+        atol: r.atol,
+        rtol: r.rtol,
+        seed: spec.seed,
+        reference_timing: inputs.reference_timing,
+        screening: &r.screening,
+        max_speedup: r.max_speedup,
+        integrity_checks,
+    }
 }
 
 /// Runs one evaluation to a classified end, timing the reference itself. `Err` is a fault of
@@ -217,7 +222,7 @@ fn task_stage_dir(
     ready: Option<&Ready>,
     spec: &TaskSpec,
     label: &str,
-    stage: &str,
+    stage: HarnessStage,
     inputs: &StageInputs,
 ) -> std::io::Result<StageDir> {
     let fill = |dir: &TaskDir| {
@@ -236,14 +241,15 @@ fn task_stage_dir(
             },
             None => Vec::new(),
         };
-        Ok(harness_spec(
+        let harness = harness_spec(
             spec,
             &cfg.device,
             stage,
             inputs,
             &prebuilt,
             cfg.integrity_checks,
-        ))
+        );
+        serde_json::to_value(harness).map_err(std::io::Error::other)
     };
     stage_dir(cfg, label, fill, |path| {
         ready
@@ -315,7 +321,7 @@ pub async fn run_prepare_child(
     inputs: &StageInputs,
 ) -> std::io::Result<(ChildOutcome, TaskDir)> {
     let ready = cfg.sandbox.ready(cfg, launcher).await?;
-    let mut stage = task_stage_dir(cfg, ready, spec, label, "prepare", inputs)?;
+    let mut stage = task_stage_dir(cfg, ready, spec, label, HarnessStage::Prepare, inputs)?;
     let env = prepare_env(cfg, stage.dir.path(), inputs.cuda_arch.as_deref(), |k| {
         std::env::var(k).ok()
     });
@@ -352,7 +358,7 @@ pub async fn run_evaluation_gated(
     let started = Instant::now();
     let gated = gate.is_some();
     let ready = cfg.sandbox.ready(cfg, launcher).await?;
-    let mut stage = task_stage_dir(cfg, ready, spec, label, "evaluate", &inputs)?;
+    let mut stage = task_stage_dir(cfg, ready, spec, label, HarnessStage::Evaluate, &inputs)?;
     let prepare_ms = started.elapsed().as_secs_f64() * 1e3;
     let env = child_env(cfg, stage.dir.path(), |k| std::env::var(k).ok());
     let sandbox_ms = stage.sandbox.as_ref().map(|s| s.prepared_ms);
@@ -498,7 +504,9 @@ mod tests {
             seed: 7,
         };
         let cpu = DeviceSlot::Cpu { name: "x".into() };
-        let plain = harness_spec(&spec, &cpu, "evaluate", &StageInputs::default(), &[], true);
+        let defaults = StageInputs::default();
+        let plain = harness_spec(&spec, &cpu, HarnessStage::Evaluate, &defaults, &[], true);
+        let plain = serde_json::to_value(plain).unwrap();
         assert_eq!(plain["reference_timing"], serde_json::Value::Null);
         assert_eq!(plain["num_warmup"], NUM_WARMUP);
         let stats = RuntimeStats {
@@ -512,10 +520,151 @@ mod tests {
             reference_timing: Some(stats),
             ..StageInputs::default()
         };
-        let cached = harness_spec(&spec, &cpu, "evaluate", &inputs, &[], true);
+        let cached = harness_spec(&spec, &cpu, HarnessStage::Evaluate, &inputs, &[], true);
+        let cached = serde_json::to_value(cached).unwrap();
         assert_eq!(
             cached["reference_timing"],
             serde_json::json!({"median": 2.0, "mean": 2.1, "std": 0.1, "min": 1.9, "max": 2.5})
+        );
+    }
+
+    /// The `json!` the spec was written with before `HarnessSpec`, kept verbatim as the
+    /// reference the typed spec must match.
+    fn old_json_spec(
+        spec: &TaskSpec,
+        device: &DeviceSlot,
+        stage: &str,
+        inputs: &StageInputs,
+        prebuilt: &[BuiltExtension],
+        integrity_checks: bool,
+    ) -> serde_json::Value {
+        let r = &spec.request;
+        serde_json::json!({
+            "stage": stage,
+            "cuda_arch": inputs.cuda_arch,
+            "prebuilt": prebuilt,
+            "backend": match r.backend { Backend::Triton => "triton", Backend::Cuda => "cuda" },
+            "device": match device { DeviceSlot::Gpu { .. } => "cuda", DeviceSlot::Cpu { .. } => "cpu" },
+            "num_correct_trials": r.num_correct_trials,
+            "num_perf_trials": r.num_perf_trials,
+            "num_warmup": NUM_WARMUP,
+            "measure_performance": r.measure_performance,
+            "atol": r.atol,
+            "rtol": r.rtol,
+            "seed": spec.seed,
+            "reference_timing": inputs.reference_timing,
+            "screening": r.screening,
+            "max_speedup": r.max_speedup,
+            "integrity_checks": integrity_checks,
+        })
+    }
+
+    #[test]
+    fn the_harness_spec_keeps_the_shape_of_the_old_json() {
+        let mut request = crucible_shared::EvaluateRequest::new("ref", "cand");
+        request.backend = Backend::Cuda;
+        request.num_correct_trials = 3;
+        request.num_perf_trials = 50;
+        request.measure_performance = false;
+        request.atol = 0.5;
+        request.rtol = 0.25;
+        request.max_speedup = 8.0;
+        request.screening.insert(
+            "dynamic-code".into(),
+            crucible_shared::ScreeningAction::Flag,
+        );
+        let spec = TaskSpec { request, seed: 11 };
+        let gpu = DeviceSlot::Gpu {
+            index: 0,
+            name: "H100".into(),
+        };
+        let cpu = DeviceSlot::Cpu { name: "x".into() };
+        let stats = RuntimeStats {
+            median: 2.0,
+            mean: 2.5,
+            std: 0.25,
+            min: 1.5,
+            max: 3.0,
+        };
+        let full = StageInputs {
+            reference_timing: Some(stats),
+            cuda_arch: Some("9.0".into()),
+            ..StageInputs::default()
+        };
+        let built = [BuiltExtension {
+            name: "ext".into(),
+            key: "ab".repeat(32),
+            file: "build/ext.so".into(),
+            python_module: true,
+        }];
+        let cases: [(
+            &DeviceSlot,
+            HarnessStage,
+            &str,
+            &StageInputs,
+            &[BuiltExtension],
+            bool,
+        ); 3] = [
+            (
+                &gpu,
+                HarnessStage::Evaluate,
+                "evaluate",
+                &full,
+                &built,
+                true,
+            ),
+            (&gpu, HarnessStage::Prepare, "prepare", &full, &[], false),
+            (
+                &cpu,
+                HarnessStage::Evaluate,
+                "evaluate",
+                &StageInputs::default(),
+                &[],
+                true,
+            ),
+        ];
+        for (device, stage, name, inputs, prebuilt, integrity) in cases {
+            let typed = harness_spec(&spec, device, stage, inputs, prebuilt, integrity);
+            let old = old_json_spec(&spec, device, name, inputs, prebuilt, integrity);
+            assert_eq!(
+                serde_json::to_value(&typed).unwrap(),
+                old,
+                "{name} on {device:?}"
+            );
+            // The bytes written to spec.json, too.
+            assert_eq!(
+                serde_json::to_value(&typed).unwrap().to_string(),
+                old.to_string()
+            );
+        }
+
+        // The shape, spelt out.
+        let typed = harness_spec(&spec, &gpu, HarnessStage::Evaluate, &full, &built, true);
+        assert_eq!(
+            serde_json::to_value(typed).unwrap(),
+            serde_json::json!({
+                "stage": "evaluate",
+                "cuda_arch": "9.0",
+                "prebuilt": [{
+                    "name": "ext",
+                    "key": "ab".repeat(32),
+                    "file": "build/ext.so",
+                    "python_module": true,
+                }],
+                "backend": "cuda",
+                "device": "cuda",
+                "num_correct_trials": 3,
+                "num_perf_trials": 50,
+                "num_warmup": NUM_WARMUP,
+                "measure_performance": false,
+                "atol": 0.5,
+                "rtol": 0.25,
+                "seed": 11,
+                "reference_timing": {"median": 2.0, "mean": 2.5, "std": 0.25, "min": 1.5, "max": 3.0},
+                "screening": {"dynamic-code": "flag"},
+                "max_speedup": 8.0,
+                "integrity_checks": true,
+            })
         );
     }
 }
