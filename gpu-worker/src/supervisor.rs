@@ -9,7 +9,9 @@ use crate::isolation::{detach_from_worker, place_fd, task_rlimits};
 use crate::protocol::{MAX_LINE_BYTES, Stage, Transcript};
 use crate::sandbox::plan::RULESET_FD;
 use crate::sandbox::{ChildSandbox, verify};
-use crate::template::Template;
+// Defined beside the template so that the sandbox (whose self-test takes one) need not
+// import this file, which imports the sandbox.
+pub use crate::template::Launcher;
 use crate::watchdog;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
@@ -167,15 +169,6 @@ impl OutputCapture {
             self.tail.drain(..cut);
         }
     }
-}
-
-/// How the child process comes to exist.
-#[derive(Clone, Copy)]
-pub enum Launcher<'a> {
-    /// `fork`+`exec` of `ChildSpec::program` by the worker (pays the interpreter's start-up).
-    Direct,
-    /// Forked by the warm template, which has already imported torch and triton.
-    Template(&'a Template),
 }
 
 type ExitFuture = Pin<Box<dyn Future<Output = std::io::Result<ExitKind>> + Send>>;

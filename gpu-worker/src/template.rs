@@ -73,6 +73,16 @@ struct Routing {
     exits: HashMap<i32, oneshot::Sender<i32>>,
 }
 
+/// How a task child comes to exist: `fork`+`exec` by the supervisor or a fork of a warm
+/// template.
+#[derive(Clone, Copy)]
+pub enum Launcher<'a> {
+    /// `fork`+`exec` of `ChildSpec::program` by the worker (pays the interpreter's start-up).
+    Direct,
+    /// Forked by the warm template, which has already imported torch and triton.
+    Template(&'a Template),
+}
+
 /// Shared by the stages of a worker (the CPU stage of the next task forks from it while the
 /// GPU stage of the current one runs), hence the interior mutability.
 pub struct Template {
