@@ -559,6 +559,17 @@ mod tests {
         })
     }
 
+    /// A device, the stage (typed and by name), the inputs, the prebuilt extensions and
+    /// whether integrity checks are on.
+    type Case<'a> = (
+        &'a DeviceSlot,
+        HarnessStage,
+        &'a str,
+        &'a StageInputs,
+        &'a [BuiltExtension],
+        bool,
+    );
+
     #[test]
     fn the_harness_spec_keeps_the_shape_of_the_old_json() {
         let mut request = crucible_shared::EvaluateRequest::new("ref", "cand");
@@ -597,14 +608,7 @@ mod tests {
             file: "build/ext.so".into(),
             python_module: true,
         }];
-        let cases: [(
-            &DeviceSlot,
-            HarnessStage,
-            &str,
-            &StageInputs,
-            &[BuiltExtension],
-            bool,
-        ); 3] = [
+        let cases: [Case; 3] = [
             (
                 &gpu,
                 HarnessStage::Evaluate,

@@ -33,7 +33,7 @@ pub enum PrepareEnd {
     /// The verdict (or cancellation, or a service fault) is known without the device.
     Final(Classified),
     /// The task goes on to the device, with its prebuilt extensions if any.
-    Ready(Ready),
+    Ready(Box<Ready>),
 }
 
 /// What a task takes to its device stage.
@@ -148,7 +148,7 @@ pub async fn prepare(
     let mut ready = Ready::default();
     if cuda && !on_gpu {
         // A CPU worker answers CUDA candidates UNSUPPORTED without building anything.
-        return Ok(PrepareEnd::Ready(ready));
+        return Ok(PrepareEnd::Ready(Box::new(ready)));
     }
     let cache = ctx.cache.filter(|_| cuda);
     let key = match (cache, ctx.cuda_arch, &ctx.software) {
@@ -175,7 +175,7 @@ pub async fn prepare(
                     digests,
                     source: BuildSource::Cache,
                 });
-                return Ok(PrepareEnd::Ready(ready));
+                return Ok(PrepareEnd::Ready(Box::new(ready)));
             }
             // An entry without a record in the broker is not trusted: rebuilt and replaced.
             stale = cache.lookup(key).is_some();
@@ -208,7 +208,7 @@ pub async fn prepare(
                 why,
                 "cpu stage inconclusive, the device stage decides"
             );
-            return Ok(PrepareEnd::Ready(ready));
+            return Ok(PrepareEnd::Ready(Box::new(ready)));
         }
         PrepareVerdict::Prepared(p) => p,
     };
@@ -264,7 +264,7 @@ pub async fn prepare(
             }
         }
     }
-    Ok(PrepareEnd::Ready(ready))
+    Ok(PrepareEnd::Ready(Box::new(ready)))
 }
 
 fn ms(since: Instant) -> f64 {

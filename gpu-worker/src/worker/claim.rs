@@ -191,7 +191,7 @@ impl Worker {
             )
             .await
             {
-                Ok(PrepareEnd::Ready(r)) => ready = r,
+                Ok(PrepareEnd::Ready(r)) => ready = *r,
                 Ok(PrepareEnd::Final(classified)) => {
                     tracing::info!(worker_id = %self.id, task_id = %task.lease.task_id, "decided in the cpu stage");
                     self.finish(&task.lease, Ok(classified)).await;
