@@ -6,13 +6,13 @@ use crate::build_cache::{BuildCache, CachedBuild};
 use crate::config::WorkerConfig;
 use crate::device::DeviceSlot;
 use crate::harness::{HARNESS_FILE, HARNESS_MODULES, HARNESS_SOURCE};
-use crate::protocol::{BuiltExtension, HarnessSpec, HarnessStage, SoftwareReport};
-use crate::reference_cache::NUM_WARMUP;
+use crate::protocol::SoftwareReport;
 use crate::sandbox::{ChildSandbox, Ready, SandboxError};
+use crate::spec::{HarnessStage, harness_spec};
 use crate::supervisor::{ChildOutcome, ChildSpec, GateChild, Launcher, run_child};
 use crate::task_dir::TaskDir;
 use crate::verdict::{Classified, VerdictContext, classify};
-use crucible_shared::{Backend, BuildSource, EvalResult, RuntimeStats, TaskSpec};
+use crucible_shared::{BuildSource, EvalResult, RuntimeStats, TaskSpec};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -118,42 +118,6 @@ pub struct Prebuilt {
     pub source: BuildSource,
 }
 
-/// The harness's `spec.json` for `stage`.
-pub fn harness_spec<'a>(
-    spec: &'a TaskSpec,
-    device: &DeviceSlot,
-    stage: HarnessStage,
-    inputs: &'a StageInputs,
-    prebuilt: &'a [BuiltExtension],
-    integrity_checks: bool,
-) -> HarnessSpec<'a> {
-    let r = &spec.request;
-    HarnessSpec {
-        stage,
-        cuda_arch: inputs.cuda_arch.as_deref(),
-        prebuilt,
-        backend: match r.backend {
-            Backend::Triton => "triton",
-            Backend::Cuda => "cuda",
-        },
-        device: match device {
-            DeviceSlot::Gpu { .. } => "cuda",
-            DeviceSlot::Cpu { .. } => "cpu",
-        },
-        num_correct_trials: r.num_correct_trials,
-        num_perf_trials: r.num_perf_trials,
-        num_warmup: NUM_WARMUP,
-        measure_performance: r.measure_performance,
-        atol: r.atol,
-        rtol: r.rtol,
-        seed: spec.seed,
-        reference_timing: inputs.reference_timing,
-        screening: &r.screening,
-        max_speedup: r.max_speedup,
-        integrity_checks,
-    }
-}
-
 /// Runs one evaluation to a classified end, timing the reference itself. `Err` is a fault of
 /// this node (no directory, no interpreter), to be treated like a `ServiceFault`.
 pub async fn run_evaluation(
@@ -245,7 +209,8 @@ fn task_stage_dir(
             spec,
             &cfg.device,
             stage,
-            inputs,
+            inputs.reference_timing,
+            inputs.cuda_arch.as_deref(),
             &prebuilt,
             cfg.integrity_checks,
         );
@@ -345,7 +310,7 @@ pub async fn run_evaluation_with(
 }
 
 /// [`run_evaluation_with`] for a child that waits at its gate (fd 4) before the candidate is
-/// loaded and before timing; the worker opens the gate (see `worker.rs`).
+/// loaded and before timing; the worker opens the gate (see `worker/pipeline.rs`).
 pub async fn run_evaluation_gated(
     cfg: &WorkerConfig,
     spec: &TaskSpec,
@@ -495,180 +460,5 @@ mod tests {
                 "{var} reached the child: {env:?}"
             );
         }
-    }
-
-    #[test]
-    fn spec_json_carries_the_cached_reference_timing() {
-        let spec = TaskSpec {
-            request: crucible_shared::EvaluateRequest::new("a", "b"),
-            seed: 7,
-        };
-        let cpu = DeviceSlot::Cpu { name: "x".into() };
-        let defaults = StageInputs::default();
-        let plain = harness_spec(&spec, &cpu, HarnessStage::Evaluate, &defaults, &[], true);
-        let plain = serde_json::to_value(plain).unwrap();
-        assert_eq!(plain["reference_timing"], serde_json::Value::Null);
-        assert_eq!(plain["num_warmup"], NUM_WARMUP);
-        let stats = RuntimeStats {
-            median: 2.0,
-            mean: 2.1,
-            std: 0.1,
-            min: 1.9,
-            max: 2.5,
-        };
-        let inputs = StageInputs {
-            reference_timing: Some(stats),
-            ..StageInputs::default()
-        };
-        let cached = harness_spec(&spec, &cpu, HarnessStage::Evaluate, &inputs, &[], true);
-        let cached = serde_json::to_value(cached).unwrap();
-        assert_eq!(
-            cached["reference_timing"],
-            serde_json::json!({"median": 2.0, "mean": 2.1, "std": 0.1, "min": 1.9, "max": 2.5})
-        );
-    }
-
-    /// The `json!` the spec was written with before `HarnessSpec`, kept verbatim as the
-    /// reference the typed spec must match.
-    fn old_json_spec(
-        spec: &TaskSpec,
-        device: &DeviceSlot,
-        stage: &str,
-        inputs: &StageInputs,
-        prebuilt: &[BuiltExtension],
-        integrity_checks: bool,
-    ) -> serde_json::Value {
-        let r = &spec.request;
-        serde_json::json!({
-            "stage": stage,
-            "cuda_arch": inputs.cuda_arch,
-            "prebuilt": prebuilt,
-            "backend": match r.backend { Backend::Triton => "triton", Backend::Cuda => "cuda" },
-            "device": match device { DeviceSlot::Gpu { .. } => "cuda", DeviceSlot::Cpu { .. } => "cpu" },
-            "num_correct_trials": r.num_correct_trials,
-            "num_perf_trials": r.num_perf_trials,
-            "num_warmup": NUM_WARMUP,
-            "measure_performance": r.measure_performance,
-            "atol": r.atol,
-            "rtol": r.rtol,
-            "seed": spec.seed,
-            "reference_timing": inputs.reference_timing,
-            "screening": r.screening,
-            "max_speedup": r.max_speedup,
-            "integrity_checks": integrity_checks,
-        })
-    }
-
-    /// A device, the stage (typed and by name), the inputs, the prebuilt extensions and
-    /// whether integrity checks are on.
-    type Case<'a> = (
-        &'a DeviceSlot,
-        HarnessStage,
-        &'a str,
-        &'a StageInputs,
-        &'a [BuiltExtension],
-        bool,
-    );
-
-    #[test]
-    fn the_harness_spec_keeps_the_shape_of_the_old_json() {
-        let mut request = crucible_shared::EvaluateRequest::new("ref", "cand");
-        request.backend = Backend::Cuda;
-        request.num_correct_trials = 3;
-        request.num_perf_trials = 50;
-        request.measure_performance = false;
-        request.atol = 0.5;
-        request.rtol = 0.25;
-        request.max_speedup = 8.0;
-        request.screening.insert(
-            "dynamic-code".into(),
-            crucible_shared::ScreeningAction::Flag,
-        );
-        let spec = TaskSpec { request, seed: 11 };
-        let gpu = DeviceSlot::Gpu {
-            index: 0,
-            name: "H100".into(),
-        };
-        let cpu = DeviceSlot::Cpu { name: "x".into() };
-        let stats = RuntimeStats {
-            median: 2.0,
-            mean: 2.5,
-            std: 0.25,
-            min: 1.5,
-            max: 3.0,
-        };
-        let full = StageInputs {
-            reference_timing: Some(stats),
-            cuda_arch: Some("9.0".into()),
-            ..StageInputs::default()
-        };
-        let built = [BuiltExtension {
-            name: "ext".into(),
-            key: "ab".repeat(32),
-            file: "build/ext.so".into(),
-            python_module: true,
-        }];
-        let cases: [Case; 3] = [
-            (
-                &gpu,
-                HarnessStage::Evaluate,
-                "evaluate",
-                &full,
-                &built,
-                true,
-            ),
-            (&gpu, HarnessStage::Prepare, "prepare", &full, &[], false),
-            (
-                &cpu,
-                HarnessStage::Evaluate,
-                "evaluate",
-                &StageInputs::default(),
-                &[],
-                true,
-            ),
-        ];
-        for (device, stage, name, inputs, prebuilt, integrity) in cases {
-            let typed = harness_spec(&spec, device, stage, inputs, prebuilt, integrity);
-            let old = old_json_spec(&spec, device, name, inputs, prebuilt, integrity);
-            assert_eq!(
-                serde_json::to_value(&typed).unwrap(),
-                old,
-                "{name} on {device:?}"
-            );
-            // The bytes written to spec.json, too.
-            assert_eq!(
-                serde_json::to_value(&typed).unwrap().to_string(),
-                old.to_string()
-            );
-        }
-
-        // The shape, spelt out.
-        let typed = harness_spec(&spec, &gpu, HarnessStage::Evaluate, &full, &built, true);
-        assert_eq!(
-            serde_json::to_value(typed).unwrap(),
-            serde_json::json!({
-                "stage": "evaluate",
-                "cuda_arch": "9.0",
-                "prebuilt": [{
-                    "name": "ext",
-                    "key": "ab".repeat(32),
-                    "file": "build/ext.so",
-                    "python_module": true,
-                }],
-                "backend": "cuda",
-                "device": "cuda",
-                "num_correct_trials": 3,
-                "num_perf_trials": 50,
-                "num_warmup": NUM_WARMUP,
-                "measure_performance": false,
-                "atol": 0.5,
-                "rtol": 0.25,
-                "seed": 11,
-                "reference_timing": {"median": 2.0, "mean": 2.5, "std": 0.25, "min": 1.5, "max": 3.0},
-                "screening": {"dynamic-code": "flag"},
-                "max_speedup": 8.0,
-                "integrity_checks": true,
-            })
-        );
     }
 }

@@ -21,6 +21,7 @@ pub mod probe;
 pub mod protocol;
 pub mod reference_cache;
 pub mod sandbox;
+pub mod spec;
 pub mod supervisor;
 pub mod task_dir;
 pub mod template;

@@ -3,8 +3,7 @@
 
 use crate::sandbox::selftest::SelftestReport;
 use crucible_shared::{
-    DeviceInfo, Flag, RuntimeStats, SEVERITY_FLAG, SEVERITY_HACK, SEVERITY_REJECT, ScreeningAction,
-    VerdictCode,
+    DeviceInfo, Flag, RuntimeStats, SEVERITY_FLAG, SEVERITY_HACK, SEVERITY_REJECT, VerdictCode,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -97,45 +96,6 @@ pub struct Prepared {
     pub software: Option<SoftwareReport>,
     #[serde(default)]
     pub flags: Vec<Flag>,
-}
-
-/// Which harness stage a `spec.json` asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum HarnessStage {
-    /// The device stage: load, check and time the candidate.
-    Evaluate,
-    /// The CPU stage: syntax, screening, the candidate's import and builds.
-    Prepare,
-}
-
-/// The harness's `spec.json` for one task stage, as the worker writes it (the sandbox plan,
-/// `sandbox`, is added beside these fields when the stage directory is made). The shape is
-/// the harness's input: docs/harness-protocol.md.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct HarnessSpec<'a> {
-    pub stage: HarnessStage,
-    /// The architecture CUDA extensions are built for (`TORCH_CUDA_ARCH_LIST` spelling).
-    pub cuda_arch: Option<&'a str>,
-    /// Extensions built before the task took the device, installed in the task directory.
-    pub prebuilt: &'a [BuiltExtension],
-    /// `triton` or `cuda`.
-    pub backend: &'static str,
-    /// `cuda` or `cpu`.
-    pub device: &'static str,
-    pub num_correct_trials: u32,
-    pub num_perf_trials: u32,
-    pub num_warmup: u32,
-    pub measure_performance: bool,
-    pub atol: f64,
-    pub rtol: f64,
-    pub seed: u64,
-    /// The worker's cached timing of the reference; the harness then times only the
-    /// candidate.
-    pub reference_timing: Option<RuntimeStats>,
-    pub screening: &'a BTreeMap<String, ScreeningAction>,
-    pub max_speedup: f64,
-    pub integrity_checks: bool,
 }
 
 /// A stage of the harness, as its `{"event": "stage"}` lines name it (docs/harness-protocol.md).
