@@ -1,20 +1,20 @@
 //! One evaluation from spec to classified verdict: private directory, child environment,
 //! supervised child, classification. Used by the worker's claim loop and by `crucible eval`.
 
+use crate::budget::task_budget;
 use crate::build_cache::{BuildCache, CachedBuild};
 use crate::config::WorkerConfig;
 use crate::device::DeviceSlot;
 use crate::harness::{HARNESS_FILE, HARNESS_MODULES, HARNESS_SOURCE};
-use crate::protocol::BuiltExtension;
 use crate::protocol::SoftwareReport;
-use crate::reference_cache::NUM_WARMUP;
 use crate::sandbox::{ChildSandbox, Ready, SandboxError};
+use crate::spec::{HarnessStage, harness_spec};
 use crate::supervisor::{ChildOutcome, ChildSpec, GateChild, Launcher, run_child};
 use crate::task_dir::TaskDir;
 use crate::verdict::{Classified, VerdictContext, classify};
-use crucible_shared::{Backend, BuildSource, EvalResult, RuntimeStats, TaskSpec};
+use crucible_shared::{BuildSource, EvalResult, RuntimeStats, TaskSpec};
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// Variables taken from the worker's environment when set: toolchain locations, nothing else.
@@ -103,6 +103,9 @@ pub struct StageInputs {
     pub prebuilt: Option<Prebuilt>,
     /// The architecture CUDA extensions are built for (`TORCH_CUDA_ARCH_LIST` spelling).
     pub cuda_arch: Option<String>,
+    /// The wall-clock time left to this stage of the task's one budget (`crate::budget`);
+    /// `None`: all of `timeout_s` (the task's first or only stage).
+    pub budget: Option<Duration>,
 }
 
 /// A build cache entry to install into the task directory, and how it came to be.
@@ -113,36 +116,6 @@ pub struct Prebuilt {
     /// The digests the entry was stored with (kept in the broker, out of children's reach).
     pub digests: Vec<String>,
     pub source: BuildSource,
-}
-
-/// The harness's `spec.json` for `stage` (`evaluate` or `prepare`).
-pub fn harness_spec(
-    spec: &TaskSpec,
-    device: &DeviceSlot,
-    stage: &str,
-    inputs: &StageInputs,
-    prebuilt: &[BuiltExtension],
-    integrity_checks: bool,
-) -> serde_json::Value {
-    let r = &spec.request;
-    serde_json::json!({
-        "stage": stage,
-        "cuda_arch": inputs.cuda_arch,
-        "prebuilt": prebuilt,
-        "backend": match r.backend { Backend::Triton => "triton", Backend::Cuda => "cuda" },
-        "device": match device { DeviceSlot::Gpu { .. } => "cuda", DeviceSlot::Cpu { .. } => "cpu" },
-        "num_correct_trials": r.num_correct_trials,
-        "num_perf_trials": r.num_perf_trials,
-        "num_warmup": NUM_WARMUP,
-        "measure_performance": r.measure_performance,
-        "atol": r.atol,
-        "rtol": r.rtol,
-        "seed": spec.seed,
-        "reference_timing": inputs.reference_timing,
-        "screening": r.screening,
-        "max_speedup": r.max_speedup,
-        "integrity_checks": integrity_checks,
-    })
 }
 
 /// Runs one evaluation to a classified end, timing the reference itself. `Err` is a fault of
@@ -213,7 +186,7 @@ fn task_stage_dir(
     ready: Option<&Ready>,
     spec: &TaskSpec,
     label: &str,
-    stage: &str,
+    stage: HarnessStage,
     inputs: &StageInputs,
 ) -> std::io::Result<StageDir> {
     let fill = |dir: &TaskDir| {
@@ -232,14 +205,16 @@ fn task_stage_dir(
             },
             None => Vec::new(),
         };
-        Ok(harness_spec(
+        let harness = harness_spec(
             spec,
             &cfg.device,
             stage,
-            inputs,
+            inputs.reference_timing,
+            inputs.cuda_arch.as_deref(),
             &prebuilt,
             cfg.integrity_checks,
-        ))
+        );
+        serde_json::to_value(harness).map_err(std::io::Error::other)
     };
     stage_dir(cfg, label, fill, |path| {
         ready
@@ -254,7 +229,7 @@ pub fn harness_child(
     stage: &mut StageDir,
     env: Vec<(String, String)>,
     gate: Option<GateChild>,
-    deadline: std::time::Duration,
+    deadline: Duration,
 ) -> ChildSpec {
     let dir = stage.dir.path();
     ChildSpec {
@@ -274,8 +249,9 @@ pub fn harness_child(
     }
 }
 
-fn task_deadline(spec: &TaskSpec) -> std::time::Duration {
-    std::time::Duration::from_secs(u64::from(spec.request.timeout_s))
+/// The deadline of a stage's child: what is left of the task's budget.
+fn stage_deadline(spec: &TaskSpec, inputs: &StageInputs) -> Duration {
+    inputs.budget.unwrap_or_else(|| task_budget(spec))
 }
 
 /// The environment of a prepare-stage child: a task child's, with no GPU visible and CUDA
@@ -310,11 +286,11 @@ pub async fn run_prepare_child(
     inputs: &StageInputs,
 ) -> std::io::Result<(ChildOutcome, TaskDir)> {
     let ready = cfg.sandbox.ready(cfg, launcher).await?;
-    let mut stage = task_stage_dir(cfg, ready, spec, label, "prepare", inputs)?;
+    let mut stage = task_stage_dir(cfg, ready, spec, label, HarnessStage::Prepare, inputs)?;
     let env = prepare_env(cfg, stage.dir.path(), inputs.cuda_arch.as_deref(), |k| {
         std::env::var(k).ok()
     });
-    let child = harness_child(cfg, &mut stage, env, None, task_deadline(spec));
+    let child = harness_child(cfg, &mut stage, env, None, stage_deadline(spec, inputs));
     let outcome = run_child(child, launcher, cancel).await?;
     Ok((outcome, stage.dir))
 }
@@ -334,7 +310,7 @@ pub async fn run_evaluation_with(
 }
 
 /// [`run_evaluation_with`] for a child that waits at its gate (fd 4) before the candidate is
-/// loaded and before timing; the worker opens the gate (see `worker.rs`).
+/// loaded and before timing; the worker opens the gate (see `worker/pipeline.rs`).
 pub async fn run_evaluation_gated(
     cfg: &WorkerConfig,
     spec: &TaskSpec,
@@ -347,11 +323,11 @@ pub async fn run_evaluation_gated(
     let started = Instant::now();
     let gated = gate.is_some();
     let ready = cfg.sandbox.ready(cfg, launcher).await?;
-    let mut stage = task_stage_dir(cfg, ready, spec, label, "evaluate", &inputs)?;
+    let mut stage = task_stage_dir(cfg, ready, spec, label, HarnessStage::Evaluate, &inputs)?;
     let prepare_ms = started.elapsed().as_secs_f64() * 1e3;
     let env = child_env(cfg, stage.dir.path(), |k| std::env::var(k).ok());
     let sandbox_ms = stage.sandbox.as_ref().map(|s| s.prepared_ms);
-    let child = harness_child(cfg, &mut stage, env, gate, task_deadline(spec));
+    let child = harness_child(cfg, &mut stage, env, gate, stage_deadline(spec, &inputs));
     let outcome = run_child(child, launcher, cancel).await?;
     tracing::debug!(
         label,
@@ -362,14 +338,7 @@ pub async fn run_evaluation_gated(
         peak_processes = outcome.peak_processes,
         "task child ended"
     );
-    let ctx = VerdictContext {
-        trials_total: spec.request.num_correct_trials,
-        device: cfg.device.info(),
-        timeout_s: spec.request.timeout_s,
-        max_output_bytes: cfg.limits.max_output_bytes,
-        max_memory_bytes: cfg.limits.max_memory_bytes,
-        max_processes: cfg.limits.max_processes,
-    };
+    let ctx = VerdictContext::for_task(spec, cfg);
     let mut classified = classify(&outcome, &ctx);
     if let Classified::Verdict(result) = &mut classified {
         result.stage_ms.insert("worker_prepare".into(), prepare_ms);
@@ -491,33 +460,5 @@ mod tests {
                 "{var} reached the child: {env:?}"
             );
         }
-    }
-
-    #[test]
-    fn spec_json_carries_the_cached_reference_timing() {
-        let spec = TaskSpec {
-            request: crucible_shared::EvaluateRequest::new("a", "b"),
-            seed: 7,
-        };
-        let cpu = DeviceSlot::Cpu { name: "x".into() };
-        let plain = harness_spec(&spec, &cpu, "evaluate", &StageInputs::default(), &[], true);
-        assert_eq!(plain["reference_timing"], serde_json::Value::Null);
-        assert_eq!(plain["num_warmup"], NUM_WARMUP);
-        let stats = RuntimeStats {
-            median: 2.0,
-            mean: 2.1,
-            std: 0.1,
-            min: 1.9,
-            max: 2.5,
-        };
-        let inputs = StageInputs {
-            reference_timing: Some(stats),
-            ..StageInputs::default()
-        };
-        let cached = harness_spec(&spec, &cpu, "evaluate", &inputs, &[], true);
-        assert_eq!(
-            cached["reference_timing"],
-            serde_json::json!({"median": 2.0, "mean": 2.1, "std": 0.1, "min": 1.9, "max": 2.5})
-        );
     }
 }

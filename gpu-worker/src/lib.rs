@@ -9,16 +9,19 @@
 //! sandbox every child runs in (namespaces, an unprivileged user, Landlock, seccomp, a cgroup)
 //! and its start-up self-test. The Python harness and template are embedded here.
 
+pub mod budget;
 pub mod build_cache;
 pub mod config;
 pub mod device;
 pub mod evaluation;
 pub mod harness;
+mod isolation;
 pub mod prepare;
 pub mod probe;
 pub mod protocol;
 pub mod reference_cache;
 pub mod sandbox;
+pub mod spec;
 pub mod supervisor;
 pub mod task_dir;
 pub mod template;

@@ -17,14 +17,14 @@ use crate::build_cache::{
 };
 use crate::config::WorkerConfig;
 use crate::evaluation::{Prebuilt, StageInputs, run_prepare_child};
-use crate::protocol::Prepared;
+use crate::protocol::{Prepared, Stage};
 use crate::reference_cache::SoftwareVersions;
 use crate::supervisor::{ChildOutcome, KillReason, Launcher};
 use crate::verdict::{Classified, VerdictContext, classify};
 use crucible_shared::{Backend, BuildSource, TaskSpec, VerdictCode};
 use crucible_task_manager::Broker;
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// How a CPU stage ended.
@@ -33,7 +33,7 @@ pub enum PrepareEnd {
     /// The verdict (or cancellation, or a service fault) is known without the device.
     Final(Classified),
     /// The task goes on to the device, with its prebuilt extensions if any.
-    Ready(Ready),
+    Ready(Box<Ready>),
 }
 
 /// What a task takes to its device stage.
@@ -43,6 +43,8 @@ pub struct Ready {
     /// Worker-side times of the CPU stage (`cpu_stage`, `build_cache`), merged into the
     /// result's `stage_ms`.
     pub stage_ms: BTreeMap<String, f64>,
+    /// How long the CPU stage's child ran: charged to the task's budget (`crate::budget`).
+    pub cpu_used: Duration,
 }
 
 /// How the outcome of a prepare child reads, before any cache work.
@@ -67,7 +69,7 @@ pub fn classify_prepare(outcome: &ChildOutcome, ctx: &VerdictContext) -> Prepare
     let transcript = &outcome.transcript;
     match outcome.killed_for {
         Some(KillReason::Cancelled) => return PrepareVerdict::Final(Classified::Cancelled),
-        Some(_) if transcript.last_stage() == Some("load_candidate") => {
+        Some(_) if transcript.last_stage() == Some(Stage::LoadCandidate) => {
             // The candidate's import (and build) ran into a limit: the same limits apply on
             // the device.
             return PrepareVerdict::Final(classify(outcome, ctx));
@@ -78,6 +80,9 @@ pub fn classify_prepare(outcome: &ChildOutcome, ctx: &VerdictContext) -> Prepare
             ));
         }
         None => {}
+    }
+    if let Some(name) = &transcript.unknown_stage {
+        return PrepareVerdict::Inconclusive(format!("unknown stage {name:?}"));
     }
     if let Some(why) = &transcript.violation {
         return PrepareVerdict::Inconclusive(format!("protocol violation: {why}"));
@@ -143,7 +148,7 @@ pub async fn prepare(
     let mut ready = Ready::default();
     if cuda && !on_gpu {
         // A CPU worker answers CUDA candidates UNSUPPORTED without building anything.
-        return Ok(PrepareEnd::Ready(ready));
+        return Ok(PrepareEnd::Ready(Box::new(ready)));
     }
     let cache = ctx.cache.filter(|_| cuda);
     let key = match (cache, ctx.cuda_arch, &ctx.software) {
@@ -170,7 +175,7 @@ pub async fn prepare(
                     digests,
                     source: BuildSource::Cache,
                 });
-                return Ok(PrepareEnd::Ready(ready));
+                return Ok(PrepareEnd::Ready(Box::new(ready)));
             }
             // An entry without a record in the broker is not trusted: rebuilt and replaced.
             stale = cache.lookup(key).is_some();
@@ -188,14 +193,8 @@ pub async fn prepare(
     let child_started = Instant::now();
     let (outcome, dir) = run_prepare_child(ctx.cfg, spec, label, launcher, cancel, &inputs).await?;
     ready.stage_ms.insert("cpu_stage".into(), ms(child_started));
-    let vctx = VerdictContext {
-        trials_total: spec.request.num_correct_trials,
-        device: ctx.cfg.device.info(),
-        timeout_s: spec.request.timeout_s,
-        max_output_bytes: ctx.cfg.limits.max_output_bytes,
-        max_memory_bytes: ctx.cfg.limits.max_memory_bytes,
-        max_processes: ctx.cfg.limits.max_processes,
-    };
+    ready.cpu_used = outcome.wall;
+    let vctx = VerdictContext::for_task(spec, ctx.cfg);
     let prepared = match classify_prepare(&outcome, &vctx) {
         PrepareVerdict::Final(mut classified) => {
             if let Classified::Verdict(result) = &mut classified {
@@ -209,7 +208,7 @@ pub async fn prepare(
                 why,
                 "cpu stage inconclusive, the device stage decides"
             );
-            return Ok(PrepareEnd::Ready(ready));
+            return Ok(PrepareEnd::Ready(Box::new(ready)));
         }
         PrepareVerdict::Prepared(p) => p,
     };
@@ -265,7 +264,7 @@ pub async fn prepare(
             }
         }
     }
-    Ok(PrepareEnd::Ready(ready))
+    Ok(PrepareEnd::Ready(Box::new(ready)))
 }
 
 fn ms(since: Instant) -> f64 {

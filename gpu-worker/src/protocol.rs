@@ -98,6 +98,65 @@ pub struct Prepared {
     pub flags: Vec<Flag>,
 }
 
+/// A stage of the harness, as its `{"event": "stage"}` lines name it (docs/harness-protocol.md).
+/// The judge, trusted code, names its stages from a fixed list; a name outside it means the
+/// harness and this worker disagree: a fault of the service, not of the candidate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Stage {
+    Setup,
+    LoadReference,
+    /// At the gate after the reference's import, waiting to be let go.
+    Standby,
+    LoadCandidate,
+    Instantiate,
+    Correctness,
+    /// The counted forward after the correctness trials.
+    Profile,
+    /// At the gate before timing, waiting to time alone.
+    TimingGate,
+    Performance,
+    /// The last checks, after `performance`.
+    Integrity,
+}
+
+impl Stage {
+    /// Every stage with its name on the wire.
+    const NAMES: [(Stage, &'static str); 10] = [
+        (Stage::Setup, "setup"),
+        (Stage::LoadReference, "load_reference"),
+        (Stage::Standby, "standby"),
+        (Stage::LoadCandidate, "load_candidate"),
+        (Stage::Instantiate, "instantiate"),
+        (Stage::Correctness, "correctness"),
+        (Stage::Profile, "profile"),
+        (Stage::TimingGate, "timing_gate"),
+        (Stage::Performance, "performance"),
+        (Stage::Integrity, "integrity"),
+    ];
+
+    /// The stage a wire name stands for; `None` for a name the harness should never send.
+    pub fn parse(name: &str) -> Option<Stage> {
+        Self::NAMES
+            .iter()
+            .find(|(_, n)| *n == name)
+            .map(|(stage, _)| *stage)
+    }
+
+    /// The stage's name on the wire (and in verdict messages).
+    pub fn as_str(self) -> &'static str {
+        Self::NAMES
+            .iter()
+            .find(|(stage, _)| *stage == self)
+            .map_or("unknown", |(_, n)| n)
+    }
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Most extensions one candidate may build.
 pub const MAX_BUILDS: usize = 16;
 
@@ -138,7 +197,10 @@ const MAX_SANDBOX_ERROR: usize = 4096;
 /// Everything read from the pipe of one child.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Transcript {
-    pub stages: Vec<String>,
+    pub stages: Vec<Stage>,
+    /// A well-formed stage name that is not a [`Stage`] (the first one; later stage lines are
+    /// still read): the harness and this worker disagree, a fault of the service.
+    pub unknown_stage: Option<String>,
     pub result: Option<HarnessResult>,
     /// The end of a prepare stage (instead of a result).
     pub prepared: Option<Prepared>,
@@ -165,8 +227,8 @@ impl Transcript {
     }
 
     /// The stage the child was in when it last spoke.
-    pub fn last_stage(&self) -> Option<&str> {
-        self.stages.last().map(String::as_str)
+    pub fn last_stage(&self) -> Option<Stage> {
+        self.stages.last().copied()
     }
 
     /// Records a violation found outside `push_line` (keeps the first one).
@@ -198,8 +260,12 @@ impl Transcript {
                         .all(|b| b.is_ascii_alphanumeric() || b == b'_')
                 {
                     self.violation = Some("malformed stage name".to_owned());
-                } else if self.stages.len() < 64 {
-                    self.stages.push(stage);
+                } else if let Some(known) = Stage::parse(&stage) {
+                    if self.stages.len() < 64 {
+                        self.stages.push(known);
+                    }
+                } else {
+                    self.unknown_stage.get_or_insert(stage);
                 }
             }
             Ok(HarnessEvent::Result(result)) => match check_result(&result) {
@@ -350,10 +416,30 @@ mod tests {
         t.push_line(br#"{"event":"stage","stage":"correctness"}"#);
         t.push_line(RESULT.as_bytes());
         assert_eq!(t.violation, None);
-        assert_eq!(t.last_stage(), Some("correctness"));
+        assert_eq!(t.last_stage(), Some(Stage::Correctness));
         let r = t.result.unwrap();
         assert_eq!(r.speedup, Some(2.0));
         assert_eq!(r.runtime_ms.unwrap().median, 1.0);
+    }
+
+    #[test]
+    fn every_stage_keeps_its_wire_name() {
+        for (stage, name) in Stage::NAMES {
+            assert_eq!(Stage::parse(name), Some(stage));
+            assert_eq!(stage.as_str(), name);
+        }
+        assert_eq!(Stage::parse("Setup"), None);
+    }
+
+    #[test]
+    fn an_unknown_stage_is_recorded_not_a_violation_of_the_candidate() {
+        let mut t = Transcript::default();
+        t.push_line(br#"{"event":"stage","stage":"setup"}"#);
+        t.push_line(br#"{"event":"stage","stage":"warp_drive"}"#);
+        t.push_line(br#"{"event":"stage","stage":"load_reference"}"#);
+        assert_eq!(t.violation, None);
+        assert_eq!(t.unknown_stage.as_deref(), Some("warp_drive"));
+        assert_eq!(t.stages, vec![Stage::Setup, Stage::LoadReference]);
     }
 
     #[test]

@@ -5,12 +5,14 @@
 //! the end whatever happened.
 
 use crate::config::ChildLimits;
-use crate::protocol::{MAX_LINE_BYTES, Transcript};
+use crate::isolation::{detach_from_worker, place_fd, task_rlimits};
+use crate::protocol::{MAX_LINE_BYTES, Stage, Transcript};
 use crate::sandbox::plan::RULESET_FD;
 use crate::sandbox::{ChildSandbox, verify};
-use crate::template::Template;
+// Defined beside the template so that the sandbox (whose self-test takes one) need not
+// import this file, which imports the sandbox.
+pub use crate::template::Launcher;
 use crate::watchdog;
-use nix::sys::resource::{Resource, setrlimit};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use std::future::Future;
@@ -49,7 +51,7 @@ pub struct ChildSpec {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChildEvent {
     /// A stage began (`stage` line on fd 3).
-    Stage(String),
+    Stage(Stage),
     /// The result (or `prepared`) line arrived: the child has nothing left to do but exit.
     Result,
 }
@@ -167,15 +169,6 @@ impl OutputCapture {
             self.tail.drain(..cut);
         }
     }
-}
-
-/// How the child process comes to exist.
-#[derive(Clone, Copy)]
-pub enum Launcher<'a> {
-    /// `fork`+`exec` of `ChildSpec::program` by the worker (pays the interpreter's start-up).
-    Direct,
-    /// Forked by the warm template, which has already imported torch and triton.
-    Template(&'a Template),
 }
 
 type ExitFuture = Pin<Box<dyn Future<Output = std::io::Result<ExitKind>> + Send>>;
@@ -417,51 +410,10 @@ fn spawn(
             if let Some(fd) = ruleset_fd {
                 place_fd(fd, RULESET_FD)?;
             }
-            let set = |r, v: u64| setrlimit(r, v, v).map_err(std::io::Error::from);
-            set(Resource::RLIMIT_NOFILE, limits.max_open_files)?;
-            set(Resource::RLIMIT_NPROC, limits.nproc_rlimit())?;
-            set(Resource::RLIMIT_FSIZE, limits.max_file_bytes)?;
-            set(Resource::RLIMIT_CORE, 0)?;
-            Ok(())
+            task_rlimits(&limits)
         });
     }
     cmd.spawn()
-}
-
-/// In a forked child before exec: a session and process group of its own, and death with the
-/// worker. PDEATHSIG follows the *thread* that forked us, so children must be spawned from
-/// long-lived runtime threads, never from spawn_blocking. Async-signal-safe.
-pub(crate) fn detach_from_worker(parent: i32) -> std::io::Result<()> {
-    nix::unistd::setsid().map_err(std::io::Error::from)?;
-    // SAFETY: prctl and getppid take no pointers and are async-signal-safe.
-    let (pdeathsig, ppid) = unsafe {
-        (
-            nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGKILL),
-            nix::libc::getppid(),
-        )
-    };
-    if pdeathsig != 0 || ppid != parent {
-        return Err(std::io::Error::other("parent gone before exec"));
-    }
-    Ok(())
-}
-
-/// In a forked child before exec: makes `fd` (opened close-on-exec) survive exec as `target`.
-/// Async-signal-safe.
-pub(crate) fn place_fd(fd: i32, target: i32) -> std::io::Result<()> {
-    // SAFETY: fcntl and dup2 on descriptor numbers only; both are async-signal-safe.
-    let ok = unsafe {
-        if fd == target {
-            nix::libc::fcntl(target, nix::libc::F_SETFD, 0) == 0
-        } else {
-            nix::libc::dup2(fd, target) == target
-        }
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
 }
 
 fn exit_kind(status: std::process::ExitStatus) -> ExitKind {
@@ -575,7 +527,7 @@ async fn read_transcript(
                         if transcript.stages.len() > stages
                             && let Some(stage) = transcript.last_stage()
                         {
-                            feed(ChildEvent::Stage(stage.to_owned()));
+                            feed(ChildEvent::Stage(stage));
                         }
                         if !ended && transcript.ended() {
                             feed(ChildEvent::Result);

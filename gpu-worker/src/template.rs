@@ -8,8 +8,8 @@ use crate::config::ChildLimits;
 use crate::harness::{
     HARNESS_FILE, HARNESS_MODULES, HARNESS_SOURCE, TEMPLATE_FILE, TEMPLATE_SOURCE,
 };
+use crate::isolation::{detach_from_worker, place_fd, template_rlimits};
 use crate::protocol::SoftwareReport;
-use crate::supervisor::{detach_from_worker, place_fd};
 use crate::task_dir::TaskDir;
 use nix::sys::socket::{
     AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, recv, sendmsg, socketpair,
@@ -73,6 +73,16 @@ struct Routing {
     exits: HashMap<i32, oneshot::Sender<i32>>,
 }
 
+/// How a task child comes to exist: `fork`+`exec` by the supervisor or a fork of a warm
+/// template.
+#[derive(Clone, Copy)]
+pub enum Launcher<'a> {
+    /// `fork`+`exec` of `ChildSpec::program` by the worker (pays the interpreter's start-up).
+    Direct,
+    /// Forked by the warm template, which has already imported torch and triton.
+    Template(&'a Template),
+}
+
 /// Shared by the stages of a worker (the CPU stage of the next task forks from it while the
 /// GPU stage of the current one runs), hence the interior mutability.
 pub struct Template {
@@ -132,15 +142,7 @@ impl Template {
                 // The template dies with the worker, and its children die with it.
                 detach_from_worker(parent)?;
                 place_fd(theirs_fd, CONTROL_FD)?;
-                nix::sys::resource::setrlimit(
-                    nix::sys::resource::Resource::RLIMIT_NOFILE,
-                    max_open_files,
-                    max_open_files,
-                )
-                .map_err(std::io::Error::from)?;
-                nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0)
-                    .map_err(std::io::Error::from)?;
-                Ok(())
+                template_rlimits(max_open_files)
             });
         }
         let process = cmd.spawn()?;

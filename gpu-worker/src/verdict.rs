@@ -1,9 +1,10 @@
 //! Turns the way a child ended into a verdict about the candidate, or into a service fault to
 //! retry elsewhere. Pure: every rule is tested without spawning anything.
 
-use crate::protocol::HarnessResult;
+use crate::config::WorkerConfig;
+use crate::protocol::{HarnessResult, Stage};
 use crate::supervisor::{ChildOutcome, ExitKind, KillReason};
-use crucible_shared::{DeviceInfo, EvalResult, Verdict, VerdictCode};
+use crucible_shared::{DeviceInfo, EvalResult, TaskSpec, Verdict, VerdictCode};
 
 /// Output excerpt kept in a result.
 const RESULT_TAIL_BYTES: usize = 2048;
@@ -59,21 +60,36 @@ pub struct VerdictContext {
     pub max_processes: u64,
 }
 
+impl VerdictContext {
+    /// The context of one of `spec`'s children on the worker configured by `cfg`.
+    pub fn for_task(spec: &TaskSpec, cfg: &WorkerConfig) -> Self {
+        Self {
+            trials_total: spec.request.num_correct_trials,
+            device: cfg.device.info(),
+            timeout_s: spec.request.timeout_s,
+            max_output_bytes: cfg.limits.max_output_bytes,
+            max_memory_bytes: cfg.limits.max_memory_bytes,
+            max_processes: cfg.limits.max_processes,
+        }
+    }
+}
+
 /// Harness stages in order; a child that ends before `load_candidate` has not run any
-/// candidate code, so its end cannot be the candidate's fault.
-const STAGES: &[&str] = &[
-    "setup",
-    "load_reference",
-    "load_candidate",
-    "instantiate",
-    "correctness",
-    "timing_gate",
-    "performance",
+/// candidate code, so its end cannot be the candidate's fault. The stages not listed
+/// (`standby`, `profile`, `integrity`) rank as no stage at all, as they always have.
+const RANKED: &[Stage] = &[
+    Stage::Setup,
+    Stage::LoadReference,
+    Stage::LoadCandidate,
+    Stage::Instantiate,
+    Stage::Correctness,
+    Stage::TimingGate,
+    Stage::Performance,
 ];
 
-fn stage_rank(stage: Option<&str>) -> usize {
+fn stage_rank(stage: Option<Stage>) -> usize {
     stage
-        .and_then(|s| STAGES.iter().position(|x| *x == s))
+        .and_then(|s| RANKED.iter().position(|x| *x == s))
         .map(|i| i + 1)
         .unwrap_or(0)
 }
@@ -118,6 +134,13 @@ pub fn classify(outcome: &ChildOutcome, ctx: &VerdictContext) -> Classified {
     if let Some(why) = outside_cause(outcome) {
         return Classified::ServiceFault(why);
     }
+    if let Some(name) = &outcome.transcript.unknown_stage {
+        // Only the judge, trusted code, names stages: this harness is not the one this
+        // worker speaks with, and nothing it reported can be judged.
+        return Classified::ServiceFault(format!(
+            "the harness reported a stage this worker does not know: {name:?}"
+        ));
+    }
     let tail = tail_excerpt(&outcome.output_tail);
     if let (Some(result), None) = (&outcome.transcript.result, &outcome.transcript.violation) {
         let mut result = from_harness(result.clone(), ctx, tail);
@@ -139,7 +162,7 @@ pub fn classify(outcome: &ChildOutcome, ctx: &VerdictContext) -> Classified {
 
     let stage = outcome.transcript.last_stage();
     let rank = stage_rank(stage);
-    let stage_name = stage.unwrap_or("start");
+    let stage_name = stage.map_or("start", Stage::as_str);
     let describe_end = || match (outcome.killed_for, outcome.exit) {
         (Some(reason), _) => format!("killed by the worker ({reason:?})"),
         (None, ExitKind::Signal(sig)) => format!("killed by {}", signal_name(sig)),
@@ -147,22 +170,22 @@ pub fn classify(outcome: &ChildOutcome, ctx: &VerdictContext) -> Classified {
     };
     // `standby`: set up and waiting for the worker's go, no candidate code has run; whatever
     // ended it (the worker gave up on it, the node ran out of memory) was not the task's doing.
-    if rank < stage_rank(Some("load_reference")) || stage == Some("standby") {
+    if rank < stage_rank(Some(Stage::LoadReference)) || stage == Some(Stage::Standby) {
         return Classified::ServiceFault(format!(
             "harness ended before loading the problem ({}); output: {}",
             describe_end(),
             tail.as_deref().unwrap_or("")
         ));
     }
-    let candidate_ran = rank >= stage_rank(Some("load_candidate"));
-    let compiled = rank >= stage_rank(Some("correctness"));
+    let candidate_ran = rank >= stage_rank(Some(Stage::LoadCandidate));
+    let compiled = rank >= stage_rank(Some(Stage::Correctness));
 
     let (code, message) = match (outcome.killed_for, outcome.exit) {
         (Some(KillReason::Timeout), _) => (
             VerdictCode::Timeout,
             format!(
-                "no verdict within the {}s deadline (stage: {stage_name}); the process group was killed",
-                ctx.timeout_s
+                "{}; the process group was killed",
+                deadline_passed(ctx, stage_name)
             ),
         ),
         (Some(KillReason::OutputLimit), _) => (
@@ -237,6 +260,29 @@ pub fn classify(outcome: &ChildOutcome, ctx: &VerdictContext) -> Classified {
         ctx.device.clone(),
     );
     result.output_tail = tail;
+    Classified::Verdict(Box::new(result))
+}
+
+fn deadline_passed(ctx: &VerdictContext, stage_name: &str) -> String {
+    format!(
+        "no verdict within the {}s deadline (stage: {stage_name})",
+        ctx.timeout_s
+    )
+}
+
+/// The verdict of a task whose CPU stage spent all of its budget (`crate::budget`), so its
+/// device stage never starts: a timeout, as a child killed at its deadline gets.
+pub fn budget_spent(ctx: &VerdictContext) -> Classified {
+    let result = EvalResult::failed_before_trials(
+        VerdictCode::Timeout,
+        format!(
+            "{}; no time was left for the device stage",
+            deadline_passed(ctx, "cpu_stage")
+        ),
+        false,
+        ctx.trials_total,
+        ctx.device.clone(),
+    );
     Classified::Verdict(Box::new(result))
 }
 
@@ -328,7 +374,7 @@ mod tests {
             exit,
             killed_for: killed,
             transcript: Transcript {
-                stages: stages.iter().map(|s| s.to_string()).collect(),
+                stages: stages.iter().map(|s| Stage::parse(s).unwrap()).collect(),
                 violation: None,
                 ..Transcript::default()
             },
@@ -340,6 +386,32 @@ mod tests {
             oom_kills: 0,
             sandbox_broken: None,
         }
+    }
+
+    #[test]
+    fn an_unknown_stage_is_a_service_fault_whatever_the_child_reported() {
+        let mut o = outcome(&["setup", "load_reference"], ExitKind::Code(0), None);
+        o.transcript.unknown_stage = Some("warp_drive".into());
+        match classify(&o, &ctx()) {
+            Classified::ServiceFault(why) => assert!(why.contains("warp_drive"), "{why}"),
+            other => panic!("expected a service fault, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_spent_budget_is_a_timeout_before_the_device_stage() {
+        let Classified::Verdict(r) = budget_spent(&ctx()) else {
+            panic!("a spent budget is a verdict");
+        };
+        assert_eq!(r.error_code, Some(VerdictCode::Timeout));
+        assert!(!r.compiled);
+        assert!(
+            r.error_message
+                .as_deref()
+                .unwrap()
+                .starts_with("no verdict within the 30s deadline"),
+            "{r:?}"
+        );
     }
 
     fn code_of(c: Classified) -> VerdictCode {

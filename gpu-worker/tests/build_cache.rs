@@ -130,7 +130,7 @@ async fn run_prepare(
 
 fn ready(end: PrepareEnd) -> crucible_gpu_worker::prepare::Ready {
     match end {
-        PrepareEnd::Ready(r) => r,
+        PrepareEnd::Ready(r) => *r,
         PrepareEnd::Final(c) => panic!("expected the task to go on to the device, got {c:?}"),
     }
 }

@@ -30,7 +30,7 @@ pub mod selftest;
 pub mod verify;
 
 use crate::config::WorkerConfig;
-use crate::supervisor::Launcher;
+use crate::template::Launcher;
 use base64::Engine;
 use cgroup::{Cgroups, TaskCgroup};
 use config::SandboxSettings;

@@ -1,0 +1,226 @@
+//! Claiming and leases: the claimer keeps up to `1 + prefetch` tasks claimed, renews each
+//! one's lease while it is held (a lost lease or the worker's shutdown stops the task's
+//! children), and runs each claimed task's CPU stage at once, handing what it prepared to the
+//! run loop ([`super::run`]).
+
+use super::Worker;
+use crate::budget::{remaining, task_budget};
+use crate::prepare::{PrepareContext, PrepareEnd, Ready, prepare};
+use crate::supervisor::Launcher;
+use crate::verdict::{Classified, VerdictContext, budget_spent};
+use crucible_task_manager::{Lease, LeaseState};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::task::JoinSet;
+
+/// A claimed task: its lease, renewed until the task ends, and the signal that stops its
+/// children. Holding it holds one of the worker's places in the pipeline.
+pub(super) struct ClaimedTask {
+    pub(super) lease: Lease,
+    pub(super) cancel: watch::Receiver<bool>,
+    /// Stops the task's children from the worker's side.
+    pub(super) cancel_tx: watch::Sender<bool>,
+    renewer: tokio::task::JoinHandle<()>,
+    shutdown_watch: tokio::task::JoinHandle<()>,
+    _place: OwnedSemaphorePermit,
+}
+
+impl Drop for ClaimedTask {
+    fn drop(&mut self) {
+        self.renewer.abort();
+        self.shutdown_watch.abort();
+    }
+}
+
+/// A task whose CPU stage is over, waiting for the device.
+pub(super) struct ReadyTask {
+    pub(super) task: ClaimedTask,
+    pub(super) ready: Ready,
+    pub(super) ready_at: Instant,
+    /// What is left of the task's `timeout_s` for its device stage.
+    pub(super) budget: Duration,
+}
+
+impl Worker {
+    /// Claims while there is room in the pipeline and claiming is allowed, and starts each
+    /// claimed task's CPU stage at once.
+    pub(super) async fn claim_loop(
+        self: Arc<Self>,
+        places: Arc<Semaphore>,
+        ready_tx: mpsc::UnboundedSender<ReadyTask>,
+        mut gate: watch::Receiver<bool>,
+        shutdown: watch::Receiver<bool>,
+    ) {
+        let mut cpu_stages = JoinSet::new();
+        let mut claim_errors = 0u32;
+        let stopped = || {
+            let mut rx = shutdown.clone();
+            async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            }
+        };
+        loop {
+            while cpu_stages.try_join_next().is_some() {}
+            if *shutdown.borrow() {
+                break;
+            }
+            if !*gate.borrow_and_update() {
+                tokio::select! {
+                    r = gate.changed() => if r.is_err() { break },
+                    _ = stopped() => {}
+                }
+                continue;
+            }
+            let place = tokio::select! {
+                p = places.clone().acquire_owned() => p.expect("the pipeline semaphore is never closed"),
+                _ = stopped() => continue,
+            };
+            let claimed = tokio::select! {
+                c = self.broker.claim(&self.id, self.cfg.claim_wait) => c,
+                _ = stopped() => continue,
+            };
+            match claimed {
+                Ok(Some(lease)) => {
+                    claim_errors = 0;
+                    let task = self.claimed(lease, place, shutdown.clone());
+                    cpu_stages.spawn(self.clone().cpu_stage(task, ready_tx.clone()));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    claim_errors += 1;
+                    let backoff = Duration::from_millis(200 * 2u64.pow(claim_errors.min(5)));
+                    tracing::warn!(worker_id = %self.id, error = %e, ?backoff, "claim failed");
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = stopped() => {}
+                    }
+                }
+            }
+        }
+        while cpu_stages.join_next().await.is_some() {}
+    }
+
+    /// Starts renewing a fresh lease; the task's cancel signal fires when the lease is lost,
+    /// the task is cancelled or the worker shuts down.
+    fn claimed(
+        &self,
+        lease: Lease,
+        place: OwnedSemaphorePermit,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> ClaimedTask {
+        tracing::info!(worker_id = %self.id, task_id = %lease.task_id, attempt = lease.attempt, "task claimed");
+        let (cancel_tx, cancel_rx) = watch::channel(false);
+        let renewer = {
+            let broker = self.broker.clone();
+            let lease = lease.clone();
+            let cancel_tx = cancel_tx.clone();
+            let every = broker.config().lease_ttl / 3;
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    match broker.renew(&lease).await {
+                        Ok(LeaseState::Held) => {}
+                        Ok(state) => {
+                            tracing::info!(task_id = %lease.task_id, ?state, "lease ended, stopping the task");
+                            let _ = cancel_tx.send(true);
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::warn!(task_id = %lease.task_id, error = %e, "lease renewal failed")
+                        }
+                    }
+                }
+            })
+        };
+        let shutdown_watch = {
+            let cancel_tx = cancel_tx.clone();
+            tokio::spawn(async move {
+                if shutdown.wait_for(|stop| *stop).await.is_ok() {
+                    let _ = cancel_tx.send(true);
+                }
+            })
+        };
+        ClaimedTask {
+            lease,
+            cancel: cancel_rx,
+            cancel_tx,
+            renewer,
+            shutdown_watch,
+            _place: place,
+        }
+    }
+
+    /// The CPU stage of a claimed task; a task it cannot finish goes on to the device loop.
+    async fn cpu_stage(
+        self: Arc<Self>,
+        task: ClaimedTask,
+        ready_tx: mpsc::UnboundedSender<ReadyTask>,
+    ) {
+        let mut ready = Ready::default();
+        if self.cfg.compile_pool {
+            // A template may be warming (seconds, more on a loaded node): a task cancelled
+            // meanwhile, by a client or by the worker's shutdown, must not wait for it.
+            let mut cancel = task.cancel.clone();
+            let cancelled = async move { cancel.wait_for(|c| *c).await.is_ok() };
+            let template = tokio::select! {
+                template = self.ready_template() => Some(template),
+                true = cancelled => None,
+            };
+            let Some(template) = template else {
+                self.finish(&task.lease, Ok(Classified::Cancelled)).await;
+                return;
+            };
+            let launcher = template
+                .as_deref()
+                .map_or(Launcher::Direct, Launcher::Template);
+            let ctx = PrepareContext {
+                cfg: &self.cfg,
+                cache: self.build_cache.as_ref(),
+                cuda_arch: self.cuda_arch.as_deref(),
+                software: self.software.lock().expect("software lock").clone(),
+                broker: Some(&*self.broker),
+            };
+            let label = format!("{}_cpu", task.lease.task_id);
+            match prepare(
+                &ctx,
+                &task.lease.spec,
+                &label,
+                launcher,
+                task.cancel.clone(),
+            )
+            .await
+            {
+                Ok(PrepareEnd::Ready(r)) => ready = *r,
+                Ok(PrepareEnd::Final(classified)) => {
+                    tracing::info!(worker_id = %self.id, task_id = %task.lease.task_id, "decided in the cpu stage");
+                    self.finish(&task.lease, Ok(classified)).await;
+                    return;
+                }
+                Err(e) => {
+                    if let Some(t) = &template {
+                        self.template.lock().await.discard(t);
+                    }
+                    tracing::warn!(worker_id = %self.id, task_id = %task.lease.task_id, error = %e, "cpu stage failed, the device stage does everything");
+                }
+            }
+        }
+        // One budget for the whole task: the device stage gets what the CPU stage left.
+        let Some(budget) = remaining(task_budget(&task.lease.spec), ready.cpu_used) else {
+            tracing::info!(worker_id = %self.id, task_id = %task.lease.task_id, "budget spent in the cpu stage");
+            let ctx = VerdictContext::for_task(&task.lease.spec, &self.cfg);
+            self.finish(&task.lease, Ok(budget_spent(&ctx))).await;
+            return;
+        };
+        let task = ReadyTask {
+            task,
+            ready,
+            ready_at: Instant::now(),
+            budget,
+        };
+        if let Err(mpsc::error::SendError(task)) = ready_tx.send(task) {
+            self.give_back(&task.task.lease, "worker stopped before the task ran")
+                .await;
+        }
+    }
+}

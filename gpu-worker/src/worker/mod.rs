@@ -1,0 +1,196 @@
+//! One worker: a process's hold on one device, from registration to deregistration. This
+//! file owns the worker's identity and what it shows the registry (state, heartbeats), its
+//! warm template and its device's health; the rest is split by concept, each file small
+//! enough to read whole:
+//!
+//! - [`run`]: the run loop: the start-up self-test, the device loop, back-off, shutdown;
+//! - [`claim`]: claiming, the lease renewers and the CPU stage of each claimed task;
+//! - [`pipeline`]: who may use the device when, as a pure state machine (no tokio tasks);
+//! - [`outcome`]: how a task ends: verdicts stored, tasks given back, the reference cache.
+
+mod claim;
+mod outcome;
+mod pipeline;
+mod run;
+
+use crate::build_cache::BuildCache;
+use crate::config::WorkerConfig;
+use crate::device::{DeviceSlot, check_gpu};
+use crate::evaluation::child_env;
+use crate::reference_cache::{self, SoftwareVersions};
+use crate::template::{Template, TemplateSlot};
+use chrono::Utc;
+use crucible_shared::{TaskId, WorkerId, WorkerInfo, WorkerState};
+use crucible_task_manager::Broker;
+use std::sync::{Arc, Mutex};
+
+/// Why a worker stopped without being asked to.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// The sandbox this worker is configured to require is not in place: it refuses to serve.
+    #[error("refusing to serve: {0}")]
+    Sandbox(#[from] crate::sandbox::SandboxError),
+}
+
+#[derive(Debug, Clone)]
+struct Status {
+    state: WorkerState,
+    current_task: Option<TaskId>,
+    tasks_done: u64,
+}
+
+pub struct Worker {
+    broker: Arc<dyn Broker>,
+    /// Shared with the closures that start templates (no copy per task).
+    cfg: Arc<WorkerConfig>,
+    id: WorkerId,
+    started_at: chrono::DateTime<Utc>,
+    status: Arc<Mutex<Status>>,
+    template: tokio::sync::Mutex<TemplateSlot>,
+    /// NVML's driver version (GPU), `"none"` (CPU), or `None` when NVML did not say: part of
+    /// every reference cache key, fetched once at start.
+    driver: Option<String>,
+    /// The software versions of the last result a harness reported; part of the reference
+    /// and build cache keys of the next task.
+    software: Mutex<Option<SoftwareVersions>>,
+    /// The node-wide build cache (GPU workers with the compile pool on).
+    build_cache: Option<BuildCache>,
+    /// The device's architecture for CUDA builds on the CPU (`"9.0"`).
+    cuda_arch: Option<String>,
+}
+
+impl Worker {
+    pub fn new(broker: Arc<dyn Broker>, cfg: WorkerConfig) -> Self {
+        let id = WorkerId(format!(
+            "{}-{}-{}",
+            cfg.node,
+            match &cfg.device {
+                DeviceSlot::Gpu { index, .. } => format!("gpu{index}"),
+                DeviceSlot::Cpu { .. } => "cpu".to_owned(),
+            },
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        ));
+        let driver = reference_cache::driver_version(&cfg.device);
+        let cuda_arch = match &cfg.device {
+            DeviceSlot::Gpu { index, .. } => crate::device::cuda_arch(*index),
+            DeviceSlot::Cpu { .. } => None,
+        };
+        let build_cache = (cfg.compile_pool && cuda_arch.is_some())
+            .then(|| {
+                BuildCache::open(
+                    &cfg.build_cache_dir,
+                    cfg.compile_jobs,
+                    cfg.build_cache_entries,
+                )
+                .map_err(|e| {
+                    tracing::warn!(dir = %cfg.build_cache_dir.display(), error = %e, "build cache unavailable, cuda candidates build on the device stage");
+                })
+                .ok()
+            })
+            .flatten();
+        Self {
+            broker,
+            driver,
+            build_cache,
+            cuda_arch,
+            software: Mutex::new(None),
+            cfg: Arc::new(cfg),
+            id,
+            started_at: Utc::now(),
+            status: Arc::new(Mutex::new(Status {
+                state: WorkerState::Starting,
+                current_task: None,
+                tasks_done: 0,
+            })),
+            template: tokio::sync::Mutex::new(TemplateSlot::default()),
+        }
+    }
+
+    pub fn id(&self) -> &WorkerId {
+        &self.id
+    }
+
+    pub(super) fn set(&self, state: WorkerState, current_task: Option<TaskId>) {
+        let mut s = self.status.lock().expect("worker status lock");
+        s.state = state;
+        s.current_task = current_task;
+    }
+
+    pub(super) fn info(&self) -> WorkerInfo {
+        let s = self.status.lock().expect("worker status lock").clone();
+        WorkerInfo {
+            worker_id: self.id.clone(),
+            node: self.cfg.node.clone(),
+            device: self.cfg.device.info(),
+            device_index: self.cfg.device.index(),
+            state: s.state,
+            current_task: s.current_task,
+            tasks_done: s.tasks_done,
+            started_at: self.started_at,
+            last_heartbeat: Utc::now(),
+            sandbox: self.cfg.sandbox.status(),
+        }
+    }
+
+    pub(super) async fn publish(&self) {
+        if let Err(e) = self.broker.worker_heartbeat(&self.info()).await {
+            tracing::warn!(worker_id = %self.id, error = %e, "worker heartbeat failed");
+        }
+    }
+
+    /// The template to fork the next child from, started if needed; `None` when templates are
+    /// off or unavailable (the child is then spawned directly).
+    pub(super) async fn ready_template(&self) -> Option<Arc<Template>> {
+        if !self.cfg.use_template {
+            return None;
+        }
+        let mut slot = self.template.lock().await;
+        let cfg = &self.cfg;
+        let env_cfg = Arc::clone(cfg);
+        let template = slot
+            .ready(
+                &cfg.python,
+                &cfg.work_root,
+                move |dir: &std::path::Path| child_env(&env_cfg, dir, |k| std::env::var(k).ok()),
+                &cfg.limits,
+                cfg.template_max_forks,
+            )
+            .await?;
+        // Known before the first result: the first tasks already find cached builds and
+        // reference timings.
+        let mut software = self.software.lock().expect("software lock");
+        if software.is_none() {
+            *software = template
+                .software
+                .as_ref()
+                .and_then(SoftwareVersions::from_report);
+        }
+        drop(software);
+        Some(template)
+    }
+
+    /// GPU workers check their device before taking work; CPU workers are always ready.
+    pub(super) async fn ensure_healthy(&self) -> bool {
+        let DeviceSlot::Gpu { index, .. } = &self.cfg.device else {
+            return true;
+        };
+        match check_gpu(*index, self.cfg.probe_command.as_deref()).await {
+            Ok(detail) => {
+                tracing::info!(worker_id = %self.id, gpu = index, detail, "gpu healthy");
+                true
+            }
+            Err(detail) => {
+                tracing::error!(worker_id = %self.id, gpu = index, detail, "gpu unhealthy");
+                false
+            }
+        }
+    }
+}
+
+/// How a claimed task ended, as the run loop counts it.
+enum TaskEnd {
+    Stored,
+    Cancelled,
+    ServiceFault,
+    DeviceUnhealthy,
+}

@@ -1,0 +1,157 @@
+//! How a task ends: its verdict stored (after a GPU health check when it is a CUDA fault),
+//! or the task given back to the queue; and the reference-timing cache the verdicts feed and
+//! the next tasks of the same problem read.
+
+use super::{TaskEnd, Worker};
+use crate::device::{DeviceSlot, check_gpu};
+use crate::reference_cache::{self, REF_CACHE_NAMESPACE, SoftwareVersions};
+use crate::verdict::Classified;
+use crucible_shared::{EvalResult, RuntimeStats, TaskSpec, VerdictCode};
+use crucible_task_manager::{AckOutcome, Lease, LeaseState};
+
+impl Worker {
+    /// Stores a task's verdict, or gives the task back: the end of every claimed task.
+    pub(super) async fn finish(
+        &self,
+        lease: &Lease,
+        outcome: std::io::Result<Classified>,
+    ) -> TaskEnd {
+        match outcome {
+            Ok(Classified::Verdict(result)) => self.store_verdict(lease, *result).await,
+            Ok(Classified::ServiceFault(reason)) => {
+                self.give_back(lease, &reason).await;
+                TaskEnd::ServiceFault
+            }
+            Ok(Classified::Cancelled) => {
+                // Cancelled by a client, or our lease was lost, or we are shutting down: in
+                // the last case the task goes back to the queue now rather than at expiry.
+                if matches!(self.broker.renew(lease).await, Ok(LeaseState::Held)) {
+                    self.give_back(lease, "worker shut down during the task")
+                        .await;
+                }
+                TaskEnd::Cancelled
+            }
+            Err(e) => {
+                self.give_back(lease, &format!("worker could not run the task: {e}"))
+                    .await;
+                TaskEnd::ServiceFault
+            }
+        }
+    }
+
+    /// The cached timing of the task's reference on this worker, unless performance is not
+    /// measured, `force_refresh` asks for a fresh timing, or a part of the key is unknown. The
+    /// first task a worker ever runs knows no software versions yet (the harness reports them
+    /// with its result), so it always times the reference; its timing then fills the cache.
+    pub(super) async fn cached_reference(&self, spec: &TaskSpec) -> Option<RuntimeStats> {
+        if spec.request.force_refresh {
+            return None;
+        }
+        let software = self.software.lock().expect("software lock").clone();
+        let key = reference_cache::key_for(
+            spec,
+            &self.cfg.device,
+            self.cfg.cpu_threads,
+            self.driver.as_deref(),
+            software.as_ref(),
+        )?;
+        match self.broker.kv_get(REF_CACHE_NAMESPACE, &key).await {
+            Ok(Some(value)) => {
+                let stats = reference_cache::decode(&value);
+                if stats.is_none() {
+                    tracing::warn!(worker_id = %self.id, key, "unreadable reference cache entry, timing the reference");
+                }
+                stats
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(worker_id = %self.id, error = %e, "reference cache lookup failed, timing the reference");
+                None
+            }
+        }
+    }
+
+    /// The key and timing to cache from a verdict: a reference timed now (not taken from the
+    /// cache) for a correct candidate, keyed by the software this very run reported.
+    pub(super) fn timing_to_cache(
+        &self,
+        spec: &TaskSpec,
+        result: &EvalResult,
+        software: &SoftwareVersions,
+    ) -> Option<(String, RuntimeStats)> {
+        if !result.correct || result.ref_runtime_cached {
+            return None;
+        }
+        let stats = result.ref_runtime_ms?;
+        let key = reference_cache::key_for(
+            spec,
+            &self.cfg.device,
+            self.cfg.cpu_threads,
+            self.driver.as_deref(),
+            Some(software),
+        )?;
+        Some((key, stats))
+    }
+
+    /// Stores a fresh reference timing (replacing any older one, as `force_refresh` wants)
+    /// before the verdict is stored, so the next task of the same problem finds it.
+    pub(super) async fn cache_reference(&self, key: &str, stats: &RuntimeStats) {
+        let ttl = self.broker.config().result_ttl;
+        if let Err(e) = self
+            .broker
+            .kv_put(
+                REF_CACHE_NAMESPACE,
+                key,
+                &reference_cache::encode(stats),
+                ttl,
+            )
+            .await
+        {
+            tracing::warn!(worker_id = %self.id, error = %e, "could not cache the reference timing");
+        }
+    }
+
+    async fn store_verdict(&self, lease: &Lease, mut result: EvalResult) -> TaskEnd {
+        // Every verdict names the version of the problem it judged.
+        result.problem_hash = Some(crucible_shared::problem_hash(
+            &lease.spec.request.reference_code,
+        ));
+        if result.error_code == Some(VerdictCode::CudaFault)
+            && let DeviceSlot::Gpu { index, .. } = &self.cfg.device
+        {
+            // A fault is the kernel's only if the GPU is fine afterwards; otherwise the
+            // verdict cannot be trusted and the task is retried on a healthy device.
+            if let Err(detail) = check_gpu(*index, self.cfg.probe_command.as_deref()).await {
+                tracing::error!(worker_id = %self.id, task_id = %lease.task_id, detail, "gpu unhealthy after a cuda fault");
+                self.give_back(
+                    lease,
+                    &format!("gpu failed its health check after a cuda fault: {detail}"),
+                )
+                .await;
+                return TaskEnd::DeviceUnhealthy;
+            }
+            tracing::info!(worker_id = %self.id, task_id = %lease.task_id, "gpu healthy after a cuda fault");
+        }
+        let verdict = result.error_code;
+        match self.broker.complete(lease, result).await {
+            Ok(AckOutcome::Accepted) => {
+                self.status.lock().expect("worker status lock").tasks_done += 1;
+                tracing::info!(worker_id = %self.id, task_id = %lease.task_id, ?verdict, "task done");
+            }
+            Ok(AckOutcome::Stale) => {
+                tracing::warn!(worker_id = %self.id, task_id = %lease.task_id, "result refused, lease no longer ours");
+            }
+            Err(e) => {
+                tracing::error!(worker_id = %self.id, task_id = %lease.task_id, error = %e, "could not store result, the lease will expire and the task be retried");
+            }
+        }
+        TaskEnd::Stored
+    }
+
+    pub(super) async fn give_back(&self, lease: &Lease, reason: &str) {
+        tracing::warn!(worker_id = %self.id, task_id = %lease.task_id, reason, "giving task back");
+        if let Err(e) = self.broker.release(lease, reason).await {
+            tracing::error!(worker_id = %self.id, task_id = %lease.task_id, error = %e, "release failed, the lease will expire instead");
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! The run loop of a worker: prove the sandbox, then drive the device. Prepared tasks arrive
+//! from the claimer ([`super::claim`]); each one's device-stage child runs as a tokio task in
+//! a `JoinSet` owned here, while [`DevicePipeline`] (pure) decides who may use the device when.
+//! Service faults in a row and an unhealthy device make it stop claiming for a while;
+//! shutdown gives every task in flight back to the queue.
+
+use super::claim::ReadyTask;
+use super::pipeline::{DevicePipeline, DeviceTiming};
+use super::{TaskEnd, Worker, WorkerError};
+use crate::evaluation::{Evaluated, StageInputs, apply_reference_timing, run_evaluation_gated};
+use crate::reference_cache::SoftwareVersions;
+use crate::supervisor::{self, ChildEvent, Launcher};
+use crate::template::Template;
+use crate::verdict::Classified;
+use crucible_shared::{TaskId, WorkerState};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::task::JoinSet;
+
+/// Consecutive service faults after which the worker stops claiming for a while.
+const FAULTS_BEFORE_BACKOFF: u32 = 3;
+const UNHEALTHY_RECHECK: Duration = Duration::from_secs(30);
+/// How long a stopping worker waits for its CPU stages to give their tasks back.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+/// What a device-stage child left behind.
+struct DeviceDone {
+    ready: ReadyTask,
+    template: Option<Arc<Template>>,
+    outcome: std::io::Result<Evaluated>,
+}
+
+/// The tokio side of the device, kept out of [`DevicePipeline`]: the device-stage children's
+/// tasks and the feed of their events.
+struct DeviceTasks {
+    children: JoinSet<DeviceDone>,
+    events_tx: mpsc::UnboundedSender<(TaskId, ChildEvent)>,
+    events: mpsc::UnboundedReceiver<(TaskId, ChildEvent)>,
+}
+
+impl DeviceTasks {
+    fn new() -> Self {
+        let (events_tx, events) = mpsc::unbounded_channel();
+        Self {
+            children: JoinSet::new(),
+            events_tx,
+            events,
+        }
+    }
+}
+
+impl Worker {
+    /// Runs until `shutdown` turns true. Tasks in flight at shutdown are stopped and given
+    /// back to the queue so other workers take them at once.
+    ///
+    /// Two loops: the claimer keeps up to `1 + prefetch` tasks claimed and runs each one's CPU
+    /// stage as soon as it is claimed; the device loop (here) takes prepared tasks one at a
+    /// time, so the device stage is exclusive while the CPU stages of the next tasks overlap
+    /// with it.
+    ///
+    /// Before its first claim it proves its sandbox (`sandbox::selftest`); without the layers
+    /// it requires it registers as unhealthy, deregisters and returns the reason.
+    pub async fn run(
+        self: Arc<Self>,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Result<(), WorkerError> {
+        tracing::info!(worker_id = %self.id, device = ?self.cfg.device, compile_pool = self.cfg.compile_pool, prefetch = self.cfg.prefetch, "worker starting");
+        let registry = {
+            let me = self.clone();
+            let mut stop = shutdown.clone();
+            tokio::spawn(async move {
+                loop {
+                    me.publish().await;
+                    tokio::select! {
+                        _ = tokio::time::sleep(me.cfg.heartbeat_interval) => {}
+                        _ = stop.changed() => return,
+                    }
+                }
+            })
+        };
+
+        let mut healthy = self.ensure_healthy().await;
+        if healthy {
+            // Warm the template before the first claim, so the first task does not wait for
+            // `import torch` either; the sandbox's self-test forks from it like a task.
+            let template = self.ready_template().await;
+            let launcher = template
+                .as_deref()
+                .map_or(Launcher::Direct, Launcher::Template);
+            if let Err(e) = self.cfg.sandbox.ready(&self.cfg, launcher).await {
+                tracing::error!(worker_id = %self.id, error = %e, "refusing to serve: the sandbox is not in place");
+                registry.abort();
+                self.set(WorkerState::Unhealthy, None);
+                self.publish().await;
+                if let Err(e) = self.broker.deregister_worker(&self.id).await {
+                    tracing::warn!(worker_id = %self.id, error = %e, "deregister failed");
+                }
+                return Err(e.into());
+            }
+            // The registry shows the layers in force from now on.
+            self.publish().await;
+        }
+        let places = Arc::new(Semaphore::new(1 + self.cfg.prefetch as usize));
+        let (ready_tx, mut ready_rx) = mpsc::unbounded_channel::<ReadyTask>();
+        let (gate_tx, gate_rx) = watch::channel(healthy);
+        let claimer =
+            tokio::spawn(
+                self.clone()
+                    .claim_loop(places, ready_tx, gate_rx, shutdown.clone()),
+            );
+        let mut faults = 0u32;
+        let mut device = DevicePipeline::new();
+        let mut tasks = DeviceTasks::new();
+        while !*shutdown.borrow() {
+            let backing_off = !healthy || faults >= FAULTS_BEFORE_BACKOFF;
+            if backing_off {
+                let _ = gate_tx.send(false);
+                // A child on standby has not started its task: give the task back.
+                device.abandon_standby();
+                if device.is_empty() && tasks.children.is_empty() {
+                    self.set(WorkerState::Unhealthy, None);
+                    self.publish().await;
+                    // Tasks prepared for this device go back to the queue for healthy workers.
+                    while let Ok(task) = ready_rx.try_recv() {
+                        self.give_back(&task.task.lease, "worker device unhealthy")
+                            .await;
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(UNHEALTHY_RECHECK) => {}
+                        _ = shutdown.changed() => break,
+                    }
+                    healthy = self.ensure_healthy().await;
+                    faults = 0;
+                    let _ = gate_tx.send(healthy);
+                    continue;
+                }
+            }
+            if let Some((task_id, spec)) = device.next_to_go() {
+                // Looked up now, not at the fork: the task before it may have just stored
+                // this problem's timing.
+                let timing = self.cached_reference(&spec).await;
+                device.go(&task_id, timing);
+            }
+            device.advance();
+            self.set(
+                if device.active().is_some() {
+                    WorkerState::Busy
+                } else {
+                    WorkerState::Idle
+                },
+                device.active().cloned(),
+            );
+            let take_task = !backing_off && device.has_room(self.cfg.prefetch > 0);
+            tokio::select! {
+                Some((task_id, event)) = tasks.events.recv() => device.on_event(&task_id, event),
+                Some(joined) = tasks.children.join_next(), if !tasks.children.is_empty() => {
+                    let Ok(done) = joined else {
+                        tracing::error!(worker_id = %self.id, "device stage task panicked, its lease will expire");
+                        continue;
+                    };
+                    let timing = device.ended(&done.ready.task.lease.task_id);
+                    match self.end_device_stage(done, timing).await {
+                        TaskEnd::Stored | TaskEnd::Cancelled => faults = 0,
+                        TaskEnd::ServiceFault => faults += 1,
+                        TaskEnd::DeviceUnhealthy => healthy = false,
+                    }
+                }
+                next = ready_rx.recv(), if take_task => {
+                    let Some(task) = next else { break };
+                    if let Err(e) = self.start_device_stage(&mut device, &mut tasks, task).await {
+                        tracing::error!(worker_id = %self.id, error = %e, "could not start a device stage");
+                    }
+                }
+                _ = shutdown.changed() => {}
+            }
+        }
+        // Children still on the device were cancelled by the shutdown: end each (their tasks
+        // go back to the queue).
+        while let Ok(Some(joined)) =
+            tokio::time::timeout(SHUTDOWN_GRACE, tasks.children.join_next()).await
+        {
+            if let Ok(done) = joined {
+                let timing = device.ended(&done.ready.task.lease.task_id);
+                self.end_device_stage(done, timing).await;
+            }
+        }
+        self.set(WorkerState::Stopping, None);
+        let _ = gate_tx.send(false);
+        // The claimer returns once every CPU stage in flight has ended (each gives its task
+        // back: the shutdown cancelled it).
+        if tokio::time::timeout(SHUTDOWN_GRACE, claimer).await.is_err() {
+            tracing::warn!(worker_id = %self.id, "cpu stages did not end in time, their leases will expire");
+        }
+        while let Ok(task) = ready_rx.try_recv() {
+            self.give_back(&task.task.lease, "worker shut down before the task ran")
+                .await;
+        }
+        registry.abort();
+        if let Err(e) = self.broker.deregister_worker(&self.id).await {
+            tracing::warn!(worker_id = %self.id, error = %e, "deregister failed");
+        }
+        self.cfg.sandbox.release();
+        tracing::info!(worker_id = %self.id, "worker stopped");
+        Ok(())
+    }
+
+    /// Forks (or spawns) the device-stage child of a prepared task. It sets itself up and
+    /// imports the reference, then waits at its gate for its turn: see [`DevicePipeline`].
+    async fn start_device_stage(
+        self: &Arc<Self>,
+        device: &mut DevicePipeline,
+        tasks: &mut DeviceTasks,
+        ready: ReadyTask,
+    ) -> std::io::Result<()> {
+        let task_id = ready.task.lease.task_id.clone();
+        let template = self.ready_template().await;
+        let inputs = StageInputs {
+            // Sent through the gate when the child is let go.
+            reference_timing: None,
+            prebuilt: ready.ready.prebuilt.clone(),
+            cuda_arch: self.cuda_arch.clone(),
+            budget: Some(ready.budget),
+        };
+        let events = tasks.events_tx.clone();
+        let id = task_id.clone();
+        let (gate, gate_child) = supervisor::gate(move |event| {
+            let _ = events.send((id.clone(), event));
+        })?;
+        device.add(
+            task_id.clone(),
+            gate,
+            ready.task.cancel_tx.clone(),
+            ready.task.lease.spec.clone(),
+        );
+        let me = self.clone();
+        tasks.children.spawn(async move {
+            let launcher = template
+                .as_deref()
+                .map_or(Launcher::Direct, Launcher::Template);
+            let outcome = run_evaluation_gated(
+                &me.cfg,
+                &ready.task.lease.spec,
+                task_id.as_str(),
+                launcher,
+                ready.task.cancel.clone(),
+                inputs,
+                Some(gate_child),
+            )
+            .await;
+            DeviceDone {
+                ready,
+                template,
+                outcome,
+            }
+        });
+        Ok(())
+    }
+
+    /// The end of a device stage: caches, timings, the template's health, the verdict.
+    async fn end_device_stage(&self, done: DeviceDone, timing: DeviceTiming) -> TaskEnd {
+        let DeviceDone {
+            ready,
+            template,
+            outcome,
+        } = done;
+        let lease = &ready.task.lease;
+        let outcome = match outcome {
+            Ok(Evaluated {
+                mut classified,
+                software,
+            }) => {
+                if let Classified::Verdict(result) = &mut classified {
+                    apply_reference_timing(result, timing.reference);
+                }
+                let versions = software.as_ref().and_then(SoftwareVersions::from_report);
+                if let Some(v) = &versions {
+                    *self.software.lock().expect("software lock") = Some(v.clone());
+                }
+                if let (Classified::Verdict(result), Some(v)) = (&classified, &versions)
+                    && let Some((key, stats)) = self.timing_to_cache(&lease.spec, result, v)
+                {
+                    self.cache_reference(&key, &stats).await;
+                }
+                if let Classified::Verdict(result) = &mut classified {
+                    result.stage_ms.extend(ready.ready.stage_ms);
+                    if let Some(go) = timing.go {
+                        let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
+                        result
+                            .stage_ms
+                            .insert("wait_for_device".into(), ms(ready.ready_at, go));
+                        result.stage_ms.insert(
+                            "device_stage".into(),
+                            ms(go, timing.result.unwrap_or_else(Instant::now)),
+                        );
+                    }
+                }
+                Ok(classified)
+            }
+            Err(e) => Err(e),
+        };
+        if let Some(t) = &template {
+            let mut slot = self.template.lock().await;
+            if matches!(outcome, Err(_) | Ok(Classified::ServiceFault(_))) {
+                // Any trouble around a forked child may be the template's: start afresh.
+                slot.discard(t);
+            } else {
+                slot.note_success();
+            }
+        }
+        self.finish(lease, outcome).await
+    }
+}
