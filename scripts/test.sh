@@ -21,6 +21,7 @@ else
   cargo test --workspace --no-fail-fast "$@"
 fi
 "$CRUCIBLE_PYTHON" tests/harness/check_screening.py
+"$CRUCIBLE_PYTHON" tests/harness/check_spec.py
 # The harness modules' layering: no module imports one above it, judge and runner apart.
 "$CRUCIBLE_PYTHON" tests/harness/check_layers.py
 # The Python client against a live `crucible up` (the debug binary built above).

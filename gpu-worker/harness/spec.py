@@ -18,12 +18,21 @@ from crucible_errors import SetupError
 from crucible_trusted import flush_std, os_exit
 
 SCREENING_ACTIONS = ("reject", "flag", "off")
+# What a task's stages take from its request: the worker always writes them (spec.rs's
+# HarnessSpec), so the request's defaults live in one place, the worker's; a spec without one
+# is refused rather than run on a number written twice.
+TASK_FIELDS = ("backend", "device", "num_correct_trials", "num_perf_trials", "num_warmup",
+               "measure_performance", "atol", "rtol", "seed", "max_speedup")
+# The worker's own fields, absent when they do not apply.
 SPEC_DEFAULTS = {
-    "backend": "triton", "device": "cuda", "num_correct_trials": 5, "num_perf_trials": 100,
-    "num_warmup": 3, "measure_performance": True, "atol": 0.01, "rtol": 0.01, "seed": 42,
     "reference_timing": None, "screening": {}, "stage": "evaluate", "cuda_arch": None,
-    "prebuilt": [], "max_speedup": 10.0, "integrity_checks": True, "sandbox": None,
-    "selftest": None,
+    "prebuilt": [], "integrity_checks": True, "sandbox": None, "selftest": None,
+}
+# The self-test runs no task: its spec names only the device and backend, and the task's
+# numbers are placeholders no stage of it reads.
+SELFTEST_PLACEHOLDERS = {
+    "num_correct_trials": 1, "num_perf_trials": 1, "num_warmup": 0,
+    "measure_performance": False, "atol": 0.0, "rtol": 0.0, "seed": 0, "max_speedup": 1.0,
 }
 # evaluate: the device stage; prepare: the CPU stage (import and builds, no device);
 # selftest: the worker's start-up proof that the sandbox holds on this host.
@@ -69,8 +78,19 @@ def read_spec(taskdir):
 
 
 def parse_spec(raw):
-    """The spec object, with SPEC_DEFAULTS for what it leaves out, checked field by field."""
+    """The spec object, with SPEC_DEFAULTS for what it leaves out, checked field by field:
+    a task's fields are required, a field the harness does not know is refused (a misspelt
+    name would otherwise be ignored)."""
+    known = set(TASK_FIELDS) | set(SPEC_DEFAULTS)
+    unknown = sorted(k for k in raw if k not in known)
+    if unknown:
+        raise SetupError(f"spec has unknown field(s): {', '.join(map(str, unknown))}")
     spec = dict(SPEC_DEFAULTS, **raw)
+    if spec["stage"] == "selftest":
+        spec = dict(SELFTEST_PLACEHOLDERS, **spec)
+    missing = [k for k in TASK_FIELDS if k not in spec]
+    if missing:
+        raise SetupError(f"spec lacks field(s): {', '.join(missing)}")
     if spec["backend"] not in ("triton", "cuda") or spec["device"] not in ("cuda", "cpu"):
         raise SetupError(f"bad backend/device in spec: {spec['backend']!r}/{spec['device']!r}")
     ints = {"num_correct_trials": 1, "num_perf_trials": 1, "num_warmup": 0, "seed": 0}

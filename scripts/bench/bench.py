@@ -374,7 +374,8 @@ def run_harness_once(it, python, device, gpu, work_root):
             f.write(text)
     spec = {"backend": it["backend"], "device": device,
             "num_correct_trials": it["num_correct_trials"], "num_perf_trials": it["num_perf_trials"],
-            "num_warmup": 3, "measure_performance": True, "atol": 0.01, "rtol": 0.01, "seed": 42}
+            "num_warmup": 3, "measure_performance": True, "atol": 0.01, "rtol": 0.01, "seed": 42,
+            "max_speedup": 10.0}
     with open(os.path.join(taskdir, "spec.json"), "w") as f:
         json.dump(spec, f)
     os.mkdir(os.path.join(taskdir, "tmp"))
