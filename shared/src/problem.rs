@@ -11,6 +11,7 @@ use utoipa::ToSchema;
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
 )]
+#[serde(deny_unknown_fields)]
 pub struct ProblemRef {
     pub level: u32,
     pub id: u32,
