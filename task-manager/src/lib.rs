@@ -9,6 +9,7 @@
 pub mod broker;
 pub mod fair;
 pub mod memory;
+pub mod policy;
 pub mod reaper;
 pub mod redis_broker;
 pub mod redis_conn;

@@ -4,11 +4,15 @@
 //! batch logs in `redis_broker/views.rs`, tenants in `redis_broker/tenants.rs`; the key layout,
 //! and which role reaches which keys, in `redis_broker/keys.rs`.
 
+mod claim;
 mod keys;
 mod submit;
 mod tenants;
+#[cfg(test)]
+mod tests;
 mod views;
 
+use claim::MIN_BLOCK;
 use keys::Keys;
 use views::{VIEW_FIELDS, decode_view};
 
@@ -16,19 +20,18 @@ use crate::broker::{
     AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, Lease, LeaseState, ReapReport,
     Submitted,
 };
-use crate::fair::{CLAIM_CYCLE, PASS_SCALE};
-use crate::memory::worker_retention;
+use crate::policy::{CLAIM_CYCLE, worker_retention};
 use crate::redis_conn::{ConnectError, RedisTarget};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crucible_shared::{
-    BatchId, BatchStatus, BrokerConfig, EvalResult, LeaseToken, QueueStatus, StatusCounts, TaskId,
-    TaskSpec, TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo, WorkerState,
+    BatchId, BatchStatus, BrokerConfig, EvalResult, QueueStatus, StatusCounts, TaskId, TaskSpec,
+    TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo, WorkerState,
 };
 use deadpool_redis::{Connection, Manager, Pool, Runtime};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Script};
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -39,12 +42,6 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const POOL_SIZE: usize = 32;
 /// Expired leases handled per reap script call, so that one call never stalls Redis.
 const REAP_CHUNK: u64 = 500;
-/// Shortest BLPOP worth issuing; a shorter remaining wait ends the claim instead.
-const MIN_BLOCK: Duration = Duration::from_millis(10);
-/// Slack over the BLPOP timeout before the client gives up on the reply.
-const BLOCK_MARGIN: Duration = Duration::from_secs(2);
-/// Connections kept for blocking waits; more waiters than this open their own.
-const MAX_IDLE_BLOCKING: usize = 16;
 /// First and longest pause of `wait_terminal`'s polling.
 const POLL_START: Duration = Duration::from_millis(20);
 const POLL_MAX: Duration = Duration::from_millis(200);
@@ -192,97 +189,6 @@ impl RedisBroker {
             .get()
             .await
             .map_err(|e| BrokerError::Unavailable(format!("redis pool: {e}")))
-    }
-
-    async fn try_claim(&self, worker: &WorkerId) -> Result<Option<Lease>, BrokerError> {
-        let token = LeaseToken::random();
-        let mut c = self.conn().await?;
-        let reply: Option<(String, String, u32)> = self
-            .scripts
-            .claim
-            .arg(self.prefix())
-            .arg(worker.as_str())
-            .arg(token.as_str())
-            .arg(ms(self.cfg.lease_ttl))
-            .arg(&self.claim_cycle)
-            .arg(PASS_SCALE)
-            .invoke_async(&mut c)
-            .await
-            .map_err(redis_err)?;
-        let Some((id, spec, attempt)) = reply else {
-            return Ok(None);
-        };
-        let task_id = TaskId(id);
-        // The task is leased already; a spec that cannot be decoded is left to the reaper,
-        // which fails it once its attempts are used.
-        let spec = serde_json::from_str(&spec)
-            .map_err(|e| corrupt(format!("spec of task {task_id}: {e}")))?;
-        tracing::debug!(task_id = %task_id, worker_id = %worker, attempt, "task claimed");
-        Ok(Some(Lease {
-            task_id,
-            token,
-            worker_id: worker.clone(),
-            spec,
-            attempt,
-        }))
-    }
-
-    /// Blocks until a submit pushes a wake token or `timeout` passes.
-    async fn wait_for_wake(&self, timeout: Duration) -> Result<(), BrokerError> {
-        let idle = self
-            .idle_blocking
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
-        let reused = idle.is_some();
-        let mut conn = match idle {
-            Some(c) => c,
-            None => self.blocking_conn().await?,
-        };
-        let result = self.blpop_wake(&mut conn, timeout).await;
-        match result {
-            Ok(()) => {
-                let mut idle = self
-                    .idle_blocking
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                if idle.len() < MAX_IDLE_BLOCKING {
-                    idle.push(conn);
-                }
-                Ok(())
-            }
-            // A kept connection may have died while idle (e.g. Redis restarted); one fresh
-            // attempt tells that apart from Redis being down.
-            Err(e) if reused => {
-                tracing::debug!(error = %e, "idle blocking connection failed, reconnecting");
-                let mut fresh = self.blocking_conn().await?;
-                self.blpop_wake(&mut fresh, timeout).await
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    async fn blocking_conn(&self) -> Result<MultiplexedConnection, BrokerError> {
-        let cfg = AsyncConnectionConfig::new().set_connection_timeout(Some(CONNECT_TIMEOUT));
-        self.client
-            .get_multiplexed_async_connection_with_config(&cfg)
-            .await
-            .map_err(redis_err)
-    }
-
-    async fn blpop_wake(
-        &self,
-        conn: &mut MultiplexedConnection,
-        timeout: Duration,
-    ) -> Result<(), BrokerError> {
-        conn.set_response_timeout(timeout + BLOCK_MARGIN);
-        let _token: Option<(String, String)> = redis::cmd("BLPOP")
-            .arg(self.keys().wake())
-            .arg(format!("{:.3}", timeout.as_secs_f64()))
-            .query_async(conn)
-            .await
-            .map_err(redis_err)?;
-        Ok(())
     }
 }
 
@@ -716,38 +622,5 @@ impl Broker for RedisBroker {
                 other => return Ok(other),
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn polling_backs_off_to_a_cap() {
-        let mut p = None;
-        let seen: Vec<u64> = (0..6)
-            .map(|_| {
-                let d = next_poll(p);
-                p = Some(d);
-                d.as_millis() as u64
-            })
-            .collect();
-        assert_eq!(seen, [20, 40, 80, 160, 200, 200]);
-    }
-
-    #[test]
-    fn timestamps_parse_from_integer_and_double_scores() {
-        let a = time_from_ms("1712345678901").unwrap();
-        let b = time_from_ms("1.712345678901e12").unwrap();
-        assert_eq!(a, b);
-        assert_eq!(a.timestamp_millis(), 1_712_345_678_901);
-        assert!(time_from_ms("soon").is_err());
-    }
-
-    #[test]
-    fn claim_cycle_is_spelled_for_the_script() {
-        let broker = RedisBroker::connect("redis://127.0.0.1:1", BrokerConfig::default()).unwrap();
-        assert_eq!(broker.claim_cycle, "hnhlhnh");
     }
 }

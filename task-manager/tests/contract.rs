@@ -1381,7 +1381,7 @@ async fn identical_open_requests_share_one_task(backend: Backend) {
             "{}:inflight:{}:{}",
             env.cfg.key_prefix,
             admin(),
-            crucible_task_manager::memory::scoped_cache_key(&env.cfg, &spec("a"))
+            crucible_task_manager::policy::scoped_cache_key(&env.cfg, &spec("a"))
         );
         let pttl: i64 = ::redis::cmd("PTTL")
             .arg(&key)
@@ -1418,7 +1418,7 @@ async fn identical_open_requests_share_one_task(backend: Backend) {
             "{}:inflight:{}:{}",
             env.cfg.key_prefix,
             admin(),
-            crucible_task_manager::memory::scoped_cache_key(&env.cfg, &spec("a"))
+            crucible_task_manager::policy::scoped_cache_key(&env.cfg, &spec("a"))
         );
         let exists: bool = ::redis::cmd("EXISTS")
             .arg(&key)
