@@ -21,14 +21,15 @@ use crucible_shared::rollout::{
     page_start, rollout_results,
 };
 use crucible_shared::{ApiError, BatchId, EvaluateRequest, TenantId, problem_hash};
+use crucible_task_manager::KvNamespace;
 use serde::Deserialize;
 use std::time::Duration;
 use utoipa::IntoParams;
 
 /// Key-value namespace of the rollout records of a batch (key: batch id).
-pub const RECORDS_NAMESPACE: &str = "rollouts";
+const RECORDS_NAMESPACE: KvNamespace = KvNamespace::Rollouts;
 /// Key-value namespace of batch idempotency keys (value: batch id).
-pub const BATCH_KEYS_NAMESPACE: &str = "rollout-batch-keys";
+const BATCH_KEYS_NAMESPACE: KvNamespace = KvNamespace::RolloutBatchKeys;
 /// The key-value key of a tenant's batch idempotency key: tenant ids hold no ':', so no two
 /// (tenant, key) pairs spell the same key and one tenant's key never finds another's batch.
 fn batch_key(tenant: &TenantId, key: &str) -> String {

@@ -1,6 +1,7 @@
 //! The queue contract both brokers implement; `tests/contract.rs` runs one suite against both
 //! (`tests/tenants.rs` the tenant part of it).
 
+use crate::kv::{KvCounts, KvNamespace};
 use crate::tenants::TenantRegistry;
 use async_trait::async_trait;
 use crucible_shared::{
@@ -30,9 +31,6 @@ pub enum BrokerError {
     #[error("corrupt broker data: {0}")]
     Corrupt(String),
 }
-
-/// The key-value cache namespace of reference timings (see the worker's `reference_cache`).
-pub const REF_CACHE_NAMESPACE: &str = "ref";
 
 /// What `submit` did.
 #[derive(Debug, Clone, PartialEq)]
@@ -194,14 +192,22 @@ pub trait Broker: TenantRegistry + Send + Sync + 'static {
 
     /// The value stored under `key` in `namespace` of the small key-value cache, unless it
     /// expired. Every lookup counts as a hit or a miss of its namespace in the lifetime stats
-    /// (namespace `ref`: [`QueueStatus::ref_cache_hits_total`] / `ref_cache_misses_total`).
-    async fn kv_get(&self, namespace: &str, key: &str) -> Result<Option<String>, BrokerError>;
+    /// ([`Broker::kv_counts`]; namespace `ref` also in [`QueueStatus::ref_cache_hits_total`] /
+    /// `ref_cache_misses_total`).
+    async fn kv_get(
+        &self,
+        namespace: KvNamespace,
+        key: &str,
+    ) -> Result<Option<String>, BrokerError>;
+
+    /// The lifetime hits and misses of `namespace`'s lookups.
+    async fn kv_counts(&self, namespace: KvNamespace) -> Result<KvCounts, BrokerError>;
 
     /// Stores `value` under `key` in `namespace`, replacing any earlier value; it expires
     /// after `ttl`.
     async fn kv_put(
         &self,
-        namespace: &str,
+        namespace: KvNamespace,
         key: &str,
         value: &str,
         ttl: Duration,

@@ -8,6 +8,7 @@
 
 pub mod broker;
 pub mod fair;
+pub mod kv;
 pub mod memory;
 pub mod policy;
 pub mod reaper;
@@ -16,9 +17,10 @@ pub mod redis_conn;
 pub mod tenants;
 
 pub use broker::{
-    AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, Lease, LeaseState,
-    REF_CACHE_NAMESPACE, ReapReport, Submitted,
+    AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, Lease, LeaseState, ReapReport,
+    Submitted,
 };
+pub use kv::{KvCounts, KvNamespace};
 pub use memory::MemoryBroker;
 pub use reaper::run_reaper;
 pub use redis_broker::RedisBroker;

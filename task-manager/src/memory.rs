@@ -9,10 +9,11 @@ mod tenants;
 use state::Retry;
 
 use crate::broker::{
-    AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, Lease, LeaseState,
-    REF_CACHE_NAMESPACE, ReapReport, Submitted,
+    AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, Lease, LeaseState, ReapReport,
+    Submitted,
 };
 use crate::fair::FairQueues;
+use crate::kv::{KvCounts, KvNamespace};
 use crate::policy::worker_retention;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -127,8 +128,8 @@ struct Lifetime {
     cache_hits: u64,
     cache_misses: u64,
     coalesced: u64,
-    /// Key-value cache lookups per namespace: (hits, misses).
-    kv: HashMap<String, (u64, u64)>,
+    /// Key-value cache lookups per namespace, by [`KvNamespace::index`].
+    kv: [KvCounts; KvNamespace::ALL.len()],
 }
 
 #[derive(Default)]
@@ -152,7 +153,7 @@ struct State {
     tenants: tenants::Table,
     /// The key-value cache: (namespace, key) → value and when it expires. Entries expire on
     /// read; expired ones are swept when the map has doubled since the last sweep.
-    kv: HashMap<(String, String), (String, Instant)>,
+    kv: HashMap<(KvNamespace, String), (String, Instant)>,
     kv_sweep_at: usize,
 }
 
@@ -347,12 +348,10 @@ impl Broker for MemoryBroker {
     async fn queue_status(&self) -> Result<QueueStatus, BrokerError> {
         let st = self.lock();
         let [queued_high, queued_normal, queued_low] = st.queues.queued_by_priority();
-        let (ref_hits, ref_misses) = st
-            .stats
-            .kv
-            .get(REF_CACHE_NAMESPACE)
-            .copied()
-            .unwrap_or_default();
+        let KvCounts {
+            hits: ref_hits,
+            misses: ref_misses,
+        } = st.stats.kv[KvNamespace::Ref.index()];
         Ok(QueueStatus {
             queued_high,
             queued_normal,
@@ -518,10 +517,14 @@ impl Broker for MemoryBroker {
         Ok(out)
     }
 
-    async fn kv_get(&self, namespace: &str, key: &str) -> Result<Option<String>, BrokerError> {
+    async fn kv_get(
+        &self,
+        namespace: KvNamespace,
+        key: &str,
+    ) -> Result<Option<String>, BrokerError> {
         let mut guard = self.lock();
         let st = &mut *guard;
-        let entry = (namespace.to_owned(), key.to_owned());
+        let entry = (namespace, key.to_owned());
         let now = Instant::now();
         let value = match st.kv.get(&entry) {
             Some((value, until)) if *until > now => Some(value.clone()),
@@ -531,18 +534,22 @@ impl Broker for MemoryBroker {
             }
             None => None,
         };
-        let counts = st.stats.kv.entry(entry.0).or_default();
+        let counts = &mut st.stats.kv[namespace.index()];
         if value.is_some() {
-            counts.0 += 1;
+            counts.hits += 1;
         } else {
-            counts.1 += 1;
+            counts.misses += 1;
         }
         Ok(value)
     }
 
+    async fn kv_counts(&self, namespace: KvNamespace) -> Result<KvCounts, BrokerError> {
+        Ok(self.lock().stats.kv[namespace.index()])
+    }
+
     async fn kv_put(
         &self,
-        namespace: &str,
+        namespace: KvNamespace,
         key: &str,
         value: &str,
         ttl: Duration,
@@ -550,10 +557,8 @@ impl Broker for MemoryBroker {
         let mut guard = self.lock();
         let st = &mut *guard;
         let now = Instant::now();
-        st.kv.insert(
-            (namespace.to_owned(), key.to_owned()),
-            (value.to_owned(), now + ttl),
-        );
+        st.kv
+            .insert((namespace, key.to_owned()), (value.to_owned(), now + ttl));
         if st.kv.len() >= st.kv_sweep_at.max(KV_SWEEP_MIN) {
             st.kv.retain(|_, (_, until)| *until > now);
             st.kv_sweep_at = st.kv.len() * 2;

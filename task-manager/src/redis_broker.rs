@@ -20,6 +20,7 @@ use crate::broker::{
     AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, Lease, LeaseState, ReapReport,
     Submitted,
 };
+use crate::kv::{KvCounts, KvNamespace};
 use crate::policy::{CLAIM_CYCLE, worker_retention};
 use crate::redis_conn::{ConnectError, RedisTarget};
 use async_trait::async_trait;
@@ -373,8 +374,8 @@ impl Broker for RedisBroker {
                     "cache_hits",
                     "cache_misses",
                     "coalesced",
-                    "kv:ref:hits",
-                    "kv:ref:misses",
+                    &KvNamespace::Ref.hits_field(),
+                    &KvNamespace::Ref.misses_field(),
                 ][..],
             )
             .query_async(&mut c)
@@ -572,21 +573,40 @@ impl Broker for RedisBroker {
         Ok(out)
     }
 
-    async fn kv_get(&self, namespace: &str, key: &str) -> Result<Option<String>, BrokerError> {
+    async fn kv_get(
+        &self,
+        namespace: KvNamespace,
+        key: &str,
+    ) -> Result<Option<String>, BrokerError> {
         let mut c = self.conn().await?;
         self.scripts
             .kv_get
             .arg(self.prefix())
-            .arg(namespace)
+            .arg(namespace.as_str())
             .arg(key)
             .invoke_async(&mut c)
             .await
             .map_err(redis_err)
     }
 
+    async fn kv_counts(&self, namespace: KvNamespace) -> Result<KvCounts, BrokerError> {
+        let mut c = self.conn().await?;
+        let (hits, misses): (Option<u64>, Option<u64>) = redis::cmd("HMGET")
+            .arg(self.keys().stats())
+            .arg(namespace.hits_field())
+            .arg(namespace.misses_field())
+            .query_async(&mut c)
+            .await
+            .map_err(redis_err)?;
+        Ok(KvCounts {
+            hits: hits.unwrap_or(0),
+            misses: misses.unwrap_or(0),
+        })
+    }
+
     async fn kv_put(
         &self,
-        namespace: &str,
+        namespace: KvNamespace,
         key: &str,
         value: &str,
         ttl: Duration,
