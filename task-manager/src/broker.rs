@@ -1,4 +1,4 @@
-//! The queue contract both brokers implement; `tests/contract.rs` runs one suite against both
+//! The queue contract both brokers implement; `tests/contract/` runs one suite against both
 //! (`tests/tenants.rs` the tenant part of it).
 
 use crate::kv::{KvCounts, KvNamespace};
