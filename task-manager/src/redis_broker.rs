@@ -27,7 +27,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crucible_shared::{
     BatchId, BatchStatus, BrokerConfig, EvalResult, QueueStatus, StatusCounts, TaskId, TaskSpec,
-    TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo, WorkerState,
+    TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo,
 };
 use deadpool_redis::{Connection, Manager, Pool, Runtime};
 use redis::aio::MultiplexedConnection;
@@ -354,53 +354,7 @@ impl Broker for RedisBroker {
     }
 
     async fn queue_status(&self) -> Result<QueueStatus, BrokerError> {
-        let mut c = self.conn().await?;
-        let (queued, running, stats): (Vec<Option<u64>>, u64, Vec<Option<u64>>) = redis::pipe()
-            .atomic()
-            .cmd("HMGET")
-            .arg(self.keys().queued())
-            .arg(&["high", "normal", "low"][..])
-            .cmd("ZCARD")
-            .arg(self.keys().leases())
-            .cmd("HMGET")
-            .arg(self.keys().stats())
-            .arg(
-                &[
-                    "submitted",
-                    "done",
-                    "failed",
-                    "cancelled",
-                    "requeued",
-                    "cache_hits",
-                    "cache_misses",
-                    "coalesced",
-                    &KvNamespace::Ref.hits_field(),
-                    &KvNamespace::Ref.misses_field(),
-                ][..],
-            )
-            .query_async(&mut c)
-            .await
-            .map_err(redis_err)?;
-        let stat = |i: usize| stats.get(i).copied().flatten().unwrap_or(0);
-        let queued = |i: usize| queued.get(i).copied().flatten().unwrap_or(0);
-        Ok(QueueStatus {
-            queued_high: queued(0),
-            queued_normal: queued(1),
-            queued_low: queued(2),
-            running,
-            queue_cap: self.cfg.queue_cap,
-            submitted_total: stat(0),
-            done_total: stat(1),
-            failed_total: stat(2),
-            cancelled_total: stat(3),
-            requeued_total: stat(4),
-            cache_hits_total: stat(5),
-            cache_misses_total: stat(6),
-            coalesced_total: stat(7),
-            ref_cache_hits_total: stat(8),
-            ref_cache_misses_total: stat(9),
-            tenants: None,
-        })
+        self.read_queue_status().await
     }
 
     async fn claim(&self, worker: &WorkerId, wait: Duration) -> Result<Option<Lease>, BrokerError> {
@@ -543,34 +497,7 @@ impl Broker for RedisBroker {
     }
 
     async fn list_workers(&self) -> Result<Vec<WorkerInfo>, BrokerError> {
-        let mut c = self.conn().await?;
-        let reply: Vec<String> = self
-            .scripts
-            .list_workers
-            .arg(self.prefix())
-            .arg(ms(worker_retention(self.cfg.worker_liveness)))
-            .invoke_async(&mut c)
-            .await
-            .map_err(redis_err)?;
-        let (now, entries) = reply
-            .split_first()
-            .ok_or_else(|| corrupt("empty worker list reply"))?;
-        let now = time_from_ms(now)?;
-        let liveness = chrono::Duration::from_std(self.cfg.worker_liveness)
-            .map_err(|e| corrupt(format!("worker_liveness: {e}")))?;
-        let mut out = Vec::with_capacity(entries.len() / 3);
-        for entry in entries.chunks_exact(3) {
-            let mut info: WorkerInfo = serde_json::from_str(&entry[2])
-                .map_err(|e| corrupt(format!("worker {}: {e}", entry[0])))?;
-            // The registry's clock, not the worker's, decides liveness.
-            info.last_heartbeat = time_from_ms(&entry[1])?;
-            if now - info.last_heartbeat > liveness {
-                info.state = WorkerState::Lost;
-            }
-            out.push(info);
-        }
-        out.sort_by(|a, b| a.worker_id.cmp(&b.worker_id));
-        Ok(out)
+        self.read_workers().await
     }
 
     async fn kv_get(
