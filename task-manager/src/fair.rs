@@ -39,7 +39,7 @@ pub struct FairQueues {
     lanes: HashMap<TenantId, Lane>,
     /// (pass, tenant) of every lane; the first is served next.
     order: BTreeSet<(u64, TenantId)>,
-    /// Claims served per tenant: its place in [`CLAIM_CYCLE`], kept while it is idle.
+    /// Claims served per tenant: its place in `policy::CLAIM_CYCLE`, kept while it is idle.
     served: HashMap<TenantId, u64>,
 }
 
