@@ -1,6 +1,7 @@
 //! The queue contract both brokers implement; `tests/contract/` runs one suite against both
 //! (`tests/tenants.rs` the tenant part of it).
 
+pub use crate::error::BrokerError;
 use crate::kv::{KvCounts, KvNamespace};
 use crate::tenants::TenantRegistry;
 use async_trait::async_trait;
@@ -9,28 +10,6 @@ use crucible_shared::{
     TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo,
 };
 use std::time::Duration;
-
-#[derive(Debug, thiserror::Error)]
-pub enum BrokerError {
-    /// Accepting the submission would take the queue past its cap.
-    #[error("queue is full ({queued} queued, cap {cap})")]
-    QueueFull { queued: u64, cap: u64 },
-    /// Accepting the submission would take the tenant past its `max_queued`.
-    #[error("tenant quota reached ({queued} queued, max_queued {max_queued})")]
-    QuotaExceeded { queued: u64, max_queued: u64 },
-    /// The submitting tenant does not exist (it was deleted).
-    #[error("unknown tenant {0}")]
-    UnknownTenant(TenantId),
-    /// A tenant of this name exists already.
-    #[error("a tenant named {0:?} exists already")]
-    TenantExists(String),
-    /// The broker's backing store cannot be reached.
-    #[error("broker unavailable: {0}")]
-    Unavailable(String),
-    /// Stored data could not be decoded (a bug or a foreign writer).
-    #[error("corrupt broker data: {0}")]
-    Corrupt(String),
-}
 
 /// What `submit` did.
 #[derive(Debug, Clone, PartialEq)]

@@ -7,6 +7,7 @@
 //! `redis_conn`). It knows nothing about HTTP or Python.
 
 pub mod broker;
+pub mod error;
 pub mod fair;
 pub mod kv;
 pub mod memory;
