@@ -22,7 +22,7 @@ use crate::broker::{
 };
 use crate::kv::{KvCounts, KvNamespace};
 use crate::policy::{CLAIM_CYCLE, worker_retention};
-use crate::redis_conn::{ConnectError, RedisTarget};
+use crate::redis_conn::{CONNECT_TIMEOUT, ConnectError, RedisTarget, check};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crucible_shared::{
@@ -39,7 +39,6 @@ use tokio::time::Instant;
 /// Bound on every ordinary command, so a hung Redis surfaces as `Unavailable`. Generous
 /// because a batch submission may carry hundreds of megabytes of source.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
-pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const POOL_SIZE: usize = 32;
 /// Expired leases handled per reap script call, so that one call never stalls Redis.
 const REAP_CHUNK: u64 = 500;
@@ -190,6 +189,24 @@ impl RedisBroker {
             .get()
             .await
             .map_err(|e| BrokerError::Unavailable(format!("redis pool: {e}")))
+    }
+}
+
+impl RedisBroker {
+    /// [`RedisBroker::connect_to`], then one `PING` on a fresh connection: a wrong password, a
+    /// failed TLS handshake or an ACL that refuses the user are errors; a Redis that is not
+    /// reachable (yet) is logged and tolerated, as every request retries it.
+    pub async fn open(target: &RedisTarget, cfg: BrokerConfig) -> Result<Self, ConnectError> {
+        let broker = Self::connect_to(target, cfg)?;
+        let url = target.redacted();
+        match check(&broker.client, &url, CONNECT_TIMEOUT).await {
+            Ok(()) => tracing::info!(redis = %url, "redis connected"),
+            Err(e) if e.is_transient() => {
+                tracing::warn!(error = %e, "redis is not reachable yet; requests fail until it is");
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(broker)
     }
 }
 

@@ -4,7 +4,7 @@
 use super::{RedisBroker, corrupt, ms, redis_err};
 use crate::broker::{BrokerError, Lease};
 use crate::policy::PASS_SCALE;
-use crate::redis_broker::CONNECT_TIMEOUT;
+use crate::redis_conn::CONNECT_TIMEOUT;
 use crucible_shared::{LeaseToken, TaskId, WorkerId};
 use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
