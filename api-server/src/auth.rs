@@ -1,5 +1,5 @@
 //! Who is calling. `CRUCIBLE_AUTH` and the admin token are read once at start ([`Auth`]); every
-//! request but the public ones ([`is_public`]) passes [`authenticate`] before any handler runs
+//! request but the public ones ([`is_public`]) passes `access::authenticate` before any handler runs
 //! (so an unauthenticated body is never read), which puts the [`Caller`] in its extensions.
 //!
 //! - `CRUCIBLE_AUTH=off`: every request acts as the built-in tenant with admin rights
@@ -14,13 +14,9 @@
 //! time. No token is ever logged: request traces carry no headers.
 
 use crate::error::HttpError;
-use crate::state::AppState;
-use axum::extract::{Request, State};
 use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-use crucible_shared::{ApiError, ApiErrorCode, BatchId, TaskId, TenantId};
+use crucible_shared::{ApiError, ApiErrorCode, TenantId};
 use crucible_task_manager::{Broker, Tenant};
 use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
@@ -133,7 +129,11 @@ impl Auth {
     }
 
     /// The caller a request's headers name.
-    async fn caller(&self, broker: &dyn Broker, headers: &HeaderMap) -> Result<Caller, HttpError> {
+    pub(crate) async fn caller(
+        &self,
+        broker: &dyn Broker,
+        headers: &HeaderMap,
+    ) -> Result<Caller, HttpError> {
         if self.mode == AuthMode::Off {
             return Ok(Caller::admin());
         }
@@ -245,54 +245,6 @@ impl Caller {
         )
         .into())
     }
-}
-
-/// Checks the bearer token of every non-public request and hands the handlers its caller.
-pub async fn authenticate(
-    State(state): State<AppState>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    if is_public(request.uri().path()) {
-        return next.run(request).await;
-    }
-    match state
-        .auth
-        .caller(state.broker.as_ref(), request.headers())
-        .await
-    {
-        Ok(caller) => {
-            request.extensions_mut().insert(caller);
-            next.run(request).await
-        }
-        Err(e) => e.into_response(),
-    }
-}
-
-/// 404, as for an unknown task, unless the caller owns the task (or is the admin).
-pub async fn authorize_task(
-    state: &AppState,
-    caller: &Caller,
-    id: &TaskId,
-) -> Result<(), HttpError> {
-    if caller.admin || caller.owns(state.broker.task_tenant(id).await?.as_ref()) {
-        return Ok(());
-    }
-    Err(ApiError::not_found(format!("task {id}")).into())
-}
-
-/// 404, as for an unknown batch, unless the caller owns the batch (or is the admin); `what`
-/// names it in the message (`batch`, `rollout batch`).
-pub async fn authorize_batch(
-    state: &AppState,
-    caller: &Caller,
-    id: &BatchId,
-    what: &str,
-) -> Result<(), HttpError> {
-    if caller.admin || caller.owns(state.broker.batch_tenant(id).await?.as_ref()) {
-        return Ok(());
-    }
-    Err(ApiError::not_found(format!("{what} {id}")).into())
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! endpoints (`admin`). Stateless: everything another replica would need lives in the broker,
 //! so any number of replicas can serve the same queue.
 
+pub mod access;
 pub mod admin;
 pub mod auth;
 pub mod error;
@@ -12,11 +13,13 @@ pub mod metrics;
 pub mod openapi;
 pub mod problems;
 pub mod rollouts;
+pub mod router;
 pub mod routes;
 pub mod state;
+pub mod submission;
 
 pub use auth::{Auth, AuthMode};
-pub use routes::router;
+pub use router::router;
 pub use state::AppState;
 
 /// Serves `router` on `listener` until `shutdown` resolves.

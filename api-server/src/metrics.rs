@@ -215,9 +215,9 @@ impl Metrics {
 }
 
 /// Middleware counting requests by matched route (never by raw path: ids would explode the
-/// label set).
+/// label set). Its state is the metrics alone, so this module needs nothing of the app's.
 pub async fn track(
-    axum::extract::State(state): axum::extract::State<crate::AppState>,
+    axum::extract::State(metrics): axum::extract::State<std::sync::Arc<Metrics>>,
     request: Request,
     next: Next,
 ) -> Response {
@@ -229,7 +229,7 @@ pub async fn track(
     let method = request.method().as_str().to_owned();
     let started = Instant::now();
     let response = next.run(request).await;
-    state.metrics.record(
+    metrics.record(
         &route,
         &method,
         response.status().as_u16(),

@@ -5,11 +5,13 @@
 //! batch is its tenant's: its records are read only after the batch's owner is checked, and
 //! batch idempotency keys are kept per tenant.
 
-use crate::auth::{Caller, authorize_batch};
+use crate::access::authorize_batch;
+use crate::auth::Caller;
 use crate::error::HttpError;
-use crate::extract::{ApiJson, ApiQuery};
+use crate::extract::{ApiJson, ApiQuery, wait_duration};
 use crate::problems::ProblemRegistry;
 use crate::state::AppState;
+use crate::submission::{resolve_reference, spec_of};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
@@ -19,14 +21,15 @@ use crucible_shared::rollout::{
     page_start, rollout_results,
 };
 use crucible_shared::{ApiError, BatchId, EvaluateRequest, TenantId, problem_hash};
+use crucible_task_manager::KvNamespace;
 use serde::Deserialize;
 use std::time::Duration;
 use utoipa::IntoParams;
 
 /// Key-value namespace of the rollout records of a batch (key: batch id).
-pub const RECORDS_NAMESPACE: &str = "rollouts";
+const RECORDS_NAMESPACE: KvNamespace = KvNamespace::Rollouts;
 /// Key-value namespace of batch idempotency keys (value: batch id).
-pub const BATCH_KEYS_NAMESPACE: &str = "rollout-batch-keys";
+const BATCH_KEYS_NAMESPACE: KvNamespace = KvNamespace::RolloutBatchKeys;
 /// The key-value key of a tenant's batch idempotency key: tenant ids hold no ':', so no two
 /// (tenant, key) pairs spell the same key and one tenant's key never finds another's batch.
 fn batch_key(tenant: &TenantId, key: &str) -> String {
@@ -58,19 +61,12 @@ pub fn plan(
     };
     for (i, rollout) in batch.rollouts.iter().enumerate() {
         let prefix = format!("rollouts[{i}].");
-        let reference_code = match (rollout.problem, &rollout.reference_code) {
-            (Some(key), None) => problems
-                .resolve(key, &format!("{prefix}problem"))?
-                .reference_code
-                .clone(),
-            (None, Some(code)) => code.clone(),
-            _ => {
-                return Err(ApiError::invalid(
-                    &format!("{prefix}problem"),
-                    "give exactly one of problem and reference_code",
-                ));
-            }
-        };
+        let reference_code = resolve_reference(
+            rollout.problem,
+            rollout.reference_code.clone(),
+            problems,
+            &prefix,
+        )?;
         let parsed = parse_completion(&rollout.completion);
         let weights = rollout
             .weights
@@ -140,7 +136,7 @@ pub async fn submit_rollouts(
     }
     let specs = std::mem::take(&mut plan.requests)
         .into_iter()
-        .map(crate::routes::spec_of)
+        .map(spec_of)
         .collect();
     // A batch even when nothing is evaluated: its results are read the same way.
     let (batch_id, submitted) = broker.submit_batch(tenant, specs).await?;
@@ -203,7 +199,7 @@ pub async fn batch_results(
     Path(id): Path<String>,
     ApiQuery(query): ApiQuery<ResultsQuery>,
 ) -> Result<Json<RolloutResultsPage>, HttpError> {
-    let wait = crate::routes::wait_duration(query.wait)?.unwrap_or(Duration::ZERO);
+    let wait = wait_duration(query.wait)?.unwrap_or(Duration::ZERO);
     let limit = query.limit.unwrap_or(MAX_RESULTS_PAGE);
     if !(1..=MAX_RESULTS_PAGE).contains(&limit) {
         return Err(ApiError::invalid(

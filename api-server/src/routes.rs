@@ -1,139 +1,26 @@
 //! Route handlers. Each validates, calls the broker, and shapes the answer; none keeps state.
-//! Every handler but the public ones acts for the [`Caller`] that `auth::authenticate` found:
+//! Every handler but the public ones acts for the [`Caller`] that `access::authenticate` found:
 //! its submissions are its own, and another tenant's task or batch is answered 404.
 
-use crate::auth::{Caller, authorize_batch, authorize_task};
-use crate::error::{HttpError, not_found};
-use crate::extract::{ApiJson, ApiQuery};
-use crate::problems::ProblemRegistry;
+use crate::access::{authorize_batch, authorize_task};
+use crate::auth::Caller;
+use crate::error::HttpError;
+use crate::extract::{ApiJson, ApiQuery, WaitQuery, wait_duration};
 use crate::state::AppState;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use crate::submission::{resolve_request, spec_of};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
-use axum::{Extension, Json, Router};
+use axum::{Extension, Json};
 use crucible_shared::{
     ApiError, ApiErrorCode, BatchId, BatchRequest, BatchStatus, EvaluateRequest, HealthStatus,
-    Problem, ProblemList, ProblemRef, QueueStatus, SubmitResponse, TaskId, TaskSpec, TaskStatus,
-    TaskView, TenantCounts, WorkerInfo, WorkerState,
+    Problem, ProblemList, ProblemRef, QueueStatus, SubmitResponse, TaskId, TaskStatus, TaskView,
+    TenantCounts, WorkerInfo, WorkerState,
 };
 use crucible_task_manager::CancelOutcome;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use utoipa::{IntoParams, ToSchema};
-use utoipa_swagger_ui::SwaggerUi;
-
-/// Largest `POST /evaluate` body: two codes at the limit, JSON-escaped, plus the fields.
-pub const EVALUATE_BODY_LIMIT: usize = 4 << 20;
-/// Largest `POST /evaluate/batch` body.
-pub const BATCH_BODY_LIMIT: usize = 64 << 20;
-/// Longest `?wait=` in seconds.
-pub const MAX_WAIT_S: f64 = 60.0;
-/// Longest time one request may take.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(90);
-
-pub fn router(state: AppState) -> Router {
-    let api = Router::new()
-        .route(
-            "/evaluate",
-            post(evaluate).layer(DefaultBodyLimit::max(EVALUATE_BODY_LIMIT)),
-        )
-        .route(
-            "/evaluate/batch",
-            post(evaluate_batch).layer(DefaultBodyLimit::max(BATCH_BODY_LIMIT)),
-        )
-        .route(
-            "/rollouts",
-            post(crate::rollouts::submit_rollouts).layer(DefaultBodyLimit::max(BATCH_BODY_LIMIT)),
-        )
-        .route("/tasks/{id}", get(get_task).delete(cancel_task))
-        .route("/batches/{id}", get(get_batch))
-        .route("/batches/{id}/results", get(crate::rollouts::batch_results))
-        .route("/problems", get(list_problems))
-        .route("/problems/{level}/{id}", get(get_problem))
-        .route("/workers/status", get(workers_status))
-        .route("/queue/status", get(queue_status))
-        .route(
-            "/admin/tenants",
-            post(crate::admin::create_tenant).get(crate::admin::list_tenants),
-        )
-        .route("/admin/tenants/{name}", delete(crate::admin::delete_tenant))
-        .route("/health", get(health))
-        .route("/metrics", get(metrics));
-    Router::new()
-        .merge(api)
-        .merge(SwaggerUi::new(crate::auth::DOCS_PATH).url("/openapi.json", crate::openapi::doc()))
-        .fallback(not_found)
-        // Innermost, so traces and metrics count the requests it refuses.
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            crate::auth::authenticate,
-        ))
-        // Longer than the longest `?wait=`; a request stuck past it is cut, not kept forever.
-        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            REQUEST_TIMEOUT,
-        ))
-        .layer(tower_http::trace::TraceLayer::new_for_http())
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            crate::metrics::track,
-        ))
-        .with_state(state)
-}
-
-#[derive(Debug, Deserialize, IntoParams)]
-pub struct WaitQuery {
-    /// Seconds to wait for the task to finish (0-60). When it finishes in time the answer is
-    /// 200 with the whole task, else 202 with its id.
-    pub wait: Option<f64>,
-}
-
-/// A `?wait=` in seconds, checked against [`MAX_WAIT_S`].
-pub(crate) fn wait_duration(wait: Option<f64>) -> Result<Option<Duration>, HttpError> {
-    match wait {
-        None => Ok(None),
-        Some(s) if s.is_finite() && (0.0..=MAX_WAIT_S).contains(&s) => {
-            Ok(Some(Duration::from_secs_f64(s)))
-        }
-        Some(s) => {
-            Err(ApiError::invalid("wait", format!("{s} is out of range 0-{MAX_WAIT_S}")).into())
-        }
-    }
-}
-
-/// The seed is fixed at submission so a retried attempt evaluates the same inputs.
-pub(crate) fn spec_of(request: EvaluateRequest) -> TaskSpec {
-    let seed = request.seed.unwrap_or_else(|| {
-        u64::from_le_bytes(
-            uuid::Uuid::new_v4().as_bytes()[..8]
-                .try_into()
-                .expect("8 bytes"),
-        ) >> 1
-    });
-    TaskSpec { request, seed }
-}
-
-/// A request that names a registered problem gets its source; naming one and sending a
-/// source as well is refused, so a result never judges code other than the one named.
-fn resolve_problem(
-    request: &mut EvaluateRequest,
-    problems: &ProblemRegistry,
-    prefix: &str,
-) -> Result<(), ApiError> {
-    let Some(key) = request.problem else {
-        return Ok(());
-    };
-    let field = format!("{prefix}problem");
-    if !request.reference_code.is_empty() {
-        return Err(ApiError::invalid(
-            &field,
-            "give problem or reference_code, not both",
-        ));
-    }
-    request.reference_code = problems.resolve(key, &field)?.reference_code.clone();
-    Ok(())
-}
 
 /// Submit one evaluation.
 #[utoipa::path(
@@ -156,7 +43,7 @@ pub async fn evaluate(
     ApiQuery(query): ApiQuery<WaitQuery>,
     ApiJson(mut request): ApiJson<EvaluateRequest>,
 ) -> Result<Response, HttpError> {
-    resolve_problem(&mut request, &state.problems, "")?;
+    resolve_request(&mut request, &state.problems, "")?;
     request.validate()?;
     let wait = wait_duration(query.wait)?;
     let labels = [
@@ -228,7 +115,7 @@ pub async fn evaluate_batch(
     ApiJson(mut batch): ApiJson<BatchRequest>,
 ) -> Result<(StatusCode, Json<BatchSubmitResponse>), HttpError> {
     for (i, request) in batch.tasks.iter_mut().enumerate() {
-        resolve_problem(request, &state.problems, &format!("tasks[{i}]."))?;
+        resolve_request(request, &state.problems, &format!("tasks[{i}]."))?;
     }
     batch.validate()?;
     let n = batch.tasks.len();

@@ -34,7 +34,8 @@ use std::time::Duration;
 /// Version of what decides a build; equal to the harness's `BUILD_PROTOCOL`.
 pub const BUILD_PROTOCOL: &str = "build-v1";
 /// The broker's key-value namespace of entry digests.
-pub const BUILD_CACHE_NAMESPACE: &str = "build";
+pub const BUILD_CACHE_NAMESPACE: crucible_task_manager::KvNamespace =
+    crucible_task_manager::KvNamespace::Build;
 /// How long the broker keeps an entry's digests (an entry without them is rebuilt).
 pub const BUILD_RECORD_TTL: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 /// Largest built file accepted from a child.

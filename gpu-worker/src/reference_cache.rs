@@ -12,7 +12,10 @@ use crate::protocol::SoftwareReport;
 use crucible_shared::{DeviceInfo, RuntimeStats, TaskSpec};
 use sha2::{Digest, Sha256};
 
-pub use crucible_task_manager::REF_CACHE_NAMESPACE;
+use crucible_task_manager::KvNamespace;
+
+/// The broker's key-value namespace of reference timings.
+pub const REF_CACHE_NAMESPACE: KvNamespace = KvNamespace::Ref;
 
 /// Version of the harness's timing method. Bump it whenever the way the harness times a model
 /// changes (warm-up, flush, timers, blocks, statistics): older entries then stop matching.

@@ -11,6 +11,7 @@ use utoipa::ToSchema;
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
 )]
+#[serde(deny_unknown_fields)]
 pub struct ProblemRef {
     /// The KernelBench level (`levelN/` directory).
     pub level: u32,

@@ -78,27 +78,121 @@ impl Priority {
     }
 }
 
+/// A numeric field's default and inclusive bounds: the one place they are written. Serde's
+/// default, the OpenAPI schema ([`Bounds::schema`]) and [`EvaluateRequest::validate`] all
+/// read them from here.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bounds<T> {
+    pub default: T,
+    pub min: T,
+    pub max: T,
+}
+
+/// `num_correct_trials`.
+pub const CORRECT_TRIALS: Bounds<u32> = Bounds {
+    default: 5,
+    min: 1,
+    max: 20,
+};
+/// `num_perf_trials`.
+pub const PERF_TRIALS: Bounds<u32> = Bounds {
+    default: 100,
+    min: 1,
+    max: 1000,
+};
+/// `timeout_s`.
+pub const TIMEOUT_S: Bounds<u32> = Bounds {
+    default: 300,
+    min: 10,
+    max: 3600,
+};
+/// `atol` and `rtol`.
+pub const TOLERANCE: Bounds<f64> = Bounds {
+    default: 1e-2,
+    min: 0.0,
+    max: 1e3,
+};
+/// `max_speedup`.
+pub const MAX_SPEEDUP: Bounds<f64> = Bounds {
+    default: 10.0,
+    min: 1.0,
+    max: 1e9,
+};
+
+impl<T: Copy + Into<f64> + Serialize> Bounds<T> {
+    /// The OpenAPI schema of a field with these bounds (utoipa's `minimum`/`maximum` take only
+    /// literals, hence a builder instead of `#[schema(...)]`).
+    pub fn schema(&self, integer: bool, description: &str) -> utoipa::openapi::Object {
+        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, SchemaType, Type};
+        let (ty, format) = if integer {
+            (Type::Integer, KnownFormat::Int32)
+        } else {
+            (Type::Number, KnownFormat::Double)
+        };
+        ObjectBuilder::new()
+            .schema_type(SchemaType::Type(ty))
+            .format(Some(SchemaFormat::KnownFormat(format)))
+            .description(Some(description))
+            .default(serde_json::to_value(self.default).ok())
+            .minimum(Some(self.min.into()))
+            .maximum(Some(self.max.into()))
+            .build()
+    }
+}
+
 fn default_correct_trials() -> u32 {
-    5
+    CORRECT_TRIALS.default
 }
 fn default_perf_trials() -> u32 {
-    100
+    PERF_TRIALS.default
 }
 fn default_true() -> bool {
     true
 }
+fn default_false() -> bool {
+    false
+}
 fn default_tolerance() -> f64 {
-    1e-2
+    TOLERANCE.default
 }
 fn default_max_speedup() -> f64 {
-    10.0
+    MAX_SPEEDUP.default
 }
 fn default_timeout_s() -> u32 {
-    300
+    TIMEOUT_S.default
 }
 
-/// `POST /evaluate`: one KernelBench-style evaluation.
+// The descriptions of the bounded fields live with their schemas: `schema_with` replaces the
+// doc comment's.
+fn correct_trials_schema() -> utoipa::openapi::Object {
+    CORRECT_TRIALS.schema(true, "Correctness trials, each on fresh seeded inputs.")
+}
+fn perf_trials_schema() -> utoipa::openapi::Object {
+    PERF_TRIALS.schema(true, "Timed trials for reference and candidate.")
+}
+fn timeout_s_schema() -> utoipa::openapi::Object {
+    TIMEOUT_S.schema(
+        true,
+        "Wall-clock budget of the evaluation child, in seconds.",
+    )
+}
+fn atol_schema() -> utoipa::openapi::Object {
+    TOLERANCE.schema(false, "Absolute tolerance of the correctness check.")
+}
+fn rtol_schema() -> utoipa::openapi::Object {
+    TOLERANCE.schema(false, "Relative tolerance of the correctness check.")
+}
+fn max_speedup_schema() -> utoipa::openapi::Object {
+    MAX_SPEEDUP.schema(
+        false,
+        "A speedup above this is flagged `implausible-speedup` (not trusted silently).",
+    )
+}
+
+/// `POST /evaluate`: one KernelBench-style evaluation. Unknown fields are refused, so a typo
+/// (`num_perf_trial`) is an error instead of a silent default.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct EvaluateRequest {
     /// KernelBench problem source: `class Model`, `get_inputs()`, `get_init_inputs()`. Leave
     /// it out when naming a registered `problem` instead.
@@ -111,27 +205,29 @@ pub struct EvaluateRequest {
     pub kernel_code: String,
     #[serde(default)]
     pub backend: Backend,
-    /// Correctness trials, each on fresh seeded inputs (1-20).
+    /// Correctness trials, each on fresh seeded inputs ([`CORRECT_TRIALS`]).
     #[serde(default = "default_correct_trials")]
-    #[schema(default = 5, minimum = 1, maximum = 20)]
+    #[schema(schema_with = correct_trials_schema)]
     pub num_correct_trials: u32,
-    /// Timed trials for reference and candidate (1-1000).
+    /// Timed trials for reference and candidate ([`PERF_TRIALS`]).
     #[serde(default = "default_perf_trials")]
-    #[schema(default = 100, minimum = 1, maximum = 1000)]
+    #[schema(schema_with = perf_trials_schema)]
     pub num_perf_trials: u32,
     /// Time the candidate (only when it is correct).
     #[serde(default = "default_true")]
-    #[schema(default = true)]
+    #[schema(default = default_true)]
     pub measure_performance: bool,
+    /// Absolute tolerance of the correctness check ([`TOLERANCE`]).
     #[serde(default = "default_tolerance")]
-    #[schema(default = 0.01)]
+    #[schema(schema_with = atol_schema)]
     pub atol: f64,
+    /// Relative tolerance of the correctness check ([`TOLERANCE`]).
     #[serde(default = "default_tolerance")]
-    #[schema(default = 0.01)]
+    #[schema(schema_with = rtol_schema)]
     pub rtol: f64,
-    /// Wall-clock budget of the evaluation child, in seconds (10-3600).
+    /// Wall-clock budget of the evaluation child, in seconds ([`TIMEOUT_S`]).
     #[serde(default = "default_timeout_s")]
-    #[schema(default = 300, minimum = 10, maximum = 3600)]
+    #[schema(schema_with = timeout_s_schema)]
     pub timeout_s: u32,
     #[serde(default)]
     pub priority: Priority,
@@ -143,14 +239,15 @@ pub struct EvaluateRequest {
     /// inputs are secret: the evaluation draws them itself, out of the candidate's reach.
     #[serde(default)]
     pub seed: Option<u64>,
-    /// A speedup above this is flagged `implausible-speedup` (not trusted silently).
+    /// A speedup above this is flagged `implausible-speedup` (not trusted silently;
+    /// [`MAX_SPEEDUP`]).
     #[serde(default = "default_max_speedup")]
-    #[schema(default = 10.0, minimum = 1.0)]
+    #[schema(schema_with = max_speedup_schema)]
     pub max_speedup: f64,
     /// Evaluate anew even when an identical request has a cached result or is in flight (the
     /// new result still replaces the cached one).
     #[serde(default)]
-    #[schema(default = false)]
+    #[schema(default = default_false)]
     pub force_refresh: bool,
     /// Static screening policy overrides, rule id → `reject` | `flag` | `off` (rules not named
     /// keep their defaults; see docs/harness-protocol.md, "Screening").
@@ -183,7 +280,7 @@ impl EvaluateRequest {
             backend: Backend::default(),
             num_correct_trials: default_correct_trials(),
             num_perf_trials: default_perf_trials(),
-            measure_performance: true,
+            measure_performance: default_true(),
             atol: default_tolerance(),
             rtol: default_tolerance(),
             timeout_s: default_timeout_s(),
@@ -191,7 +288,7 @@ impl EvaluateRequest {
             idempotency_key: None,
             seed: None,
             max_speedup: default_max_speedup(),
-            force_refresh: false,
+            force_refresh: default_false(),
             screening: BTreeMap::new(),
         }
     }
@@ -244,15 +341,20 @@ impl EvaluateRequest {
         let field = |name: &str| format!("{prefix}{name}");
         validate_code(&field("reference_code"), &self.reference_code)?;
         validate_code(&field("kernel_code"), &self.kernel_code)?;
-        validate_range(&field("num_correct_trials"), self.num_correct_trials, 1, 20)?;
-        validate_range(&field("num_perf_trials"), self.num_perf_trials, 1, 1000)?;
-        validate_range(&field("timeout_s"), self.timeout_s, 10, 3600)?;
+        validate_range(
+            &field("num_correct_trials"),
+            self.num_correct_trials,
+            CORRECT_TRIALS,
+        )?;
+        validate_range(&field("num_perf_trials"), self.num_perf_trials, PERF_TRIALS)?;
+        validate_range(&field("timeout_s"), self.timeout_s, TIMEOUT_S)?;
         validate_tolerance(&field("atol"), self.atol)?;
         validate_tolerance(&field("rtol"), self.rtol)?;
-        if !(self.max_speedup.is_finite() && (1.0..=1e9).contains(&self.max_speedup)) {
+        let Bounds { min, max, .. } = MAX_SPEEDUP;
+        if !(self.max_speedup.is_finite() && (min..=max).contains(&self.max_speedup)) {
             return Err(ApiError::invalid(
                 &field("max_speedup"),
-                "must be a finite number from 1 to 1e9",
+                format!("must be a finite number from {min} to {max:e}"),
             ));
         }
         if let Some(key) = &self.idempotency_key
@@ -299,7 +401,8 @@ fn validate_code(field: &str, code: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn validate_range(field: &str, value: u32, min: u32, max: u32) -> Result<(), ApiError> {
+fn validate_range(field: &str, value: u32, bounds: Bounds<u32>) -> Result<(), ApiError> {
+    let Bounds { min, max, .. } = bounds;
     if (min..=max).contains(&value) {
         Ok(())
     } else {
@@ -311,18 +414,20 @@ fn validate_range(field: &str, value: u32, min: u32, max: u32) -> Result<(), Api
 }
 
 fn validate_tolerance(field: &str, value: f64) -> Result<(), ApiError> {
-    if value.is_finite() && (0.0..=1e3).contains(&value) {
+    let Bounds { min, max, .. } = TOLERANCE;
+    if value.is_finite() && (min..=max).contains(&value) {
         Ok(())
     } else {
         Err(ApiError::invalid(
             field,
-            format!("{value} must be a finite number in 0-1000"),
+            format!("{value} must be a finite number in {min}-{max}"),
         ))
     }
 }
 
 /// `POST /evaluate/batch`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct BatchRequest {
     pub tasks: Vec<EvaluateRequest>,
 }
@@ -489,6 +594,42 @@ mod tests {
         b.reference_code = "a".into();
         b.kernel_code = "bc".into();
         assert_ne!(a.result_cache_key(), b.result_cache_key());
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_by_name() {
+        let err = serde_json::from_str::<EvaluateRequest>(
+            r#"{"reference_code":"a","kernel_code":"b","num_perf_trial":3}"#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("num_perf_trial"), "{err}");
+        let err = serde_json::from_str::<BatchRequest>(
+            r#"{"tasks":[{"reference_code":"a","kernel_code":"b","problem":{"level":1,"id":2,"lvl":3}}]}"#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("lvl"), "{err}");
+        let err =
+            serde_json::from_str::<BatchRequest>(r#"{"tasks":[],"priority":"high"}"#).unwrap_err();
+        assert!(err.to_string().contains("priority"), "{err}");
+    }
+
+    #[test]
+    fn the_schema_shows_the_bounds_validation_applies() {
+        let schema = serde_json::to_value(CORRECT_TRIALS.schema(true, "d")).unwrap();
+        assert_eq!(schema["minimum"], 1.0);
+        assert_eq!(schema["maximum"], 20.0);
+        assert_eq!(schema["default"], 5);
+        let mut req = valid();
+        req.num_correct_trials = CORRECT_TRIALS.max;
+        assert!(req.validate().is_ok());
+        req.num_correct_trials = CORRECT_TRIALS.max + 1;
+        assert!(req.validate().is_err());
+        req = valid();
+        req.max_speedup = MAX_SPEEDUP.min - 0.5;
+        assert_eq!(
+            req.validate().unwrap_err().message,
+            "max_speedup: must be a finite number from 1 to 1e9"
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! functions, so each is tested without a server.
 
 use crate::error::ApiError;
+use crate::request::Bounds;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -12,10 +13,25 @@ use utoipa::ToSchema;
 pub const BUILTIN_TENANT_NAME: &str = "admin";
 /// Longest tenant name.
 pub const MAX_TENANT_NAME_BYTES: usize = 64;
-/// Largest `weight`; the fair share's arithmetic stays exact far beyond it.
-pub const MAX_TENANT_WEIGHT: u32 = 1000;
+/// `weight`: its default and bounds (the fair share's arithmetic stays exact far beyond the
+/// largest).
+pub const TENANT_WEIGHT: Bounds<u32> = Bounds {
+    default: 1,
+    min: 1,
+    max: 1000,
+};
+/// Largest `weight`.
+pub const MAX_TENANT_WEIGHT: u32 = TENANT_WEIGHT.max;
 /// `weight` when none is given.
-pub const DEFAULT_TENANT_WEIGHT: u32 = 1;
+pub const DEFAULT_TENANT_WEIGHT: u32 = TENANT_WEIGHT.default;
+
+fn weight_schema() -> utoipa::openapi::Object {
+    TENANT_WEIGHT.schema(
+        true,
+        "The tenant's share of claims while several tenants have queued work: a tenant of \
+         weight 2 is served twice as often as one of weight 1.",
+    )
+}
 
 /// `POST /admin/tenants`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -30,9 +46,9 @@ pub struct CreateTenantRequest {
     #[schema(minimum = 1)]
     pub max_queued: Option<u64>,
     /// The tenant's share of claims while several tenants have queued work: a tenant of
-    /// weight 2 is served twice as often as one of weight 1 (1-1000).
+    /// weight 2 is served twice as often as one of weight 1 ([`TENANT_WEIGHT`]).
     #[serde(default)]
-    #[schema(default = 1, minimum = 1, maximum = 1000)]
+    #[schema(schema_with = weight_schema)]
     pub weight: Option<u32>,
     /// Read and fill the one result cache shared by every tenant created with this flag,
     /// instead of a cache of its own. Tasks stay the tenant's own: identical requests of two
@@ -69,10 +85,13 @@ impl CreateTenantRequest {
             ));
         }
         let weight = self.weight();
-        if !(1..=MAX_TENANT_WEIGHT).contains(&weight) {
+        if !(TENANT_WEIGHT.min..=TENANT_WEIGHT.max).contains(&weight) {
             return Err(ApiError::invalid(
                 "weight",
-                format!("{weight} is out of range 1-{MAX_TENANT_WEIGHT}"),
+                format!(
+                    "{weight} is out of range {}-{}",
+                    TENANT_WEIGHT.min, TENANT_WEIGHT.max
+                ),
             ));
         }
         Ok(())

@@ -1,6 +1,8 @@
-//! The queue contract both brokers implement; `tests/contract.rs` runs one suite against both
+//! The queue contract both brokers implement; `tests/contract/` runs one suite against both
 //! (`tests/tenants.rs` the tenant part of it).
 
+pub use crate::error::BrokerError;
+use crate::kv::{KvCounts, KvNamespace};
 use crate::tenants::TenantRegistry;
 use async_trait::async_trait;
 use crucible_shared::{
@@ -8,31 +10,6 @@ use crucible_shared::{
     TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo,
 };
 use std::time::Duration;
-
-#[derive(Debug, thiserror::Error)]
-pub enum BrokerError {
-    /// Accepting the submission would take the queue past its cap.
-    #[error("queue is full ({queued} queued, cap {cap})")]
-    QueueFull { queued: u64, cap: u64 },
-    /// Accepting the submission would take the tenant past its `max_queued`.
-    #[error("tenant quota reached ({queued} queued, max_queued {max_queued})")]
-    QuotaExceeded { queued: u64, max_queued: u64 },
-    /// The submitting tenant does not exist (it was deleted).
-    #[error("unknown tenant {0}")]
-    UnknownTenant(TenantId),
-    /// A tenant of this name exists already.
-    #[error("a tenant named {0:?} exists already")]
-    TenantExists(String),
-    /// The broker's backing store cannot be reached.
-    #[error("broker unavailable: {0}")]
-    Unavailable(String),
-    /// Stored data could not be decoded (a bug or a foreign writer).
-    #[error("corrupt broker data: {0}")]
-    Corrupt(String),
-}
-
-/// The key-value cache namespace of reference timings (see the worker's `reference_cache`).
-pub const REF_CACHE_NAMESPACE: &str = "ref";
 
 /// What `submit` did.
 #[derive(Debug, Clone, PartialEq)]
@@ -194,14 +171,22 @@ pub trait Broker: TenantRegistry + Send + Sync + 'static {
 
     /// The value stored under `key` in `namespace` of the small key-value cache, unless it
     /// expired. Every lookup counts as a hit or a miss of its namespace in the lifetime stats
-    /// (namespace `ref`: [`QueueStatus::ref_cache_hits_total`] / `ref_cache_misses_total`).
-    async fn kv_get(&self, namespace: &str, key: &str) -> Result<Option<String>, BrokerError>;
+    /// ([`Broker::kv_counts`]; namespace `ref` also in [`QueueStatus::ref_cache_hits_total`] /
+    /// `ref_cache_misses_total`).
+    async fn kv_get(
+        &self,
+        namespace: KvNamespace,
+        key: &str,
+    ) -> Result<Option<String>, BrokerError>;
+
+    /// The lifetime hits and misses of `namespace`'s lookups.
+    async fn kv_counts(&self, namespace: KvNamespace) -> Result<KvCounts, BrokerError>;
 
     /// Stores `value` under `key` in `namespace`, replacing any earlier value; it expires
     /// after `ttl`.
     async fn kv_put(
         &self,
-        namespace: &str,
+        namespace: KvNamespace,
         key: &str,
         value: &str,
         ttl: Duration,

@@ -2,61 +2,21 @@
 //!
 //! Across tenants, stride scheduling (a weighted round robin): every tenant with queued work
 //! has a *pass*; a claim serves the tenant with the lowest pass (equal passes: the smaller
-//! tenant id) and advances its pass by [`stride`]`(weight)`, so a tenant of weight 2 is served
+//! tenant id) and advances its pass by `policy::stride(weight)`, so a tenant of weight 2 is served
 //! twice as often as one of weight 1, however many tasks each has queued. A tenant that
 //! becomes active (its first queued task after none) starts at the lowest pass of the active
 //! tenants, so time spent idle is never banked as credit; one whose queues ran empty leaves.
 //!
-//! Within a tenant, its claims walk [`CLAIM_CYCLE`]: high before normal before low, but low
+//! Within a tenant, its claims walk `policy::CLAIM_CYCLE`: high before normal before low, but low
 //! gets a guaranteed share so it never starves. Each tenant keeps its own place in the cycle.
 //!
 //! [`FairQueues`] is the memory broker's implementation; `lua/claim.lua` is the Redis one (it
-//! gets [`CLAIM_CYCLE`] and [`PASS_SCALE`] from Rust, so the numbers live here only).
+//! gets `policy::CLAIM_CYCLE` and `policy::PASS_SCALE` from Rust, so the numbers live in
+//! `policy` only).
 
+use crate::policy::{claim_order, queue_index, stride};
 use crucible_shared::{Priority, TaskId, TenantId};
 use std::collections::{BTreeSet, HashMap, VecDeque};
-
-/// The preferred queue of each claim in one turn of a tenant's weighted round robin over
-/// priorities: in every 7 claims 4 prefer high, 2 normal and 1 low.
-pub const CLAIM_CYCLE: [Priority; 7] = [
-    Priority::High,
-    Priority::Normal,
-    Priority::High,
-    Priority::Low,
-    Priority::High,
-    Priority::Normal,
-    Priority::High,
-];
-
-/// How far one claim advances the pass of a tenant of weight 1. Passes are integers (exact in
-/// Redis's double scores up to 2^53: billions of claims) and weights are at most 1000, so
-/// every stride is at least 1048.
-pub const PASS_SCALE: u64 = 1 << 20;
-
-/// The pass advance of one claim by a tenant of `weight`.
-pub fn stride(weight: u32) -> u64 {
-    PASS_SCALE / u64::from(weight.max(1))
-}
-
-/// The order in which a tenant's claim number `seq` (counting its claims from 0) tries the
-/// priorities: its preferred queue first, then the others from high to low.
-pub fn claim_order(seq: u64) -> [Priority; 3] {
-    let preferred = CLAIM_CYCLE[(seq % CLAIM_CYCLE.len() as u64) as usize];
-    let mut order = [preferred; 3];
-    let rest = Priority::ALL.into_iter().filter(|p| *p != preferred);
-    for (slot, prio) in order[1..].iter_mut().zip(rest) {
-        *slot = prio;
-    }
-    order
-}
-
-pub fn queue_index(p: Priority) -> usize {
-    match p {
-        Priority::High => 0,
-        Priority::Normal => 1,
-        Priority::Low => 2,
-    }
-}
 
 /// One tenant's queued tasks, by [`queue_index`].
 #[derive(Default)]
@@ -79,7 +39,7 @@ pub struct FairQueues {
     lanes: HashMap<TenantId, Lane>,
     /// (pass, tenant) of every lane; the first is served next.
     order: BTreeSet<(u64, TenantId)>,
-    /// Claims served per tenant: its place in [`CLAIM_CYCLE`], kept while it is idle.
+    /// Claims served per tenant: its place in `policy::CLAIM_CYCLE`, kept while it is idle.
     served: HashMap<TenantId, u64>,
 }
 

@@ -7,17 +7,21 @@
 //! `redis_conn`). It knows nothing about HTTP or Python.
 
 pub mod broker;
+pub mod error;
 pub mod fair;
+pub mod kv;
 pub mod memory;
+pub mod policy;
 pub mod reaper;
 pub mod redis_broker;
 pub mod redis_conn;
 pub mod tenants;
 
 pub use broker::{
-    AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, Lease, LeaseState,
-    REF_CACHE_NAMESPACE, ReapReport, Submitted,
+    AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, Lease, LeaseState, ReapReport,
+    Submitted,
 };
+pub use kv::{KvCounts, KvNamespace};
 pub use memory::MemoryBroker;
 pub use reaper::run_reaper;
 pub use redis_broker::RedisBroker;

@@ -2,14 +2,19 @@
 //! woken by [`Notify`], never by polling. Submission is in `memory/submit.rs`, tenants in
 //! `memory/tenants.rs`. Also home of the pure helpers both brokers share.
 
+mod state;
 mod submit;
 mod tenants;
 
+use state::Retry;
+
 use crate::broker::{
-    AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, Lease, LeaseState,
-    REF_CACHE_NAMESPACE, ReapReport, Submitted,
+    AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, Lease, LeaseState, ReapReport,
+    Submitted,
 };
 use crate::fair::FairQueues;
+use crate::kv::{KvCounts, KvNamespace};
+use crate::policy::worker_retention;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crucible_shared::{
@@ -21,14 +26,6 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
-
-/// A worker silent for this many liveness windows is dropped from the registry.
-pub const WORKER_RETENTION_FACTOR: u32 = 5;
-
-/// How long a worker may stay silent before the registry forgets it.
-pub fn worker_retention(liveness: Duration) -> Duration {
-    liveness * WORKER_RETENTION_FACTOR
-}
 
 const CANCELLED_ERROR: &str = "cancelled by request";
 
@@ -61,7 +58,7 @@ struct TaskRec {
     idempotency_key: Option<String>,
     /// Who submitted it.
     tenant: TenantId,
-    /// [`scoped_cache_key`] of the request.
+    /// `policy::scoped_cache_key` of the request.
     cache_key: String,
     /// Its tenant's result cache namespace when it was submitted.
     cache_ns: String,
@@ -131,8 +128,8 @@ struct Lifetime {
     cache_hits: u64,
     cache_misses: u64,
     coalesced: u64,
-    /// Key-value cache lookups per namespace: (hits, misses).
-    kv: HashMap<String, (u64, u64)>,
+    /// Key-value cache lookups per namespace, by [`KvNamespace::index`].
+    kv: [KvCounts; KvNamespace::ALL.len()],
 }
 
 #[derive(Default)]
@@ -156,7 +153,7 @@ struct State {
     tenants: tenants::Table,
     /// The key-value cache: (namespace, key) → value and when it expires. Entries expire on
     /// read; expired ones are swept when the map has doubled since the last sweep.
-    kv: HashMap<(String, String), (String, Instant)>,
+    kv: HashMap<(KvNamespace, String), (String, Instant)>,
     kv_sweep_at: usize,
 }
 
@@ -170,156 +167,6 @@ fn count_mut(c: &mut StatusCounts, s: TaskStatus) -> &mut u64 {
         TaskStatus::Done => &mut c.done,
         TaskStatus::Failed => &mut c.failed,
         TaskStatus::Cancelled => &mut c.cancelled,
-    }
-}
-
-/// The result cache key qualified by the device class of this deployment; shared by both
-/// brokers so their keys agree.
-pub fn scoped_cache_key(cfg: &BrokerConfig, spec: &TaskSpec) -> String {
-    format!("{}:{}", cfg.cache_scope, spec.request.result_cache_key())
-}
-
-/// What happened to a running task that ended without a verdict.
-enum Retry {
-    Requeued,
-    Failed,
-}
-
-impl State {
-    /// Drops terminal records whose result_ttl has passed.
-    fn sweep(&mut self, now: Instant) {
-        while self.expiries.front().is_some_and(|(at, _)| *at <= now) {
-            let Some((_, what)) = self.expiries.pop_front() else {
-                break;
-            };
-            match what {
-                Expiring::Task(id) => {
-                    if let Some(rec) = self.tasks.remove(&id)
-                        && let Some(key) = rec.idempotency_key
-                    {
-                        let key = (rec.tenant, key);
-                        if self.idempotency.get(&key) == Some(&id) {
-                            self.idempotency.remove(&key);
-                        }
-                    }
-                }
-                Expiring::Batch(id) => {
-                    self.batches.remove(&id);
-                }
-                Expiring::Cached(key) => {
-                    if self
-                        .result_cache
-                        .get(&key)
-                        .is_some_and(|(_, until)| *until <= now)
-                    {
-                        self.result_cache.remove(&key);
-                    }
-                }
-                Expiring::Idempotency(key, id) => {
-                    if self.idempotency.get(&key) == Some(&id) {
-                        self.idempotency.remove(&key);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Moves a task to `to`, keeping batch counters, lifetime stats and expiries in step.
-    fn transition(&mut self, id: &TaskId, to: TaskStatus, ttl: Duration) {
-        let now = Instant::now();
-        let Some(rec) = self.tasks.get_mut(id) else {
-            return;
-        };
-        let from = rec.status;
-        rec.status = to;
-        let finished = to.is_terminal();
-        if finished {
-            rec.finished_at = Some(Utc::now());
-            self.expiries
-                .push_back((now + ttl, Expiring::Task(id.clone())));
-            match to {
-                TaskStatus::Done => self.stats.done += 1,
-                TaskStatus::Failed => self.stats.failed += 1,
-                TaskStatus::Cancelled => self.stats.cancelled += 1,
-                TaskStatus::Queued | TaskStatus::Running => {}
-            }
-            let flight = rec.flight_key();
-            if self.in_flight.get(&flight) == Some(id) {
-                self.in_flight.remove(&flight);
-            }
-        }
-        for (i, batch_id) in rec.counted_in.iter().enumerate() {
-            let Some(batch) = self.batches.get_mut(batch_id) else {
-                continue;
-            };
-            let from_count = count_mut(&mut batch.counts, from);
-            *from_count = from_count.saturating_sub(1);
-            *count_mut(&mut batch.counts, to) += 1;
-            // A batch that counts the task more than once logs it once.
-            if finished && !rec.counted_in[..i].contains(batch_id) {
-                batch.finished.push(id.clone());
-            }
-            if finished && batch.counts.queued + batch.counts.running == 0 {
-                self.expiries
-                    .push_back((now + ttl, Expiring::Batch(batch_id.clone())));
-            }
-        }
-    }
-
-    /// Another submission reuses task `id`: an open one moves `batch_id`'s counters from now
-    /// on as well. Returns its status.
-    fn join(&mut self, id: &TaskId, batch_id: Option<&BatchId>) -> Result<TaskStatus, BrokerError> {
-        let rec = self
-            .tasks
-            .get_mut(id)
-            .ok_or_else(|| BrokerError::Corrupt(format!("task {id} vanished")))?;
-        if let Some(b) = batch_id
-            && !rec.status.is_terminal()
-        {
-            rec.counted_in.push(b.clone());
-        }
-        Ok(rec.status)
-    }
-
-    /// The open task evaluating `key` for its tenant, if any.
-    fn in_flight(&self, key: &TenantKey) -> Option<&TaskId> {
-        self.in_flight
-            .get(key)
-            .filter(|id| self.tasks.get(*id).is_some_and(|t| !t.status.is_terminal()))
-    }
-
-    /// Ends a running attempt without a verdict: back to the head of its queue (it has waited
-    /// longest), or failed with `reason` once every attempt is used.
-    fn requeue_or_fail(
-        &mut self,
-        id: &TaskId,
-        reason: impl FnOnce(&TaskRec) -> String,
-        cfg: &BrokerConfig,
-    ) -> Retry {
-        self.leases.remove(id);
-        let Some(rec) = self.tasks.get_mut(id) else {
-            return Retry::Failed;
-        };
-        if rec.attempts >= cfg.max_attempts {
-            rec.error = Some(reason(rec));
-            self.transition(id, TaskStatus::Failed, cfg.result_ttl);
-            return Retry::Failed;
-        }
-        rec.worker_id = None;
-        rec.token = None;
-        rec.started_at = None;
-        let (tenant, priority) = (rec.tenant.clone(), rec.priority);
-        self.transition(id, TaskStatus::Queued, cfg.result_ttl);
-        self.queues.push_front(&tenant, priority, id.clone());
-        self.stats.requeued += 1;
-        Retry::Requeued
-    }
-
-    /// The task running under `lease`, if the lease is still current.
-    fn current_mut(&mut self, lease: &Lease) -> Option<&mut TaskRec> {
-        self.tasks.get_mut(&lease.task_id).filter(|rec| {
-            rec.status == TaskStatus::Running && rec.token.as_ref() == Some(&lease.token)
-        })
     }
 }
 
@@ -501,12 +348,10 @@ impl Broker for MemoryBroker {
     async fn queue_status(&self) -> Result<QueueStatus, BrokerError> {
         let st = self.lock();
         let [queued_high, queued_normal, queued_low] = st.queues.queued_by_priority();
-        let (ref_hits, ref_misses) = st
-            .stats
-            .kv
-            .get(REF_CACHE_NAMESPACE)
-            .copied()
-            .unwrap_or_default();
+        let KvCounts {
+            hits: ref_hits,
+            misses: ref_misses,
+        } = st.stats.kv[KvNamespace::Ref.index()];
         Ok(QueueStatus {
             queued_high,
             queued_normal,
@@ -672,10 +517,14 @@ impl Broker for MemoryBroker {
         Ok(out)
     }
 
-    async fn kv_get(&self, namespace: &str, key: &str) -> Result<Option<String>, BrokerError> {
+    async fn kv_get(
+        &self,
+        namespace: KvNamespace,
+        key: &str,
+    ) -> Result<Option<String>, BrokerError> {
         let mut guard = self.lock();
         let st = &mut *guard;
-        let entry = (namespace.to_owned(), key.to_owned());
+        let entry = (namespace, key.to_owned());
         let now = Instant::now();
         let value = match st.kv.get(&entry) {
             Some((value, until)) if *until > now => Some(value.clone()),
@@ -685,18 +534,22 @@ impl Broker for MemoryBroker {
             }
             None => None,
         };
-        let counts = st.stats.kv.entry(entry.0).or_default();
+        let counts = &mut st.stats.kv[namespace.index()];
         if value.is_some() {
-            counts.0 += 1;
+            counts.hits += 1;
         } else {
-            counts.1 += 1;
+            counts.misses += 1;
         }
         Ok(value)
     }
 
+    async fn kv_counts(&self, namespace: KvNamespace) -> Result<KvCounts, BrokerError> {
+        Ok(self.lock().stats.kv[namespace.index()])
+    }
+
     async fn kv_put(
         &self,
-        namespace: &str,
+        namespace: KvNamespace,
         key: &str,
         value: &str,
         ttl: Duration,
@@ -704,10 +557,8 @@ impl Broker for MemoryBroker {
         let mut guard = self.lock();
         let st = &mut *guard;
         let now = Instant::now();
-        st.kv.insert(
-            (namespace.to_owned(), key.to_owned()),
-            (value.to_owned(), now + ttl),
-        );
+        st.kv
+            .insert((namespace, key.to_owned()), (value.to_owned(), now + ttl));
         if st.kv.len() >= st.kv_sweep_at.max(KV_SWEEP_MIN) {
             st.kv.retain(|_, (_, until)| *until > now);
             st.kv_sweep_at = st.kv.len() * 2;

@@ -4,11 +4,15 @@
 //! batch logs in `redis_broker/views.rs`, tenants in `redis_broker/tenants.rs`; the key layout,
 //! and which role reaches which keys, in `redis_broker/keys.rs`.
 
+mod claim;
 mod keys;
 mod submit;
 mod tenants;
+#[cfg(test)]
+mod tests;
 mod views;
 
+use claim::MIN_BLOCK;
 use keys::Keys;
 use views::{VIEW_FIELDS, decode_view};
 
@@ -16,35 +20,28 @@ use crate::broker::{
     AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, Lease, LeaseState, ReapReport,
     Submitted,
 };
-use crate::fair::{CLAIM_CYCLE, PASS_SCALE};
-use crate::memory::worker_retention;
-use crate::redis_conn::{ConnectError, RedisTarget};
+use crate::kv::{KvCounts, KvNamespace};
+use crate::policy::{CLAIM_CYCLE, worker_retention};
+use crate::redis_conn::{CONNECT_TIMEOUT, ConnectError, RedisTarget, check};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crucible_shared::{
-    BatchId, BatchStatus, BrokerConfig, EvalResult, LeaseToken, QueueStatus, StatusCounts, TaskId,
-    TaskSpec, TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo, WorkerState,
+    BatchId, BatchStatus, BrokerConfig, EvalResult, QueueStatus, StatusCounts, TaskId, TaskSpec,
+    TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo,
 };
 use deadpool_redis::{Connection, Manager, Pool, Runtime};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Script};
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
 
 /// Bound on every ordinary command, so a hung Redis surfaces as `Unavailable`. Generous
 /// because a batch submission may carry hundreds of megabytes of source.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
-pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const POOL_SIZE: usize = 32;
 /// Expired leases handled per reap script call, so that one call never stalls Redis.
 const REAP_CHUNK: u64 = 500;
-/// Shortest BLPOP worth issuing; a shorter remaining wait ends the claim instead.
-const MIN_BLOCK: Duration = Duration::from_millis(10);
-/// Slack over the BLPOP timeout before the client gives up on the reply.
-const BLOCK_MARGIN: Duration = Duration::from_secs(2);
-/// Connections kept for blocking waits; more waiters than this open their own.
-const MAX_IDLE_BLOCKING: usize = 16;
 /// First and longest pause of `wait_terminal`'s polling.
 const POLL_START: Duration = Duration::from_millis(20);
 const POLL_MAX: Duration = Duration::from_millis(200);
@@ -193,96 +190,23 @@ impl RedisBroker {
             .await
             .map_err(|e| BrokerError::Unavailable(format!("redis pool: {e}")))
     }
+}
 
-    async fn try_claim(&self, worker: &WorkerId) -> Result<Option<Lease>, BrokerError> {
-        let token = LeaseToken::random();
-        let mut c = self.conn().await?;
-        let reply: Option<(String, String, u32)> = self
-            .scripts
-            .claim
-            .arg(self.prefix())
-            .arg(worker.as_str())
-            .arg(token.as_str())
-            .arg(ms(self.cfg.lease_ttl))
-            .arg(&self.claim_cycle)
-            .arg(PASS_SCALE)
-            .invoke_async(&mut c)
-            .await
-            .map_err(redis_err)?;
-        let Some((id, spec, attempt)) = reply else {
-            return Ok(None);
-        };
-        let task_id = TaskId(id);
-        // The task is leased already; a spec that cannot be decoded is left to the reaper,
-        // which fails it once its attempts are used.
-        let spec = serde_json::from_str(&spec)
-            .map_err(|e| corrupt(format!("spec of task {task_id}: {e}")))?;
-        tracing::debug!(task_id = %task_id, worker_id = %worker, attempt, "task claimed");
-        Ok(Some(Lease {
-            task_id,
-            token,
-            worker_id: worker.clone(),
-            spec,
-            attempt,
-        }))
-    }
-
-    /// Blocks until a submit pushes a wake token or `timeout` passes.
-    async fn wait_for_wake(&self, timeout: Duration) -> Result<(), BrokerError> {
-        let idle = self
-            .idle_blocking
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
-        let reused = idle.is_some();
-        let mut conn = match idle {
-            Some(c) => c,
-            None => self.blocking_conn().await?,
-        };
-        let result = self.blpop_wake(&mut conn, timeout).await;
-        match result {
-            Ok(()) => {
-                let mut idle = self
-                    .idle_blocking
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                if idle.len() < MAX_IDLE_BLOCKING {
-                    idle.push(conn);
-                }
-                Ok(())
+impl RedisBroker {
+    /// [`RedisBroker::connect_to`], then one `PING` on a fresh connection: a wrong password, a
+    /// failed TLS handshake or an ACL that refuses the user are errors; a Redis that is not
+    /// reachable (yet) is logged and tolerated, as every request retries it.
+    pub async fn open(target: &RedisTarget, cfg: BrokerConfig) -> Result<Self, ConnectError> {
+        let broker = Self::connect_to(target, cfg)?;
+        let url = target.redacted();
+        match check(&broker.client, &url, CONNECT_TIMEOUT).await {
+            Ok(()) => tracing::info!(redis = %url, "redis connected"),
+            Err(e) if e.is_transient() => {
+                tracing::warn!(error = %e, "redis is not reachable yet; requests fail until it is");
             }
-            // A kept connection may have died while idle (e.g. Redis restarted); one fresh
-            // attempt tells that apart from Redis being down.
-            Err(e) if reused => {
-                tracing::debug!(error = %e, "idle blocking connection failed, reconnecting");
-                let mut fresh = self.blocking_conn().await?;
-                self.blpop_wake(&mut fresh, timeout).await
-            }
-            Err(e) => Err(e),
+            Err(e) => return Err(e),
         }
-    }
-
-    async fn blocking_conn(&self) -> Result<MultiplexedConnection, BrokerError> {
-        let cfg = AsyncConnectionConfig::new().set_connection_timeout(Some(CONNECT_TIMEOUT));
-        self.client
-            .get_multiplexed_async_connection_with_config(&cfg)
-            .await
-            .map_err(redis_err)
-    }
-
-    async fn blpop_wake(
-        &self,
-        conn: &mut MultiplexedConnection,
-        timeout: Duration,
-    ) -> Result<(), BrokerError> {
-        conn.set_response_timeout(timeout + BLOCK_MARGIN);
-        let _token: Option<(String, String)> = redis::cmd("BLPOP")
-            .arg(self.keys().wake())
-            .arg(format!("{:.3}", timeout.as_secs_f64()))
-            .query_async(conn)
-            .await
-            .map_err(redis_err)?;
-        Ok(())
+        Ok(broker)
     }
 }
 
@@ -447,53 +371,7 @@ impl Broker for RedisBroker {
     }
 
     async fn queue_status(&self) -> Result<QueueStatus, BrokerError> {
-        let mut c = self.conn().await?;
-        let (queued, running, stats): (Vec<Option<u64>>, u64, Vec<Option<u64>>) = redis::pipe()
-            .atomic()
-            .cmd("HMGET")
-            .arg(self.keys().queued())
-            .arg(&["high", "normal", "low"][..])
-            .cmd("ZCARD")
-            .arg(self.keys().leases())
-            .cmd("HMGET")
-            .arg(self.keys().stats())
-            .arg(
-                &[
-                    "submitted",
-                    "done",
-                    "failed",
-                    "cancelled",
-                    "requeued",
-                    "cache_hits",
-                    "cache_misses",
-                    "coalesced",
-                    "kv:ref:hits",
-                    "kv:ref:misses",
-                ][..],
-            )
-            .query_async(&mut c)
-            .await
-            .map_err(redis_err)?;
-        let stat = |i: usize| stats.get(i).copied().flatten().unwrap_or(0);
-        let queued = |i: usize| queued.get(i).copied().flatten().unwrap_or(0);
-        Ok(QueueStatus {
-            queued_high: queued(0),
-            queued_normal: queued(1),
-            queued_low: queued(2),
-            running,
-            queue_cap: self.cfg.queue_cap,
-            submitted_total: stat(0),
-            done_total: stat(1),
-            failed_total: stat(2),
-            cancelled_total: stat(3),
-            requeued_total: stat(4),
-            cache_hits_total: stat(5),
-            cache_misses_total: stat(6),
-            coalesced_total: stat(7),
-            ref_cache_hits_total: stat(8),
-            ref_cache_misses_total: stat(9),
-            tenants: None,
-        })
+        self.read_queue_status().await
     }
 
     async fn claim(&self, worker: &WorkerId, wait: Duration) -> Result<Option<Lease>, BrokerError> {
@@ -636,51 +514,43 @@ impl Broker for RedisBroker {
     }
 
     async fn list_workers(&self) -> Result<Vec<WorkerInfo>, BrokerError> {
-        let mut c = self.conn().await?;
-        let reply: Vec<String> = self
-            .scripts
-            .list_workers
-            .arg(self.prefix())
-            .arg(ms(worker_retention(self.cfg.worker_liveness)))
-            .invoke_async(&mut c)
-            .await
-            .map_err(redis_err)?;
-        let (now, entries) = reply
-            .split_first()
-            .ok_or_else(|| corrupt("empty worker list reply"))?;
-        let now = time_from_ms(now)?;
-        let liveness = chrono::Duration::from_std(self.cfg.worker_liveness)
-            .map_err(|e| corrupt(format!("worker_liveness: {e}")))?;
-        let mut out = Vec::with_capacity(entries.len() / 3);
-        for entry in entries.chunks_exact(3) {
-            let mut info: WorkerInfo = serde_json::from_str(&entry[2])
-                .map_err(|e| corrupt(format!("worker {}: {e}", entry[0])))?;
-            // The registry's clock, not the worker's, decides liveness.
-            info.last_heartbeat = time_from_ms(&entry[1])?;
-            if now - info.last_heartbeat > liveness {
-                info.state = WorkerState::Lost;
-            }
-            out.push(info);
-        }
-        out.sort_by(|a, b| a.worker_id.cmp(&b.worker_id));
-        Ok(out)
+        self.read_workers().await
     }
 
-    async fn kv_get(&self, namespace: &str, key: &str) -> Result<Option<String>, BrokerError> {
+    async fn kv_get(
+        &self,
+        namespace: KvNamespace,
+        key: &str,
+    ) -> Result<Option<String>, BrokerError> {
         let mut c = self.conn().await?;
         self.scripts
             .kv_get
             .arg(self.prefix())
-            .arg(namespace)
+            .arg(namespace.as_str())
             .arg(key)
             .invoke_async(&mut c)
             .await
             .map_err(redis_err)
     }
 
+    async fn kv_counts(&self, namespace: KvNamespace) -> Result<KvCounts, BrokerError> {
+        let mut c = self.conn().await?;
+        let (hits, misses): (Option<u64>, Option<u64>) = redis::cmd("HMGET")
+            .arg(self.keys().stats())
+            .arg(namespace.hits_field())
+            .arg(namespace.misses_field())
+            .query_async(&mut c)
+            .await
+            .map_err(redis_err)?;
+        Ok(KvCounts {
+            hits: hits.unwrap_or(0),
+            misses: misses.unwrap_or(0),
+        })
+    }
+
     async fn kv_put(
         &self,
-        namespace: &str,
+        namespace: KvNamespace,
         key: &str,
         value: &str,
         ttl: Duration,
@@ -716,38 +586,5 @@ impl Broker for RedisBroker {
                 other => return Ok(other),
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn polling_backs_off_to_a_cap() {
-        let mut p = None;
-        let seen: Vec<u64> = (0..6)
-            .map(|_| {
-                let d = next_poll(p);
-                p = Some(d);
-                d.as_millis() as u64
-            })
-            .collect();
-        assert_eq!(seen, [20, 40, 80, 160, 200, 200]);
-    }
-
-    #[test]
-    fn timestamps_parse_from_integer_and_double_scores() {
-        let a = time_from_ms("1712345678901").unwrap();
-        let b = time_from_ms("1.712345678901e12").unwrap();
-        assert_eq!(a, b);
-        assert_eq!(a.timestamp_millis(), 1_712_345_678_901);
-        assert!(time_from_ms("soon").is_err());
-    }
-
-    #[test]
-    fn claim_cycle_is_spelled_for_the_script() {
-        let broker = RedisBroker::connect("redis://127.0.0.1:1", BrokerConfig::default()).unwrap();
-        assert_eq!(broker.claim_cycle, "hnhlhnh");
     }
 }

@@ -11,13 +11,14 @@
 //! checks cannot be turned off (`#insecure` is refused). Database 0 only: deployments sharing a
 //! Redis are separated by the key prefix, which the ACL users of `deploy/redis.conf` are bound to.
 
-use crate::redis_broker::{CONNECT_TIMEOUT, RedisBroker};
-use crucible_shared::BrokerConfig;
 use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError, ServerErrorKind};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// How long one connection attempt to Redis may take.
+pub(crate) const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The shared broker's URL.
 pub const REDIS_URL_ENV: &str = "REDIS_URL";
@@ -301,24 +302,6 @@ impl RedisTarget {
         .filter(|(_, v)| v.is_some())
         .map(|(k, _)| k)
         .collect()
-    }
-}
-
-impl RedisBroker {
-    /// [`RedisBroker::connect_to`], then one `PING` on a fresh connection: a wrong password, a
-    /// failed TLS handshake or an ACL that refuses the user are errors; a Redis that is not
-    /// reachable (yet) is logged and tolerated, as every request retries it.
-    pub async fn open(target: &RedisTarget, cfg: BrokerConfig) -> Result<Self, ConnectError> {
-        let broker = Self::connect_to(target, cfg)?;
-        let url = target.redacted();
-        match check(&broker.client, &url, CONNECT_TIMEOUT).await {
-            Ok(()) => tracing::info!(redis = %url, "redis connected"),
-            Err(e) if e.is_transient() => {
-                tracing::warn!(error = %e, "redis is not reachable yet; requests fail until it is");
-            }
-            Err(e) => return Err(e),
-        }
-        Ok(broker)
     }
 }
 

@@ -6,7 +6,7 @@
 //! tasks are served in a fair share with the other tenants' (`fair.rs`). Tokens are stored only
 //! as their SHA-256 (hex), which is also how they are looked up: the broker never sees a token.
 
-use crate::broker::BrokerError;
+use crate::error::BrokerError;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crucible_shared::tenant::DEFAULT_TENANT_WEIGHT;

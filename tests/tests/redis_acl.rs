@@ -5,15 +5,13 @@
 //! settings). No Python here: `redis_tls.rs` runs the real processes.
 
 use chrono::Utc;
-use crucible_api_server::rollouts::{BATCH_KEYS_NAMESPACE, RECORDS_NAMESPACE};
-use crucible_gpu_worker::build_cache::BUILD_CACHE_NAMESPACE;
 use crucible_shared::{
     BrokerConfig, CreateTenantRequest, DeviceInfo, DeviceKind, EvalResult, EvaluateRequest,
     Priority, TaskSpec, TaskStatus, TenantId, VerdictCode, WorkerId, WorkerInfo, WorkerState,
 };
 use crucible_task_manager::{
-    AckOutcome, Broker, BrokerError, CancelOutcome, Lease, LeaseState, REF_CACHE_NAMESPACE,
-    RedisBroker, Tenant, TenantRegistry,
+    AckOutcome, Broker, BrokerError, CancelOutcome, KvNamespace, Lease, LeaseState, RedisBroker,
+    Tenant, TenantRegistry,
 };
 use crucible_tests::secure_redis::{Role, SecureRedis};
 use crucible_tests::*;
@@ -243,11 +241,11 @@ async fn each_role_does_its_whole_job_with_nothing_refused() {
 
     // Each role's own key-value namespaces.
     let ttl = Duration::from_secs(60);
-    for ns in [RECORDS_NAMESPACE, BATCH_KEYS_NAMESPACE] {
+    for ns in [KvNamespace::Rollouts, KvNamespace::RolloutBatchKeys] {
         api.kv_put(ns, "k", "v", ttl).await.unwrap();
         assert_eq!(api.kv_get(ns, "k").await.unwrap().as_deref(), Some("v"));
     }
-    for ns in [REF_CACHE_NAMESPACE, BUILD_CACHE_NAMESPACE] {
+    for ns in [KvNamespace::Ref, KvNamespace::Build] {
         worker.kv_put(ns, "k", "v", ttl).await.unwrap();
         assert_eq!(worker.kv_get(ns, "k").await.unwrap().as_deref(), Some("v"));
     }

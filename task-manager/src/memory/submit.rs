@@ -2,8 +2,9 @@
 //! anything is written, so a refused submission (unknown tenant, quota, queue cap) leaves no
 //! trace, as `lua/submit.lua` does for Redis.
 
-use super::{BatchRec, Expiring, MemoryBroker, TaskRec, TenantKey, count_mut, scoped_cache_key};
+use super::{BatchRec, Expiring, MemoryBroker, TaskRec, TenantKey, count_mut};
 use crate::broker::{BrokerError, Submitted};
+use crate::policy::scoped_cache_key;
 use chrono::{DateTime, Utc};
 use crucible_shared::{BatchId, EvalResult, StatusCounts, TaskId, TaskSpec, TaskStatus, TenantId};
 use std::collections::{HashMap, HashSet};

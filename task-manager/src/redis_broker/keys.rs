@@ -41,6 +41,7 @@
 //! Keys are built inside the scripts from the prefix, so this layout targets a single Redis
 //! node (or a primary with replicas), not Redis Cluster.
 
+use crate::kv::KvNamespace;
 use crucible_shared::{BatchId, TaskId, WorkerId};
 
 /// The keys the Rust side reads and writes directly (everything else only the scripts touch).
@@ -93,7 +94,8 @@ impl Keys<'_> {
 
     /// A key-value cache entry. The namespace is length-prefixed so that no (namespace, key)
     /// pair spells another's key.
-    pub(super) fn kv(&self, namespace: &str, key: &str) -> String {
+    pub(super) fn kv(&self, namespace: KvNamespace, key: &str) -> String {
+        let namespace = namespace.as_str();
         self.under(format_args!("kv:{}:{namespace}:{key}", namespace.len()))
     }
 }
@@ -105,8 +107,14 @@ mod tests {
     #[test]
     fn key_value_namespaces_cannot_spell_each_other() {
         let keys = Keys("p");
-        assert_eq!(keys.kv("ref", "x"), "p:kv:3:ref:x");
-        assert_ne!(keys.kv("a:b", "c"), keys.kv("a", "b:c"));
+        // The layout deploy/redis.conf grants per role (`~crucible:kv:3:ref:*`, ...).
+        assert_eq!(keys.kv(KvNamespace::Ref, "x"), "p:kv:3:ref:x");
+        assert_eq!(keys.kv(KvNamespace::Build, "x"), "p:kv:5:build:x");
+        assert_eq!(keys.kv(KvNamespace::Rollouts, "b_1"), "p:kv:8:rollouts:b_1");
+        assert_eq!(
+            keys.kv(KvNamespace::RolloutBatchKeys, "t:k"),
+            "p:kv:18:rollout-batch-keys:t:k"
+        );
         assert_eq!(keys.task(&TaskId::from("t_1")), "p:task:t_1");
         assert_eq!(
             keys.batch_finished(&BatchId::from("b_1")),

@@ -2,7 +2,7 @@
 
 use super::{RedisBroker, corrupt, ms, parse_status, redis_err};
 use crate::broker::{BrokerError, Submitted};
-use crate::memory::scoped_cache_key;
+use crate::policy::scoped_cache_key;
 use crucible_shared::{BatchId, TaskId, TaskSpec, TenantId};
 
 impl RedisBroker {

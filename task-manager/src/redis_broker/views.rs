@@ -1,9 +1,13 @@
-//! Reading tasks and batch logs from Redis: the task hash fields that make a [`TaskView`] and
-//! the pipelined reads of many tasks and of a batch's finished log (plain reads, no scripts).
+//! Reading from Redis: the task hash fields that make a [`TaskView`], the pipelined reads of
+//! many tasks and of a batch's finished log, the queue status and the worker registry.
 
-use super::{RedisBroker, corrupt, parse_status, redis_err, time_from_ms};
+use super::{RedisBroker, corrupt, ms, parse_status, redis_err, time_from_ms};
 use crate::broker::BrokerError;
-use crucible_shared::{BatchId, Priority, TaskId, TaskView, WorkerId};
+use crate::kv::KvNamespace;
+use crate::policy::worker_retention;
+use crucible_shared::{
+    BatchId, Priority, QueueStatus, TaskId, TaskView, WorkerId, WorkerInfo, WorkerState,
+};
 
 /// Fields of the task hash that make up a [`TaskView`], in [`decode_view`]'s order.
 pub(super) const VIEW_FIELDS: [&str; 11] = [
@@ -126,6 +130,91 @@ impl RedisBroker {
             .await
             .map_err(redis_err)?;
         Ok(distinct.map(|d| (d, len, ids.into_iter().map(TaskId).collect())))
+    }
+}
+
+impl RedisBroker {
+    /// `queue_status`: the queue depths, leases and lifetime counters in one round trip.
+    pub(super) async fn read_queue_status(&self) -> Result<QueueStatus, BrokerError> {
+        let mut c = self.conn().await?;
+        let (queued, running, stats): (Vec<Option<u64>>, u64, Vec<Option<u64>>) = redis::pipe()
+            .atomic()
+            .cmd("HMGET")
+            .arg(self.keys().queued())
+            .arg(&["high", "normal", "low"][..])
+            .cmd("ZCARD")
+            .arg(self.keys().leases())
+            .cmd("HMGET")
+            .arg(self.keys().stats())
+            .arg(
+                &[
+                    "submitted",
+                    "done",
+                    "failed",
+                    "cancelled",
+                    "requeued",
+                    "cache_hits",
+                    "cache_misses",
+                    "coalesced",
+                    &KvNamespace::Ref.hits_field(),
+                    &KvNamespace::Ref.misses_field(),
+                ][..],
+            )
+            .query_async(&mut c)
+            .await
+            .map_err(redis_err)?;
+        let stat = |i: usize| stats.get(i).copied().flatten().unwrap_or(0);
+        let queued = |i: usize| queued.get(i).copied().flatten().unwrap_or(0);
+        Ok(QueueStatus {
+            queued_high: queued(0),
+            queued_normal: queued(1),
+            queued_low: queued(2),
+            running,
+            queue_cap: self.cfg.queue_cap,
+            submitted_total: stat(0),
+            done_total: stat(1),
+            failed_total: stat(2),
+            cancelled_total: stat(3),
+            requeued_total: stat(4),
+            cache_hits_total: stat(5),
+            cache_misses_total: stat(6),
+            coalesced_total: stat(7),
+            ref_cache_hits_total: stat(8),
+            ref_cache_misses_total: stat(9),
+            tenants: None,
+        })
+    }
+
+    /// `list_workers`: the registry's entries, their liveness judged by the registry's clock.
+    pub(super) async fn read_workers(&self) -> Result<Vec<WorkerInfo>, BrokerError> {
+        let mut c = self.conn().await?;
+        let reply: Vec<String> = self
+            .scripts
+            .list_workers
+            .arg(self.prefix())
+            .arg(ms(worker_retention(self.cfg.worker_liveness)))
+            .invoke_async(&mut c)
+            .await
+            .map_err(redis_err)?;
+        let (now, entries) = reply
+            .split_first()
+            .ok_or_else(|| corrupt("empty worker list reply"))?;
+        let now = time_from_ms(now)?;
+        let liveness = chrono::Duration::from_std(self.cfg.worker_liveness)
+            .map_err(|e| corrupt(format!("worker_liveness: {e}")))?;
+        let mut out = Vec::with_capacity(entries.len() / 3);
+        for entry in entries.chunks_exact(3) {
+            let mut info: WorkerInfo = serde_json::from_str(&entry[2])
+                .map_err(|e| corrupt(format!("worker {}: {e}", entry[0])))?;
+            // The registry's clock, not the worker's, decides liveness.
+            info.last_heartbeat = time_from_ms(&entry[1])?;
+            if now - info.last_heartbeat > liveness {
+                info.state = WorkerState::Lost;
+            }
+            out.push(info);
+        }
+        out.sort_by(|a, b| a.worker_id.cmp(&b.worker_id));
+        Ok(out)
     }
 }
 

@@ -1,4 +1,4 @@
-//! The harness both suites share (`contract.rs`, `tenants.rs`): a throwaway `redis-server` on
+//! The harness both suites share (`contract/`, `tenants.rs`): a throwaway `redis-server` on
 //! a free port, a broker of either kind on a fresh key prefix, the fixtures, bounded polls and
 //! the [`contract!`] macro that runs each test against both brokers.
 //!
@@ -11,9 +11,10 @@
 use chrono::Utc;
 use crucible_shared::{
     BrokerConfig, DeviceInfo, DeviceKind, EvalResult, EvaluateRequest, LeaseToken, Priority,
-    TaskId, TaskSpec, TaskView, TenantId, VerdictCode, WorkerId, WorkerInfo, WorkerState,
+    TaskId, TaskSpec, TaskStatus, TaskView, TenantId, VerdictCode, WorkerId, WorkerInfo,
+    WorkerState,
 };
-use crucible_task_manager::{Broker, Lease, MemoryBroker, RedisBroker};
+use crucible_task_manager::{AckOutcome, Broker, Lease, MemoryBroker, RedisBroker};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -232,6 +233,25 @@ pub async fn reap_until(broker: &Arc<dyn Broker>, what: &str) -> crucible_task_m
         (r.requeued + r.failed > 0).then_some(r)
     })
     .await
+}
+
+/// Submits `s`, claims it and completes it with `result`; returns its id.
+pub async fn evaluate(env: &Env, s: TaskSpec, result: EvalResult) -> TaskId {
+    let sub = env.broker.submit(&admin(), s).await.expect("submit");
+    assert_eq!(sub.status, TaskStatus::Queued, "{sub:?}");
+    let lease = claim_now(&env.broker, &worker(1)).await;
+    assert_eq!(lease.task_id, sub.task_id);
+    assert_eq!(
+        env.broker.complete(&lease, result).await.unwrap(),
+        AckOutcome::Accepted
+    );
+    sub.task_id
+}
+
+/// Lifetime result cache hits, misses and coalesced submissions.
+pub async fn cache_counters(env: &Env) -> (u64, u64, u64) {
+    let q = env.broker.queue_status().await.unwrap();
+    (q.cache_hits_total, q.cache_misses_total, q.coalesced_total)
 }
 
 /// Runs each named test (an `async fn(Backend)` of the invoking file) against `MemoryBroker`

@@ -1,0 +1,73 @@
+//! The router: every route with its body limit, the OpenAPI document and Swagger UI, and the
+//! layers every request passes (authentication, timeout, traces, metrics). It is the only
+//! module that names the handlers of every other one, and no handler names it back.
+
+use crate::error::not_found;
+use crate::state::AppState;
+use crate::{admin, rollouts, routes};
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::routing::{delete, get, post};
+use std::time::Duration;
+use utoipa_swagger_ui::SwaggerUi;
+
+/// Largest `POST /evaluate` body: two codes at the limit, JSON-escaped, plus the fields.
+pub const EVALUATE_BODY_LIMIT: usize = 4 << 20;
+/// Largest `POST /evaluate/batch` body.
+pub const BATCH_BODY_LIMIT: usize = 64 << 20;
+/// Longest time one request may take.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(90);
+
+pub fn router(state: AppState) -> Router {
+    let api = Router::new()
+        .route(
+            "/evaluate",
+            post(routes::evaluate).layer(DefaultBodyLimit::max(EVALUATE_BODY_LIMIT)),
+        )
+        .route(
+            "/evaluate/batch",
+            post(routes::evaluate_batch).layer(DefaultBodyLimit::max(BATCH_BODY_LIMIT)),
+        )
+        .route(
+            "/rollouts",
+            post(rollouts::submit_rollouts).layer(DefaultBodyLimit::max(BATCH_BODY_LIMIT)),
+        )
+        .route(
+            "/tasks/{id}",
+            get(routes::get_task).delete(routes::cancel_task),
+        )
+        .route("/batches/{id}", get(routes::get_batch))
+        .route("/batches/{id}/results", get(rollouts::batch_results))
+        .route("/problems", get(routes::list_problems))
+        .route("/problems/{level}/{id}", get(routes::get_problem))
+        .route("/workers/status", get(routes::workers_status))
+        .route("/queue/status", get(routes::queue_status))
+        .route(
+            "/admin/tenants",
+            post(admin::create_tenant).get(admin::list_tenants),
+        )
+        .route("/admin/tenants/{name}", delete(admin::delete_tenant))
+        .route("/health", get(routes::health))
+        .route("/metrics", get(routes::metrics));
+    Router::new()
+        .merge(api)
+        .merge(SwaggerUi::new(crate::auth::DOCS_PATH).url("/openapi.json", crate::openapi::doc()))
+        .fallback(not_found)
+        // Innermost, so traces and metrics count the requests it refuses.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::access::authenticate,
+        ))
+        // Longer than the longest `?wait=`; a request stuck past it is cut, not kept forever.
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            REQUEST_TIMEOUT,
+        ))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .layer(axum::middleware::from_fn_with_state(
+            state.metrics.clone(),
+            crate::metrics::track,
+        ))
+        .with_state(state)
+}

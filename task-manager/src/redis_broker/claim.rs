@@ -1,0 +1,112 @@
+//! Claiming on Redis: one claim script call, and the blocking wait on the wake list between
+//! attempts (kept connections, reconnect once when a kept one died).
+
+use super::{RedisBroker, corrupt, ms, redis_err};
+use crate::broker::{BrokerError, Lease};
+use crate::policy::PASS_SCALE;
+use crate::redis_conn::CONNECT_TIMEOUT;
+use crucible_shared::{LeaseToken, TaskId, WorkerId};
+use redis::AsyncConnectionConfig;
+use redis::aio::MultiplexedConnection;
+use std::sync::PoisonError;
+use std::time::Duration;
+
+/// Shortest BLPOP worth issuing; a shorter remaining wait ends the claim instead.
+pub(super) const MIN_BLOCK: Duration = Duration::from_millis(10);
+/// Slack over the BLPOP timeout before the client gives up on the reply.
+const BLOCK_MARGIN: Duration = Duration::from_secs(2);
+/// Connections kept for blocking waits; more waiters than this open their own.
+const MAX_IDLE_BLOCKING: usize = 16;
+
+impl RedisBroker {
+    pub(super) async fn try_claim(&self, worker: &WorkerId) -> Result<Option<Lease>, BrokerError> {
+        let token = LeaseToken::random();
+        let mut c = self.conn().await?;
+        let reply: Option<(String, String, u32)> = self
+            .scripts
+            .claim
+            .arg(self.prefix())
+            .arg(worker.as_str())
+            .arg(token.as_str())
+            .arg(ms(self.cfg.lease_ttl))
+            .arg(&self.claim_cycle)
+            .arg(PASS_SCALE)
+            .invoke_async(&mut c)
+            .await
+            .map_err(redis_err)?;
+        let Some((id, spec, attempt)) = reply else {
+            return Ok(None);
+        };
+        let task_id = TaskId(id);
+        // The task is leased already; a spec that cannot be decoded is left to the reaper,
+        // which fails it once its attempts are used.
+        let spec = serde_json::from_str(&spec)
+            .map_err(|e| corrupt(format!("spec of task {task_id}: {e}")))?;
+        tracing::debug!(task_id = %task_id, worker_id = %worker, attempt, "task claimed");
+        Ok(Some(Lease {
+            task_id,
+            token,
+            worker_id: worker.clone(),
+            spec,
+            attempt,
+        }))
+    }
+
+    /// Blocks until a submit pushes a wake token or `timeout` passes.
+    pub(super) async fn wait_for_wake(&self, timeout: Duration) -> Result<(), BrokerError> {
+        let idle = self
+            .idle_blocking
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let reused = idle.is_some();
+        let mut conn = match idle {
+            Some(c) => c,
+            None => self.blocking_conn().await?,
+        };
+        let result = self.blpop_wake(&mut conn, timeout).await;
+        match result {
+            Ok(()) => {
+                let mut idle = self
+                    .idle_blocking
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if idle.len() < MAX_IDLE_BLOCKING {
+                    idle.push(conn);
+                }
+                Ok(())
+            }
+            // A kept connection may have died while idle (e.g. Redis restarted); one fresh
+            // attempt tells that apart from Redis being down.
+            Err(e) if reused => {
+                tracing::debug!(error = %e, "idle blocking connection failed, reconnecting");
+                let mut fresh = self.blocking_conn().await?;
+                self.blpop_wake(&mut fresh, timeout).await
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn blocking_conn(&self) -> Result<MultiplexedConnection, BrokerError> {
+        let cfg = AsyncConnectionConfig::new().set_connection_timeout(Some(CONNECT_TIMEOUT));
+        self.client
+            .get_multiplexed_async_connection_with_config(&cfg)
+            .await
+            .map_err(redis_err)
+    }
+
+    async fn blpop_wake(
+        &self,
+        conn: &mut MultiplexedConnection,
+        timeout: Duration,
+    ) -> Result<(), BrokerError> {
+        conn.set_response_timeout(timeout + BLOCK_MARGIN);
+        let _token: Option<(String, String)> = redis::cmd("BLPOP")
+            .arg(self.keys().wake())
+            .arg(format!("{:.3}", timeout.as_secs_f64()))
+            .query_async(conn)
+            .await
+            .map_err(redis_err)?;
+        Ok(())
+    }
+}
