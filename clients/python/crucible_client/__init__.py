@@ -5,14 +5,9 @@ stream their rewards); ``returns`` has the multi-turn helpers; ``reward_fn`` the
 TRL reward functions.
 """
 
-from .client import (
-    DEFAULT_URL,
-    AsyncClient,
-    Client,
-    Submission,
-    make_rollout,
-    problem_ref,
-)
+from .aio import AsyncClient
+from .base import DEFAULT_URL, Submission, make_rollout, problem_ref
+from .client import Client
 from .errors import CrucibleError
 from .retry import RetryPolicy
 from .returns import DEFAULT_GAMMA, discounted_returns, stops_early

@@ -18,7 +18,8 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from crucible_client.client import DEFAULT_URL, Client, make_rollout
+from crucible_client.base import DEFAULT_URL, make_rollout
+from crucible_client.client import Client
 from crucible_client.types import Backend, EvalSettings, Profile, RolloutResult
 
 Score = float | dict[str, float]

@@ -1,0 +1,238 @@
+"""The asyncio client of the Crucible HTTP API: the same API as ``client.Client``; several
+batches are long-polled at once."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from .base import (
+    DEFAULT_TIMEOUT,
+    DEFAULT_URL,
+    MAX_RESULTS_PAGE,
+    ProblemLike,
+    Submission,
+    _Base,
+    _batch_ids,
+    _check_wait,
+    _deadline,
+    _evaluate_body,
+    _finished_view,
+    _headers,
+    _OK,
+    _poll_wait,
+    _read_timeout,
+    _rollout_batches,
+    _submission,
+)
+from .retry import DEFAULT_RETRY, RETRYABLE_ERRORS, RetryPolicy
+from .types import (
+    Backend,
+    EvalSettings,
+    Problem,
+    ProblemInfo,
+    Rollout,
+    RolloutResult,
+    TaskView,
+)
+
+
+class AsyncClient(_Base):
+    """The same API as ``Client`` for asyncio; several batches are long-polled at once."""
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        *,
+        token: str | None = None,
+        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        super().__init__(timeout, retry)
+        self._http = httpx.AsyncClient(
+            base_url=base_url,
+            timeout=self._timeout,
+            headers=_headers(headers, token),
+            transport=transport,
+        )
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+        wait_s: float = 0.0,
+        answers: frozenset[int] = _OK,
+    ) -> Any:
+        started = time.monotonic()
+        for attempt in itertools.count(1):
+            outcome: httpx.Response | Exception
+            try:
+                outcome = await self._http.request(
+                    method,
+                    path,
+                    params=params,
+                    json=json,
+                    timeout=_read_timeout(self._timeout, wait_s),
+                )
+            except RETRYABLE_ERRORS as e:
+                outcome = e
+            done, value = self._settle(outcome, answers, attempt, started)
+            if done:
+                return value
+            await asyncio.sleep(value)
+        raise AssertionError("unreachable: itertools.count never ends")
+
+    async def health(self) -> dict[str, Any]:
+        """See ``Client.health``."""
+        return await self._request("GET", "/health", answers=frozenset({200, 503}))
+
+    async def queue_status(self) -> dict[str, Any]:
+        """See ``Client.queue_status``."""
+        return await self._request("GET", "/queue/status")
+
+    async def problems(self) -> list[ProblemInfo]:
+        """See ``Client.problems``."""
+        return (await self._request("GET", "/problems"))["problems"]
+
+    async def problem(self, level: int, id: int) -> Problem:
+        """See ``Client.problem``."""
+        return await self._request("GET", f"/problems/{level}/{id}")
+
+    async def task(self, task_id: str, *, wait: float = 0.0) -> TaskView:
+        """See ``Client.task``."""
+        return await self._request(
+            "GET", f"/tasks/{task_id}", params={"wait": _check_wait(wait)}, wait_s=wait
+        )
+
+    async def evaluate(
+        self,
+        reference_code: str | None = None,
+        *,
+        kernel_code: str,
+        problem: ProblemLike | None = None,
+        backend: Backend = "triton",
+        wait: float = 30.0,
+        timeout: float | None = None,
+        **opts: Any,
+    ) -> TaskView:
+        """See ``Client.evaluate``."""
+        body = _evaluate_body(reference_code, kernel_code, problem, backend, opts)
+        deadline = _deadline(timeout)
+        first = _poll_wait(_check_wait(wait), deadline, "evaluation")
+        view = await self._request(
+            "POST", "/evaluate", params={"wait": first}, json=body, wait_s=first
+        )
+        while not _finished_view(view):
+            poll = _poll_wait(wait, deadline, f"task {view['task_id']}")
+            view = await self.task(view["task_id"], wait=poll)
+        return view
+
+    async def submit_rollouts(
+        self,
+        rollouts: Sequence[Rollout],
+        eval: EvalSettings | None = None,
+        idempotency_key: str | None = None,
+    ) -> Submission:
+        """See ``Client.submit_rollouts``."""
+        key = idempotency_key or str(uuid.uuid4())
+        answers = [
+            await self._request("POST", "/rollouts", json=body)
+            for body in _rollout_batches(rollouts, eval, key)
+        ]
+        return _submission(key, answers)
+
+    async def _results_page(
+        self, batch_id: str, after: int, wait: float, limit: int
+    ) -> dict[str, Any]:
+        return await self._request(
+            "GET",
+            f"/batches/{batch_id}/results",
+            params={"after": after, "wait": wait, "limit": limit},
+            wait_s=wait,
+        )
+
+    async def stream_results(
+        self,
+        batches: str | Submission | Iterable[str],
+        *,
+        wait: float = 30.0,
+        timeout: float | None = None,
+        limit: int = MAX_RESULTS_PAGE,
+    ) -> AsyncIterator[RolloutResult]:
+        """See ``Client.stream_results``; here every open batch is long-polled at once, so
+        results arrive in completion order across batches too."""
+        _check_wait(wait)
+        deadline = _deadline(timeout)
+        cursors = dict.fromkeys(_batch_ids(batches), 0)
+        polls: dict[asyncio.Task[dict[str, Any]], str] = {}
+
+        def poll(batch_id: str) -> None:
+            page = self._results_page(
+                batch_id,
+                cursors[batch_id],
+                _poll_wait(wait, deadline, f"batch {batch_id}"),
+                limit,
+            )
+            polls[asyncio.ensure_future(page)] = batch_id
+
+        for batch_id in cursors:
+            poll(batch_id)
+        try:
+            while polls:
+                finished, _ = await asyncio.wait(polls, return_when=asyncio.FIRST_COMPLETED)
+                for task in finished:
+                    batch_id = polls.pop(task)
+                    page = task.result()
+                    cursors[batch_id] = page["cursor"]
+                    for result in page["results"]:
+                        yield result
+                    if not page["done"]:
+                        poll(batch_id)
+        finally:
+            # A consumer that stops early (or a failed poll) leaves the others running.
+            for task in polls:
+                task.cancel()
+
+    async def wait_results(
+        self,
+        batches: str | Submission | Iterable[str],
+        *,
+        wait: float = 30.0,
+        timeout: float | None = None,
+    ) -> dict[str, RolloutResult]:
+        """See ``Client.wait_results``."""
+        return {r["id"]: r async for r in self.stream_results(batches, wait=wait, timeout=timeout)}
+
+    async def score_rollouts(
+        self,
+        rollouts: Sequence[Rollout],
+        eval: EvalSettings | None = None,
+        *,
+        idempotency_key: str | None = None,
+        wait: float = 30.0,
+        timeout: float | None = None,
+    ) -> list[RolloutResult]:
+        """See ``Client.score_rollouts``."""
+        submission = await self.submit_rollouts(rollouts, eval, idempotency_key)
+        results = await self.wait_results(submission, wait=wait, timeout=timeout)
+        return [results[r["id"]] for r in rollouts]
