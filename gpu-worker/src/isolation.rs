@@ -7,7 +7,7 @@
 //! Everything here runs between fork and exec, so it makes async-signal-safe system calls
 //! only (setsid, prctl, getppid, dup2, fcntl, setrlimit) and allocates nothing.
 
-use crate::config::ChildLimits;
+use crate::limits::ChildLimits;
 use nix::sys::resource::{Resource, setrlimit};
 
 /// A session and process group of its own, and death with the worker. PDEATHSIG follows the

@@ -1,12 +1,14 @@
 //! The harness's side of the result pipe (fd 3), parsed strictly: the child is untrusted, so
 //! anything off-protocol is a violation, never an instruction. See docs/harness-protocol.md.
 
-use crate::sandbox::selftest::SelftestReport;
 use crucible_shared::{
     DeviceInfo, Flag, RuntimeStats, SEVERITY_FLAG, SEVERITY_HACK, SEVERITY_REJECT, VerdictCode,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
+
+pub mod selftest;
+pub use selftest::{Identity, RunnerReport, SelftestReport, StatusFields};
 
 /// Software versions the harness reports (`torch`, `triton`, `cuda`, `python`); a value is
 /// null when that software is absent.
@@ -179,7 +181,7 @@ pub enum HarnessEvent {
     /// A layer of the sandbox plan could not be entered; the child exits as a fault of this
     /// node.
     SandboxFailed(SandboxFailure),
-    /// The start-up self-test's findings (`sandbox::selftest`).
+    /// The start-up self-test's findings (`crate::sandbox_selftest`).
     Selftest(Box<SelftestReport>),
 }
 

@@ -4,8 +4,8 @@
 //! watchdog's limits, obey cancellation, and kill the whole group (and the task's cgroup) at
 //! the end whatever happened.
 
-use crate::config::ChildLimits;
 use crate::isolation::{detach_from_worker, place_fd, task_rlimits};
+use crate::limits::ChildLimits;
 use crate::protocol::{MAX_LINE_BYTES, Stage, Transcript};
 use crate::sandbox::plan::RULESET_FD;
 use crate::sandbox::{ChildSandbox, verify};

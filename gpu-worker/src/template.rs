@@ -4,11 +4,11 @@
 //! directly spawned child (session, rlimits, environment, private dir, fds). See
 //! `harness/template.py` for the other side of the control socket.
 
-use crate::config::ChildLimits;
 use crate::harness::{
     HARNESS_FILE, HARNESS_MODULES, HARNESS_SOURCE, TEMPLATE_FILE, TEMPLATE_SOURCE,
 };
 use crate::isolation::{detach_from_worker, place_fd, template_rlimits};
+use crate::limits::ChildLimits;
 use crate::protocol::SoftwareReport;
 use crate::task_dir::TaskDir;
 use nix::sys::socket::{

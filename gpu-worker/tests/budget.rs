@@ -29,8 +29,7 @@ async fn a_task_whose_cpu_stage_took_most_of_its_timeout_gets_only_the_rest_on_t
     .unwrap();
     cfg.work_root = work.path().to_owned();
     cfg.cpu_threads = Some(1);
-    cfg.sandbox
-        .ready(&cfg, Launcher::Direct)
+    crucible_gpu_worker::sandbox_selftest::ready(&cfg, Launcher::Direct)
         .await
         .expect("the sandbox holds on the test machine");
 

@@ -83,8 +83,7 @@ async fn config(work: &Path, cache: &Path) -> WorkerConfig {
     cpu.device = DeviceSlot::Cpu {
         name: "test".into(),
     };
-    cpu.sandbox
-        .ready(&cpu, Launcher::Direct)
+    crucible_gpu_worker::sandbox_selftest::ready(&cpu, Launcher::Direct)
         .await
         .expect("the sandbox holds on the test machine");
     cfg

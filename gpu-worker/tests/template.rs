@@ -7,7 +7,7 @@ use crucible_gpu_worker::evaluation::run_evaluation;
 use crucible_gpu_worker::supervisor::Launcher;
 use crucible_gpu_worker::template::TemplateSlot;
 use crucible_gpu_worker::verdict::Classified;
-use crucible_gpu_worker::{DeviceSlot, WorkerConfig, evaluation::child_env};
+use crucible_gpu_worker::{DeviceSlot, WorkerConfig, stage::child_env};
 use crucible_shared::{EvaluateRequest, TaskSpec, VerdictCode};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -33,8 +33,7 @@ async fn config(work: &Path) -> WorkerConfig {
     .unwrap();
     cfg.work_root = work.to_owned();
     cfg.cpu_threads = Some(1);
-    cfg.sandbox
-        .ready(&cfg, Launcher::Direct)
+    crucible_gpu_worker::sandbox_selftest::ready(&cfg, Launcher::Direct)
         .await
         .expect("the sandbox holds on the test machine");
     cfg

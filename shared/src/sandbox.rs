@@ -1,7 +1,7 @@
 //! What a worker reports about the OS boundary around the code it runs: each sandbox layer,
 //! whether it is in force on that worker's host, and why not when it is not. The worker
 //! decides this at start from a self-test run through the real sandbox (gpu-worker's
-//! `sandbox::selftest`), not from configuration alone.
+//! `sandbox_selftest`), not from configuration alone.
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;

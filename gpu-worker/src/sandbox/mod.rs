@@ -14,9 +14,10 @@
 //! - [`seccomp`]: the filters, compiled here;
 //! - [`cgroup`]: a cgroup per task (limits, kill, OOM evidence) where the host allows;
 //! - [`plan`]: the plan the child enters, in spec.json;
-//! - [`selftest`]: the start-up proof: a child enters every layer and tries what each must
-//!   refuse; a layer that fails is dropped if optional, and the worker refuses to serve if it
-//!   was required;
+//! - the start-up proof, `crate::sandbox_selftest`: a child enters every layer and tries
+//!   what each must refuse; a layer that fails is dropped if optional, and the worker refuses
+//!   to serve if it was required. It runs a whole child, so it lives above this module and
+//!   hands its findings in through [`Sandbox::ready_with`];
 //! - [`verify`]: the worker's own check of a judge's identity and filters from /proc.
 
 pub mod cgroup;
@@ -26,17 +27,16 @@ pub mod landlock;
 pub mod paths;
 pub mod plan;
 pub mod seccomp;
-pub mod selftest;
 pub mod verify;
 
-use crate::config::WorkerConfig;
-use crate::template::Launcher;
+use crate::limits::ChildLimits;
 use base64::Engine;
 use cgroup::{Cgroups, TaskCgroup};
 use config::SandboxSettings;
 use crucible_shared::{LayerState, LayerStatus, SandboxLayer, SandboxStatus};
 use identity::{Identities, Identity, IdentityLease};
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
@@ -113,21 +113,19 @@ impl Sandbox {
         self.ready.get().map(|r| r.status.clone())
     }
 
-    /// The layers in force, finding them with the self-test on first use (`None`: off). An
-    /// error means the worker must not serve: a required layer is missing or the host could
-    /// not be examined.
-    pub async fn ready(
-        &self,
-        cfg: &WorkerConfig,
-        launcher: Launcher<'_>,
-    ) -> Result<Option<&Ready>, SandboxError> {
+    /// The layers in force (`None`: off), found by `establish` (the start-up self-test,
+    /// `crate::sandbox_selftest::ready`) on first use, at most once however many callers
+    /// race; later calls return what it found. An error means the worker must not serve: a
+    /// required layer is missing or the host could not be examined (a later call tries again).
+    pub async fn ready_with<F, Fut>(&self, establish: F) -> Result<Option<&Ready>, SandboxError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Ready, SandboxError>>,
+    {
         if !self.settings.enabled {
             return Ok(None);
         }
-        self.ready
-            .get_or_try_init(|| selftest::establish(cfg, &self.settings, launcher))
-            .await
-            .map(Some)
+        self.ready.get_or_try_init(establish).await.map(Some)
     }
 
     /// Removes what the sandbox made on the host for this worker (its cgroup directories);
@@ -135,23 +133,6 @@ impl Sandbox {
     pub fn release(&self) {
         if let Some(cgroups) = self.ready.get().and_then(|r| r.host.cgroups()) {
             cgroups.remove();
-        }
-    }
-
-    /// The sandbox of one child whose directory is `task_dir` (`None` when off).
-    pub async fn for_child(
-        &self,
-        cfg: &WorkerConfig,
-        launcher: Launcher<'_>,
-        task_dir: &Path,
-        label: &str,
-    ) -> Result<Option<ChildSandbox>, SandboxError> {
-        match self.ready(cfg, launcher).await? {
-            None => Ok(None),
-            Some(ready) => ready
-                .host
-                .child(&ready.active, cfg, task_dir, label)
-                .map(Some),
         }
     }
 }
@@ -164,6 +145,9 @@ pub struct Host {
     /// Directories every child may read: the system, the Python, the CUDA toolkit.
     read_only: Vec<PathBuf>,
     devices: Vec<PathBuf>,
+    /// The sizes of a child's private /dev/shm and /tmp (from the settings).
+    shm_bytes: u64,
+    tmp_bytes: u64,
     judge_programs: Vec<String>,
     runner_programs_netns: Vec<String>,
     runner_programs_no_netns: Vec<String>,
@@ -179,10 +163,12 @@ fn b64(programs: Vec<Vec<u8>>) -> Vec<String> {
 }
 
 impl Host {
-    /// Examines the host: users, cgroups, the Python's directories, Landlock and seccomp.
+    /// Examines the host: users, cgroups, the directories of `python` (the children's
+    /// interpreter), Landlock and seccomp; `gpu`: children get the GPU's device files.
     pub async fn detect(
         settings: &SandboxSettings,
-        cfg: &WorkerConfig,
+        python: &Path,
+        gpu: bool,
     ) -> Result<Host, SandboxError> {
         let root = nix::unistd::geteuid().is_root();
         let identities = if root {
@@ -207,10 +193,10 @@ impl Host {
         }
         let mut read_only: Vec<PathBuf> =
             paths::SYSTEM_READ_ONLY.iter().map(PathBuf::from).collect();
-        read_only.extend(paths::python_dirs(&cfg.python).await?);
+        read_only.extend(paths::python_dirs(python).await?);
         read_only.extend(paths::toolchain_dirs(|k| std::env::var(k).ok()));
         let mut devices: Vec<PathBuf> = paths::COMMON_DEVICES.iter().map(PathBuf::from).collect();
-        if cfg.device.index().is_some() {
+        if gpu {
             devices.extend(paths::gpu_devices());
         }
         Ok(Host {
@@ -218,6 +204,8 @@ impl Host {
             cgroups,
             read_only: paths::existing_dirs(read_only),
             devices,
+            shm_bytes: settings.shm_bytes,
+            tmp_bytes: settings.tmp_bytes,
             judge_programs: b64(seccomp::judge_programs()?),
             runner_programs_netns: b64(seccomp::runner_programs(true)?),
             runner_programs_no_netns: b64(seccomp::runner_programs(false)?),
@@ -233,12 +221,12 @@ impl Host {
         self.cgroups.as_ref()
     }
 
-    /// The sandbox of one child with `active` layers: its identity, cgroup, ruleset and plan;
-    /// the task directory is handed to the child's user.
+    /// The sandbox of one child with `active` layers under `limits`: its identity, cgroup,
+    /// ruleset and plan; the task directory is handed to the child's user.
     pub fn child(
         &self,
         active: &BTreeSet<SandboxLayer>,
-        cfg: &WorkerConfig,
+        limits: &ChildLimits,
         task_dir: &Path,
         label: &str,
     ) -> Result<ChildSandbox, SandboxError> {
@@ -252,9 +240,9 @@ impl Host {
         let cgroup = match (&self.cgroups, on(SandboxLayer::Cgroup)) {
             (Some(cgroups), true) => Some(cgroups.for_task(
                 &format!("{label}-{}", uuid::Uuid::new_v4().simple()),
-                cfg.limits.max_memory_bytes.saturating_mul(5) / 4,
+                limits.max_memory_bytes.saturating_mul(5) / 4,
                 // Threads count: a task's torch and CUDA start dozens.
-                cfg.limits.max_processes.saturating_mul(8).max(1024),
+                limits.max_processes.saturating_mul(8).max(1024),
             )?),
             _ => None,
         };
@@ -264,8 +252,8 @@ impl Host {
                 task_dir,
                 &self.read_only,
                 |p| paths::traversable_by(p, uid, gid),
-                cfg.sandbox.settings().shm_bytes,
-                cfg.sandbox.settings().tmp_bytes,
+                self.shm_bytes,
+                self.tmp_bytes,
             )
         } else {
             Vec::new()

@@ -59,7 +59,7 @@ impl Worker {
     /// time, so the device stage is exclusive while the CPU stages of the next tasks overlap
     /// with it.
     ///
-    /// Before its first claim it proves its sandbox (`sandbox::selftest`); without the layers
+    /// Before its first claim it proves its sandbox (`crate::sandbox_selftest`); without the layers
     /// it requires it registers as unhealthy, deregisters and returns the reason.
     pub async fn run(
         self: Arc<Self>,
@@ -88,7 +88,7 @@ impl Worker {
             let launcher = template
                 .as_deref()
                 .map_or(Launcher::Direct, Launcher::Template);
-            if let Err(e) = self.cfg.sandbox.ready(&self.cfg, launcher).await {
+            if let Err(e) = crate::sandbox_selftest::ready(&self.cfg, launcher).await {
                 tracing::error!(worker_id = %self.id, error = %e, "refusing to serve: the sandbox is not in place");
                 registry.abort();
                 self.set(WorkerState::Unhealthy, None);

@@ -4,15 +4,19 @@
 //! port and keeps a canary file the child must not reach. The answer decides each layer:
 //! a layer the host refuses, or that does not stop its probe, is dropped when it is optional
 //! and makes the worker refuse to serve when it is required.
+//!
+//! It sits above the sandbox, the stage directory and the supervisor (it runs a whole child),
+//! so the sandbox does not run it: [`ready`] hands [`establish`] to the sandbox's lazy
+//! initialisation, and every path that starts a child goes through [`ready`] first.
 
-use super::config::SandboxSettings;
-use super::{Host, Ready, SandboxError};
 use crate::config::WorkerConfig;
-use crate::evaluation::{child_env, harness_child, stage_dir};
+use crate::protocol::SelftestReport;
+use crate::sandbox::config::SandboxSettings;
+use crate::sandbox::{Host, Ready, SandboxError, landlock};
+use crate::stage::{child_env, harness_child, stage_dir};
 use crate::supervisor::run_child;
 use crate::template::Launcher;
 use crucible_shared::{LayerState, LayerStatus, SandboxLayer, SandboxStatus};
-use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Instant;
@@ -24,49 +28,6 @@ const MAX_ROUNDS: usize = SandboxLayer::ALL.len() + 1;
 const CANARY_DIR: &str = "/var/tmp";
 /// Long enough for a child started without a template to import torch and start CUDA.
 const SELFTEST_DEADLINE: std::time::Duration = std::time::Duration::from_secs(180);
-
-/// `/proc/<pid>/status` fields as the harness reports them.
-pub type StatusFields = BTreeMap<String, Vec<String>>;
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Identity {
-    pub pid: i64,
-    pub status: StatusFields,
-}
-
-/// What the runner's probes found (each attempt: `ok` or the errno's name).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RunnerReport {
-    pub pid: i64,
-    pub status: StatusFields,
-    pub ppid: i64,
-    #[serde(default)]
-    pub tcp_worker: Option<String>,
-    pub tcp_socket: String,
-    #[serde(default)]
-    pub read_canary: Option<String>,
-    #[serde(default)]
-    pub write_outside: Option<String>,
-    pub visible_pids: Vec<i64>,
-    pub kill_all: String,
-    pub ptrace_judge: String,
-    pub unshare_user: String,
-    pub sigkill: String,
-    pub cgroup: String,
-    pub mounts: BTreeMap<String, String>,
-    #[serde(default)]
-    pub ipc_sum: Option<f64>,
-}
-
-/// The `selftest` line of the harness.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SelftestReport {
-    pub runner: RunnerReport,
-    pub judge: Identity,
-}
 
 /// What the worker set up to be found, and what it expects of the child.
 pub struct Targets {
@@ -160,7 +121,7 @@ pub fn judge_layers(
                 if read == "EACCES" && write != "ok" {
                     Ok(format!(
                         "ABI {}: a file outside the task ({read}), writing beside it ({write})",
-                        super::landlock::TARGET_ABI as i32
+                        landlock::TARGET_ABI as i32
                     ))
                 } else {
                     Err(format!(
@@ -198,6 +159,18 @@ pub fn judge_layers(
     out
 }
 
+/// The layers in force in `cfg`'s sandbox, finding them with [`establish`] on first use
+/// (`None`: off); later calls return what the first found. An error means the worker must not
+/// serve: a required layer is missing or the host could not be examined.
+pub async fn ready<'c>(
+    cfg: &'c WorkerConfig,
+    launcher: Launcher<'_>,
+) -> Result<Option<&'c Ready>, SandboxError> {
+    cfg.sandbox
+        .ready_with(|| establish(cfg, cfg.sandbox.settings(), launcher))
+        .await
+}
+
 /// Finds the layers in force: detects the host, then runs self-tests until every layer that
 /// is left holds (see the module documentation).
 pub async fn establish(
@@ -206,7 +179,7 @@ pub async fn establish(
     launcher: Launcher<'_>,
 ) -> Result<Ready, SandboxError> {
     let started = Instant::now();
-    let host = Host::detect(settings, cfg).await?;
+    let host = Host::detect(settings, &cfg.python, cfg.device.index().is_some()).await?;
     let mut notes: BTreeMap<SandboxLayer, String> = host.unavailable.clone();
     let required = &settings.required;
     let refuse = |layer: SandboxLayer, why: &str| SandboxError::Refused {
@@ -383,7 +356,7 @@ async fn run_selftest(
         cfg,
         "selftest",
         |_| Ok(spec),
-        |path| host.child(active, cfg, path, "selftest").map(Some),
+        |path| host.child(active, &cfg.limits, path, "selftest").map(Some),
     )
     .map_err(|e| SandboxError::Selftest(format!("self-test directory: {e}")))?;
     if let Some(child) = &stage.sandbox {
@@ -422,6 +395,7 @@ async fn run_selftest(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::{Identity, RunnerReport, StatusFields};
 
     fn report() -> SelftestReport {
         let status = |uid: &str| -> StatusFields {
