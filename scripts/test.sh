@@ -23,7 +23,7 @@ fi
 "$CRUCIBLE_PYTHON" tests/harness/check_screening.py
 "$CRUCIBLE_PYTHON" tests/harness/check_spec.py
 # No source file over 600 lines, no import circle between a crate's files.
-python3 scripts/check_layout.py
+"$CRUCIBLE_PYTHON" scripts/check_layout.py
 # The harness modules' layering: no module imports one above it, judge and runner apart.
 "$CRUCIBLE_PYTHON" tests/harness/check_layers.py
 # The Python client against a live `crucible up` (the debug binary built above).

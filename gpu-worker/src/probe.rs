@@ -32,6 +32,8 @@ pub fn run_probe(ordinal: usize) -> ProbeReport {
     }
 }
 
+// FFI: loading the CUDA libraries and launching the probe kernel are `unsafe` in cudarc.
+#[allow(unsafe_code)]
 fn probe(ordinal: usize) -> Result<String, String> {
     use cudarc::driver::{CudaContext, LaunchConfig, PushKernelArg};
     // CudaContext::new panics instead of failing when libcuda is missing.

@@ -4,7 +4,7 @@
 //! watchdog's limits, obey cancellation, and kill the whole group (and the task's cgroup) at
 //! the end whatever happened.
 
-use crate::isolation::{detach_from_worker, place_fd, task_rlimits};
+use crate::isolation::{self, ChildStart, StartLimits};
 use crate::limits::ChildLimits;
 use crate::protocol::{MAX_LINE_BYTES, Stage, Transcript};
 use crate::sandbox::plan::RULESET_FD;
@@ -393,26 +393,17 @@ fn spawn(
         .stdout(Stdio::from(stdout))
         .stderr(Stdio::from(stderr))
         .kill_on_drop(true);
-    let pipe_fd = result_pipe.as_raw_fd();
-    let gate_fd = gate.map(|g| g.as_raw_fd());
-    let ruleset_fd = ruleset.map(|r| r.as_raw_fd());
-    let limits = spec.limits.clone();
-    let parent = std::process::id() as i32;
-    // SAFETY: the closure runs in the forked child before exec and only makes
-    // async-signal-safe system calls (setsid, prctl, getppid, dup2, fcntl, setrlimit).
-    unsafe {
-        cmd.pre_exec(move || {
-            detach_from_worker(parent)?;
-            place_fd(pipe_fd, 3)?;
-            if let Some(fd) = gate_fd {
-                place_fd(fd, 4)?;
-            }
-            if let Some(fd) = ruleset_fd {
-                place_fd(fd, RULESET_FD)?;
-            }
-            task_rlimits(&limits)
-        });
-    }
+    let mut fds = vec![(result_pipe.as_raw_fd(), 3)];
+    fds.extend(gate.map(|g| (g.as_raw_fd(), 4)));
+    fds.extend(ruleset.map(|r| (r.as_raw_fd(), RULESET_FD)));
+    isolation::arrange(
+        &mut cmd,
+        ChildStart {
+            parent: std::process::id() as i32,
+            fds,
+            limits: StartLimits::Task(spec.limits.clone()),
+        },
+    );
     cmd.spawn()
 }
 

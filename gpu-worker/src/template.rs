@@ -7,7 +7,7 @@
 use crate::harness::{
     HARNESS_FILE, HARNESS_MODULES, HARNESS_SOURCE, TEMPLATE_FILE, TEMPLATE_SOURCE,
 };
-use crate::isolation::{detach_from_worker, place_fd, template_rlimits};
+use crate::isolation::{self, ChildStart, StartLimits};
 use crate::limits::ChildLimits;
 use crate::protocol::SoftwareReport;
 use crate::task_dir::TaskDir;
@@ -132,19 +132,17 @@ impl Template {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .kill_on_drop(true);
-        let theirs_fd = theirs.as_raw_fd();
-        let max_open_files = limits.max_open_files;
-        let parent = std::process::id() as i32;
-        // SAFETY: only async-signal-safe calls between fork and exec (setsid, prctl, getppid,
-        // dup2, fcntl, setrlimit).
-        unsafe {
-            cmd.pre_exec(move || {
-                // The template dies with the worker, and its children die with it.
-                detach_from_worker(parent)?;
-                place_fd(theirs_fd, CONTROL_FD)?;
-                template_rlimits(max_open_files)
-            });
-        }
+        // The template dies with the worker, and its children die with it.
+        isolation::arrange(
+            &mut cmd,
+            ChildStart {
+                parent: std::process::id() as i32,
+                fds: vec![(theirs.as_raw_fd(), CONTROL_FD)],
+                limits: StartLimits::Template {
+                    max_open_files: limits.max_open_files,
+                },
+            },
+        );
         let process = cmd.spawn()?;
         drop(theirs);
 

@@ -236,6 +236,7 @@ pub fn runner_programs(network_namespace: bool) -> Result<Vec<Vec<u8>>, SandboxE
 }
 
 /// Whether this kernel has seccomp filters (an error says why not).
+#[allow(unsafe_code)] // prctl(PR_GET_SECCOMP), which neither nix nor seccompiler wraps
 pub fn available() -> Result<(), SandboxError> {
     // SAFETY: prctl(PR_GET_SECCOMP) takes no pointers.
     let mode = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) };
@@ -248,6 +249,8 @@ pub fn available() -> Result<(), SandboxError> {
     Ok(())
 }
 
+// The tests fork and make raw system calls to see what the filters refuse.
+#[allow(unsafe_code)]
 #[cfg(test)]
 mod tests {
     use super::*;
