@@ -3,7 +3,7 @@
 //! functions, so each is tested without a server.
 
 use crate::error::ApiError;
-use crate::request::Bounds;
+use crate::bounds::Bounds;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
