@@ -128,4 +128,3 @@ pub(crate) fn max_speedup_schema() -> utoipa::openapi::Object {
         "A speedup above this is flagged `implausible-speedup` (not trusted silently).",
     )
 }
-

@@ -24,9 +24,7 @@ pub use config::{BrokerConfig, ConfigError};
 pub use error::{ApiError, ApiErrorCode};
 pub use ids::{BatchId, LeaseToken, TaskId, TenantId, WorkerId};
 pub use problem::{Problem, ProblemInfo, ProblemList, ProblemRef, problem_hash};
-pub use request::{
-    Backend, BatchRequest, EvaluateRequest, Priority, ScreeningAction, TaskSpec,
-};
+pub use request::{Backend, BatchRequest, EvaluateRequest, Priority, ScreeningAction, TaskSpec};
 pub use sandbox::{LayerState, LayerStatus, SandboxLayer, SandboxStatus};
 pub use status::{BatchStatus, HealthStatus, QueueStatus, StatusCounts};
 pub use task::{
