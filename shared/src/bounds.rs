@@ -1,6 +1,7 @@
 //! The one place each request field's default and bounds are written: serde's defaults, the
-//! OpenAPI schemas and validation (`request`, `rollout`, `tenant`) all read them from here, so
-//! the three cannot drift apart.
+//! OpenAPI schemas and validation (`request`; `rollout` for its idempotency key) all read them
+//! from here, so the three cannot drift apart. Other wire types write their own bounds with
+//! [`Bounds`] too (a tenant's `weight`).
 
 use serde::Serialize;
 
