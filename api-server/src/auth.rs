@@ -32,6 +32,8 @@ pub const MIN_ADMIN_TOKEN_BYTES: usize = 32;
 /// Tenant tokens start with this, so secret scanners and people recognise them.
 pub const TOKEN_PREFIX: &str = "crt_";
 
+/// Whether `path` is served without a token: [`PUBLIC_PATHS`] and everything under
+/// [`DOCS_PATH`].
 pub fn is_public(path: &str) -> bool {
     PUBLIC_PATHS.contains(&path)
         || path
@@ -39,23 +41,35 @@ pub fn is_public(path: &str) -> bool {
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
+/// Whether requests must carry a token (`CRUCIBLE_AUTH`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AuthMode {
+    /// Every caller is the admin: a single user on a loopback address.
     Off,
+    /// Every path but the public ones needs a tenant's or the admin's token.
     Required,
 }
 
+/// A configuration the server refuses to start with, rather than serve open or with a
+/// guessable admin token.
 #[derive(Debug, PartialEq, thiserror::Error)]
 pub enum AuthConfigError {
+    /// `CRUCIBLE_AUTH` is neither `off` nor `required`.
     #[error("CRUCIBLE_AUTH={0:?}: expected `off` or `required`")]
     BadMode(String),
+    /// Authentication required on a non-loopback address, but no admin token to create
+    /// tenants with: nobody could use the server.
     #[error(
         "refusing to serve {addr} with CRUCIBLE_AUTH=required and no CRUCIBLE_ADMIN_TOKEN: set \
          CRUCIBLE_ADMIN_TOKEN to a secret of at least {MIN_ADMIN_TOKEN_BYTES} characters (e.g. \
          `openssl rand -hex 32`) to create tenants with, bind a loopback address, or set \
          CRUCIBLE_AUTH=off to serve without authentication"
     )]
-    NoAdminToken { addr: SocketAddr },
+    NoAdminToken {
+        /// The address bound.
+        addr: SocketAddr,
+    },
+    /// An admin token shorter than [`MIN_ADMIN_TOKEN_BYTES`] (its length is given).
     #[error(
         "CRUCIBLE_ADMIN_TOKEN has {0} characters; it needs at least {MIN_ADMIN_TOKEN_BYTES} \
          (e.g. `openssl rand -hex 32`)"
@@ -115,10 +129,12 @@ impl Auth {
         })
     }
 
+    /// [`Auth::from_lookup`] on this process's environment.
     pub fn from_env(addr: SocketAddr) -> Result<Self, AuthConfigError> {
         Self::from_lookup(addr, |k| std::env::var(k).ok())
     }
 
+    /// Whether requests need a token.
     pub fn mode(&self) -> AuthMode {
         self.mode
     }
@@ -212,6 +228,7 @@ pub fn token_sha256(token: &str) -> String {
 /// Who a request acts for.
 #[derive(Debug, Clone)]
 pub struct Caller {
+    /// The tenant its submissions belong to (the built-in one for the admin).
     pub tenant: Tenant,
     /// The admin token (or authentication off): admin endpoints, every tenant's tasks and
     /// counts. Its own submissions belong to the built-in tenant.
@@ -219,6 +236,7 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// The admin: the admin token, or any request when authentication is off.
     pub fn admin() -> Self {
         Self {
             tenant: Tenant::builtin(),
@@ -226,6 +244,7 @@ impl Caller {
         }
     }
 
+    /// The tenant its submissions are recorded under.
     pub fn tenant_id(&self) -> &TenantId {
         &self.tenant.id
     }
@@ -235,6 +254,7 @@ impl Caller {
         self.admin || owner == Some(&self.tenant.id)
     }
 
+    /// 403 unless the caller is the admin: the guard of every admin endpoint.
     pub fn require_admin(&self) -> Result<(), HttpError> {
         if self.admin {
             return Ok(());

@@ -11,11 +11,14 @@ use prometheus::{
 };
 use std::time::Instant;
 
+/// This replica's Prometheus registry and the metrics in it, rendered at `GET /metrics`.
 pub struct Metrics {
     registry: Registry,
     http_requests: IntCounterVec,
     http_duration: HistogramVec,
+    /// Tasks accepted by this replica, by backend and priority; the submit handlers count them.
     pub submitted: IntCounterVec,
+    /// Rollouts accepted by this replica (`POST /rollouts`).
     pub rollouts_submitted: IntCounter,
     queue_depth: IntGaugeVec,
     running: IntGauge,
@@ -33,6 +36,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Every metric registered, at zero.
     pub fn new() -> Self {
         let registry = Registry::new();
         let http_requests = IntCounterVec::new(
@@ -196,6 +200,8 @@ impl Metrics {
         }
     }
 
+    /// The registry in Prometheus' text format; call [`Metrics::observe_broker`] first, or the
+    /// broker-derived gauges show the previous scrape's figures.
     pub fn render(&self) -> String {
         let mut buf = Vec::new();
         TextEncoder::new()

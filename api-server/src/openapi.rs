@@ -74,6 +74,8 @@ pub const BEARER_SCHEME: &str = "bearer";
     )),
     tags((name = "tasks", description = "Submit, follow and cancel evaluations"), (name = "rollouts", description = "Model completions in, rewards and next-turn feedback out"), (name = "problems", description = "The problem registry requests may name by level and id"), (name = "status", description = "Workers, queue, health, metrics"), (name = "admin", description = "Tenants and their tokens (admin token only)"))
 )]
+/// The OpenAPI document of every route and schema, derived from the handlers' annotations
+/// and the wire types' doc comments.
 pub struct ApiDoc;
 
 /// The document with its bearer scheme: every path but [`PUBLIC_PATHS`] requires it and

@@ -8,26 +8,41 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// Why the problem registry could not be loaded; the server does not start with a registry
+/// it cannot read whole.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
+    /// A file or directory could not be read (or a problem file is too large).
     #[error("reading {path}: {source}")]
     Io {
+        /// The file or directory.
         path: PathBuf,
+        /// What reading it failed with.
         source: std::io::Error,
     },
+    /// A JSONL line that is not a valid problem.
     #[error("{path} line {line}: {message}")]
     Line {
+        /// The JSONL file.
         path: PathBuf,
+        /// Its line number, from 1.
         line: usize,
+        /// What is wrong with the line.
         message: String,
     },
+    /// Two sources claim the same `{level, id}`.
     #[error("{first} and {second} are both level {level} problem {id}")]
     Duplicate {
+        /// The level both claim.
         level: u32,
+        /// The id both claim.
         id: u32,
+        /// Where the problem was first found (file, or file and line).
         first: String,
+        /// Where it was found again.
         second: String,
     },
+    /// The path holds no problem at all: most likely the wrong directory.
     #[error("{0}: no problems found (a KernelBench checkout has level1/19_ReLU.py and so on)")]
     Empty(PathBuf),
 }
@@ -142,14 +157,17 @@ impl ProblemRegistry {
         Ok(())
     }
 
+    /// How many problems are registered.
     pub fn len(&self) -> usize {
         self.problems.len()
     }
 
+    /// True when none was configured: requests must then send `reference_code`.
     pub fn is_empty(&self) -> bool {
         self.problems.is_empty()
     }
 
+    /// The problem a request names, if registered.
     pub fn get(&self, key: ProblemRef) -> Option<&Problem> {
         self.problems.get(&key).map(|(p, _)| p)
     }

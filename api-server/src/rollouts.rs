@@ -44,11 +44,16 @@ const RECORDS_TTL_FACTOR: u32 = 2;
 /// problem resolved, its completion parsed, its weights settled. `requests[k]` is the
 /// evaluation of the rollout `evaluated[k]` names; rollouts without a kernel have none.
 pub struct RolloutPlan {
+    /// One per rollout, in the batch's order: what scores it once its evaluation is done.
     pub records: Vec<RolloutRecord>,
+    /// The evaluations to submit, one per rollout with a kernel.
     pub requests: Vec<EvaluateRequest>,
+    /// For each of `requests`, the index of its rollout in `records`.
     pub evaluated: Vec<usize>,
 }
 
+/// Validates a rollout batch and turns it into its [`RolloutPlan`], before anything is
+/// submitted: an error names the offending rollout (`rollouts[3].problem`).
 pub fn plan(
     batch: &RolloutBatchRequest,
     problems: &ProblemRegistry,
@@ -171,6 +176,7 @@ pub async fn submit_rollouts(
     Ok((StatusCode::ACCEPTED, Json(answer(batch_id, false))))
 }
 
+/// Query of `GET /batches/{id}/results`.
 #[derive(Debug, Deserialize, IntoParams)]
 pub struct ResultsQuery {
     /// The `cursor` of the previous page (0, the default, for the first).

@@ -19,6 +19,8 @@ pub const BATCH_BODY_LIMIT: usize = 64 << 20;
 /// Longest time one request may take.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(90);
 
+/// The whole API: every route under its body limit, `/openapi.json` and `/docs`, behind
+/// authentication, the request timeout, tracing and metrics.
 pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .route(

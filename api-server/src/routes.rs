@@ -89,9 +89,13 @@ pub async fn evaluate(
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 
+/// Answer to `POST /evaluate/batch`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct BatchSubmitResponse {
+    /// Follow the batch with `GET /batches/{id}`.
     pub batch_id: BatchId,
+    /// One per submitted task, in the order of `tasks` (a deduplicated or coalesced task
+    /// gives the id of the earlier task).
     pub task_ids: Vec<TaskId>,
 }
 
@@ -166,9 +170,12 @@ pub async fn get_task(
         .ok_or_else(|| ApiError::not_found(format!("task {id}")).into())
 }
 
+/// Answer to `DELETE /tasks/{id}` when the task was cancelled.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct CancelResponse {
+    /// The cancelled task.
     pub task_id: TaskId,
+    /// Its status now: always `cancelled`.
     pub status: TaskStatus,
     /// The status the task had when it was cancelled.
     pub was: TaskStatus,
@@ -209,6 +216,7 @@ pub async fn cancel_task(
     }
 }
 
+/// Query of `GET /batches/{id}`.
 #[derive(Debug, Deserialize, IntoParams)]
 pub struct BatchQuery {
     /// `tasks` to include every task with its result.
@@ -290,9 +298,12 @@ pub async fn get_problem(
         .ok_or_else(|| missing().into())
 }
 
+/// Answer to `GET /workers/status`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct WorkersResponse {
+    /// Every registered worker, `lost` ones included.
     pub workers: Vec<WorkerInfo>,
+    /// How many there are.
     pub total: usize,
     /// Workers with a recent heartbeat (not `lost`).
     pub alive: usize,

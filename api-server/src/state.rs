@@ -7,9 +7,12 @@ use crate::problems::ProblemRegistry;
 use crucible_task_manager::Broker;
 use std::sync::Arc;
 
+/// The handles every handler gets (cloned per request: all behind `Arc`).
 #[derive(Clone)]
 pub struct AppState {
+    /// The task queue: every read and write of tasks, batches, workers and tenants.
     pub broker: Arc<dyn Broker>,
+    /// This replica's metrics.
     pub metrics: Arc<Metrics>,
     /// Problems requests may name by level and id; empty when none was configured.
     pub problems: Arc<ProblemRegistry>,
@@ -18,6 +21,7 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// State with fresh metrics and no problem registry.
     pub fn new(broker: Arc<dyn Broker>, auth: Auth) -> Self {
         Self {
             broker,
@@ -27,6 +31,7 @@ impl AppState {
         }
     }
 
+    /// The same state serving this problem registry.
     pub fn with_problems(mut self, problems: ProblemRegistry) -> Self {
         self.problems = Arc::new(problems);
         self

@@ -163,6 +163,7 @@ pub struct Remote {
 }
 
 impl Remote {
+    /// A client of that service, carrying the token when one is given.
     pub fn client(self) -> Client {
         Client::new(self.url).with_token(self.token)
     }

@@ -2,6 +2,7 @@
 //! queue views, tenants, problems, rollouts and rewards (all serde + utoipa schemas), the API error codes with their one HTTP mapping,
 //! request validation and configuration parsing. Nothing here does I/O.
 
+pub mod bounds;
 pub mod config;
 pub mod error;
 pub mod ids;
@@ -15,14 +16,15 @@ pub mod task;
 pub mod tenant;
 pub mod worker;
 
+pub use bounds::{
+    Bounds, CORRECT_TRIALS, MAX_BATCH_TASKS, MAX_CODE_BYTES, MAX_IDEMPOTENCY_KEY_BYTES,
+    MAX_SCREENING_RULES, MAX_SPEEDUP, PERF_TRIALS, TIMEOUT_S, TOLERANCE,
+};
 pub use config::{BrokerConfig, ConfigError};
 pub use error::{ApiError, ApiErrorCode};
 pub use ids::{BatchId, LeaseToken, TaskId, TenantId, WorkerId};
 pub use problem::{Problem, ProblemInfo, ProblemList, ProblemRef, problem_hash};
-pub use request::{
-    Backend, BatchRequest, EvaluateRequest, MAX_BATCH_TASKS, MAX_CODE_BYTES, Priority,
-    ScreeningAction, TaskSpec,
-};
+pub use request::{Backend, BatchRequest, EvaluateRequest, Priority, ScreeningAction, TaskSpec};
 pub use sandbox::{LayerState, LayerStatus, SandboxLayer, SandboxStatus};
 pub use status::{BatchStatus, HealthStatus, QueueStatus, StatusCounts};
 pub use task::{

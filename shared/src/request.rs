@@ -1,18 +1,18 @@
-//! What a client asks for, its defaults and its validation (pure functions, so every bound is
-//! tested without a server).
+//! What a client asks for and its validation (pure functions, so every bound is tested without
+//! a server); the defaults and bounds themselves are in `bounds`.
 
+use crate::bounds::{
+    Bounds, CORRECT_TRIALS, MAX_BATCH_TASKS, MAX_CODE_BYTES, MAX_IDEMPOTENCY_KEY_BYTES,
+    MAX_SCREENING_RULES, MAX_SPEEDUP, PERF_TRIALS, TIMEOUT_S, TOLERANCE, atol_schema,
+    correct_trials_schema, default_correct_trials, default_false, default_max_speedup,
+    default_perf_trials, default_timeout_s, default_tolerance, default_true, max_speedup_schema,
+    perf_trials_schema, rtol_schema, timeout_s_schema,
+};
 use crate::error::ApiError;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use utoipa::ToSchema;
-
-/// Largest accepted `reference_code` or `kernel_code`, in bytes.
-pub const MAX_CODE_BYTES: usize = 256 * 1024;
-/// Most tasks in one `POST /evaluate/batch`.
-pub const MAX_BATCH_TASKS: usize = 1000;
-/// Longest `idempotency_key`.
-pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 256;
 
 /// How the candidate implements its kernels.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
@@ -26,6 +26,7 @@ pub enum Backend {
 }
 
 impl Backend {
+    /// The wire name (`triton`, `cuda`), also what the result cache key hashes.
     pub fn as_str(self) -> &'static str {
         match self {
             Backend::Triton => "triton",
@@ -51,15 +52,20 @@ impl Backend {
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Priority {
+    /// Bulk work: served after the others, but never starved.
     Low,
+    /// What a request gets when it names none.
     #[default]
     Normal,
+    /// Served first.
     High,
 }
 
 impl Priority {
+    /// Every priority, highest first: the order claims try the queues in.
     pub const ALL: [Priority; 3] = [Priority::High, Priority::Normal, Priority::Low];
 
+    /// The wire name, also the name stored in Redis.
     pub fn as_str(self) -> &'static str {
         match self {
             Priority::Low => "low",
@@ -68,6 +74,7 @@ impl Priority {
         }
     }
 
+    /// The inverse of [`Priority::as_str`]; `None` for any other name.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "low" => Some(Priority::Low),
@@ -76,117 +83,6 @@ impl Priority {
             _ => None,
         }
     }
-}
-
-/// A numeric field's default and inclusive bounds: the one place they are written. Serde's
-/// default, the OpenAPI schema ([`Bounds::schema`]) and [`EvaluateRequest::validate`] all
-/// read them from here.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Bounds<T> {
-    pub default: T,
-    pub min: T,
-    pub max: T,
-}
-
-/// `num_correct_trials`.
-pub const CORRECT_TRIALS: Bounds<u32> = Bounds {
-    default: 5,
-    min: 1,
-    max: 20,
-};
-/// `num_perf_trials`.
-pub const PERF_TRIALS: Bounds<u32> = Bounds {
-    default: 100,
-    min: 1,
-    max: 1000,
-};
-/// `timeout_s`.
-pub const TIMEOUT_S: Bounds<u32> = Bounds {
-    default: 300,
-    min: 10,
-    max: 3600,
-};
-/// `atol` and `rtol`.
-pub const TOLERANCE: Bounds<f64> = Bounds {
-    default: 1e-2,
-    min: 0.0,
-    max: 1e3,
-};
-/// `max_speedup`.
-pub const MAX_SPEEDUP: Bounds<f64> = Bounds {
-    default: 10.0,
-    min: 1.0,
-    max: 1e9,
-};
-
-impl<T: Copy + Into<f64> + Serialize> Bounds<T> {
-    /// The OpenAPI schema of a field with these bounds (utoipa's `minimum`/`maximum` take only
-    /// literals, hence a builder instead of `#[schema(...)]`).
-    pub fn schema(&self, integer: bool, description: &str) -> utoipa::openapi::Object {
-        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, SchemaType, Type};
-        let (ty, format) = if integer {
-            (Type::Integer, KnownFormat::Int32)
-        } else {
-            (Type::Number, KnownFormat::Double)
-        };
-        ObjectBuilder::new()
-            .schema_type(SchemaType::Type(ty))
-            .format(Some(SchemaFormat::KnownFormat(format)))
-            .description(Some(description))
-            .default(serde_json::to_value(self.default).ok())
-            .minimum(Some(self.min.into()))
-            .maximum(Some(self.max.into()))
-            .build()
-    }
-}
-
-fn default_correct_trials() -> u32 {
-    CORRECT_TRIALS.default
-}
-fn default_perf_trials() -> u32 {
-    PERF_TRIALS.default
-}
-fn default_true() -> bool {
-    true
-}
-fn default_false() -> bool {
-    false
-}
-fn default_tolerance() -> f64 {
-    TOLERANCE.default
-}
-fn default_max_speedup() -> f64 {
-    MAX_SPEEDUP.default
-}
-fn default_timeout_s() -> u32 {
-    TIMEOUT_S.default
-}
-
-// The descriptions of the bounded fields live with their schemas: `schema_with` replaces the
-// doc comment's.
-fn correct_trials_schema() -> utoipa::openapi::Object {
-    CORRECT_TRIALS.schema(true, "Correctness trials, each on fresh seeded inputs.")
-}
-fn perf_trials_schema() -> utoipa::openapi::Object {
-    PERF_TRIALS.schema(true, "Timed trials for reference and candidate.")
-}
-fn timeout_s_schema() -> utoipa::openapi::Object {
-    TIMEOUT_S.schema(
-        true,
-        "Wall-clock budget of the evaluation child, in seconds.",
-    )
-}
-fn atol_schema() -> utoipa::openapi::Object {
-    TOLERANCE.schema(false, "Absolute tolerance of the correctness check.")
-}
-fn rtol_schema() -> utoipa::openapi::Object {
-    TOLERANCE.schema(false, "Relative tolerance of the correctness check.")
-}
-fn max_speedup_schema() -> utoipa::openapi::Object {
-    MAX_SPEEDUP.schema(
-        false,
-        "A speedup above this is flagged `implausible-speedup` (not trusted silently).",
-    )
 }
 
 /// `POST /evaluate`: one KernelBench-style evaluation. Unknown fields are refused, so a typo
@@ -203,6 +99,7 @@ pub struct EvaluateRequest {
     pub problem: Option<crate::problem::ProblemRef>,
     /// Candidate source defining `class ModelNew`.
     pub kernel_code: String,
+    /// How the candidate implements its kernels.
     #[serde(default)]
     pub backend: Backend,
     /// Correctness trials, each on fresh seeded inputs ([`CORRECT_TRIALS`]).
@@ -229,6 +126,7 @@ pub struct EvaluateRequest {
     #[serde(default = "default_timeout_s")]
     #[schema(schema_with = timeout_s_schema)]
     pub timeout_s: u32,
+    /// Queue priority; it steers scheduling only, never the verdict.
     #[serde(default)]
     pub priority: Priority,
     /// Resubmitting with the same key returns the same task.
@@ -266,9 +164,6 @@ pub enum ScreeningAction {
     /// The rule is not applied.
     Off,
 }
-
-/// Most screening overrides one request may carry.
-pub const MAX_SCREENING_RULES: usize = 32;
 
 impl EvaluateRequest {
     /// A request with every default, for tests and clients.
@@ -380,6 +275,7 @@ impl EvaluateRequest {
         Ok(())
     }
 
+    /// Checks every bound of a single request; the error names the first offending field.
     pub fn validate(&self) -> Result<(), ApiError> {
         self.validate_with_prefix("")
     }
@@ -429,10 +325,12 @@ fn validate_tolerance(field: &str, value: f64) -> Result<(), ApiError> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchRequest {
+    /// The evaluations, 1-1000 of them, each submitted as its own task.
     pub tasks: Vec<EvaluateRequest>,
 }
 
 impl BatchRequest {
+    /// Checks the task count and every task; an error names the task (`tasks[3].timeout_s`).
     pub fn validate(&self) -> Result<(), ApiError> {
         if self.tasks.is_empty() || self.tasks.len() > MAX_BATCH_TASKS {
             return Err(ApiError::invalid(
@@ -454,7 +352,9 @@ impl BatchRequest {
 /// a retried attempt evaluates exactly the same inputs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskSpec {
+    /// The client's request, already validated.
     pub request: EvaluateRequest,
+    /// The parameter seed every attempt uses: the request's own, or one drawn at submission.
     pub seed: u64,
 }
 

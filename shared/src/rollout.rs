@@ -118,13 +118,13 @@ impl RolloutBatchRequest {
             ));
         }
         if let Some(key) = &self.idempotency_key
-            && (key.is_empty() || key.len() > crate::request::MAX_IDEMPOTENCY_KEY_BYTES)
+            && (key.is_empty() || key.len() > crate::bounds::MAX_IDEMPOTENCY_KEY_BYTES)
         {
             return Err(ApiError::invalid(
                 "idempotency_key",
                 format!(
                     "must be 1-{} bytes",
-                    crate::request::MAX_IDEMPOTENCY_KEY_BYTES
+                    crate::bounds::MAX_IDEMPOTENCY_KEY_BYTES
                 ),
             ));
         }

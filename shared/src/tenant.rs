@@ -2,8 +2,8 @@
 //! counts of the status endpoints. The bounds of a tenant's settings are checked here, by pure
 //! functions, so each is tested without a server.
 
+use crate::bounds::Bounds;
 use crate::error::ApiError;
-use crate::request::Bounds;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;

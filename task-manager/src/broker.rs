@@ -14,7 +14,9 @@ use std::time::Duration;
 /// What `submit` did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Submitted {
+    /// The task that answers the submission: new, or the earlier one it was matched to.
     pub task_id: TaskId,
+    /// That task's status now (`done` at once when a cached result answered).
     pub status: TaskStatus,
     /// True when the idempotency key matched an earlier task, which is returned instead.
     pub deduplicated: bool,
@@ -41,9 +43,13 @@ pub struct FinishedPage {
 /// A claimed task. Only the holder of `token` may renew, complete or release it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Lease {
+    /// The claimed task.
     pub task_id: TaskId,
+    /// Fencing token of this attempt: a newer claim of the task makes it stale.
     pub token: LeaseToken,
+    /// The worker that claimed it.
     pub worker_id: WorkerId,
+    /// What to evaluate, with the seed every attempt shares.
     pub spec: TaskSpec,
     /// 1 on the first claim of the task, 2 after one requeue, ...
     pub attempt: u32,
@@ -63,22 +69,28 @@ pub enum LeaseState {
 /// Answer to `complete` or `release`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AckOutcome {
+    /// The token was current; the verdict (or the release) is recorded.
     Accepted,
     /// The token is no longer current; nothing was written.
     Stale,
 }
 
+/// Answer to `cancel`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CancelOutcome {
     /// The task was queued or running and is now `cancelled`.
     Cancelled {
+        /// `queued` or `running`: whether a worker may still be busy with it until its next
+        /// renewal.
         was: TaskStatus,
     },
     /// The task had already finished with this status; nothing changed.
     AlreadyFinished(TaskStatus),
+    /// No such task, or its record expired.
     NotFound,
 }
 
+/// What one pass of `reap_expired` did, for the reaper's log and metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReapReport {
     /// Expired leases returned to the queue.
@@ -87,13 +99,18 @@ pub struct ReapReport {
     pub failed: u64,
 }
 
+/// The task queue as the API server and the workers see it. Every state change goes through
+/// here, so both implementations obey one contract and the server and workers never touch
+/// Redis keys themselves.
 #[async_trait]
 pub trait Broker: TenantRegistry + Send + Sync + 'static {
+    /// The limits and TTLs this broker was built with.
     fn config(&self) -> &BrokerConfig;
 
     /// `"redis"` or `"memory"`.
     fn kind(&self) -> &'static str;
 
+    /// Whether the backing store answers (`/health`, readiness at startup).
     async fn ping(&self) -> Result<(), BrokerError>;
 
     /// Queues one task of `tenant`, in this order of precedence: the task the tenant's
@@ -115,6 +132,7 @@ pub trait Broker: TenantRegistry + Send + Sync + 'static {
         specs: Vec<TaskSpec>,
     ) -> Result<(BatchId, Vec<Submitted>), BrokerError>;
 
+    /// A task's status and, once finished, its result; None when unknown or expired.
     async fn get_task(&self, id: &TaskId) -> Result<Option<TaskView>, BrokerError>;
 
     /// The spec (request and seed) of a task, while it is kept.
@@ -124,6 +142,8 @@ pub trait Broker: TenantRegistry + Send + Sync + 'static {
     /// learns it at its next renewal.
     async fn cancel(&self, id: &TaskId) -> Result<CancelOutcome, BrokerError>;
 
+    /// A batch's counts per status, with every task's view when `include_tasks`; None for an
+    /// unknown (or expired) batch.
     async fn batch_status(
         &self,
         id: &BatchId,
@@ -140,6 +160,7 @@ pub trait Broker: TenantRegistry + Send + Sync + 'static {
         wait: Duration,
     ) -> Result<Option<FinishedPage>, BrokerError>;
 
+    /// Queue depths and counts for `/queue/status` and the metrics.
     async fn queue_status(&self) -> Result<QueueStatus, BrokerError>;
 
     /// Takes the next task for `worker`, waiting up to `wait` for one to arrive. Tenants are
@@ -163,6 +184,8 @@ pub trait Broker: TenantRegistry + Send + Sync + 'static {
     /// Registers or refreshes a worker in the shared registry.
     async fn worker_heartbeat(&self, info: &WorkerInfo) -> Result<(), BrokerError>;
 
+    /// Removes a worker from the registry when it shuts down cleanly, instead of waiting
+    /// for it to be reported `lost`.
     async fn deregister_worker(&self, id: &WorkerId) -> Result<(), BrokerError>;
 
     /// Every registered worker; one whose heartbeat is older than `worker_liveness` is

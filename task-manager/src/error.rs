@@ -4,14 +4,25 @@
 
 use crucible_shared::TenantId;
 
+/// Why a broker call failed; each variant has one HTTP status (api-server `error.rs`).
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
     /// Accepting the submission would take the queue past its cap.
     #[error("queue is full ({queued} queued, cap {cap})")]
-    QueueFull { queued: u64, cap: u64 },
+    QueueFull {
+        /// Tasks queued when the submission was refused.
+        queued: u64,
+        /// The queue cap (`BrokerConfig::queue_cap`).
+        cap: u64,
+    },
     /// Accepting the submission would take the tenant past its `max_queued`.
     #[error("tenant quota reached ({queued} queued, max_queued {max_queued})")]
-    QuotaExceeded { queued: u64, max_queued: u64 },
+    QuotaExceeded {
+        /// The tenant's tasks queued when the submission was refused.
+        queued: u64,
+        /// The tenant's quota.
+        max_queued: u64,
+    },
     /// The submitting tenant does not exist (it was deleted).
     #[error("unknown tenant {0}")]
     UnknownTenant(TenantId),

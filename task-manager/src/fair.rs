@@ -135,6 +135,7 @@ impl FairQueues {
         self.lanes.iter().map(|(t, lane)| (t, lane.len() as u64))
     }
 
+    /// Queued tasks of every tenant, all priorities: what the queue cap is checked against.
     pub fn total(&self) -> u64 {
         self.queued_by_priority().iter().sum()
     }

@@ -18,6 +18,7 @@ pub enum KvNamespace {
 }
 
 impl KvNamespace {
+    /// Every namespace, in [`KvNamespace::index`] order (the stats report each).
     pub const ALL: [KvNamespace; 4] = [
         KvNamespace::Ref,
         KvNamespace::Build,
@@ -60,7 +61,9 @@ impl std::fmt::Display for KvNamespace {
 /// Lifetime lookups of one namespace: every `kv_get` is a hit or a miss.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct KvCounts {
+    /// Lookups that found a live entry.
     pub hits: u64,
+    /// Lookups that found none (absent or expired).
     pub misses: u64,
 }
 

@@ -171,6 +171,7 @@ fn count_mut(c: &mut StatusCounts, s: TaskStatus) -> &mut u64 {
 }
 
 impl MemoryBroker {
+    /// An empty broker with these limits and TTLs.
     pub fn new(cfg: BrokerConfig) -> Self {
         Self {
             cfg,

@@ -39,6 +39,7 @@ pub fn claim_order(seq: u64) -> [Priority; 3] {
     order
 }
 
+/// A priority's slot in per-priority arrays, highest first (the order of [`Priority::ALL`]).
 pub fn queue_index(p: Priority) -> usize {
     match p {
         Priority::High => 0,

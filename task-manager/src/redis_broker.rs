@@ -86,6 +86,8 @@ impl Scripts {
     }
 }
 
+/// The broker of deployments: every state change is one Lua script, atomic on the Redis
+/// server, so any number of API servers and workers share one queue.
 pub struct RedisBroker {
     cfg: BrokerConfig,
     pool: Pool,

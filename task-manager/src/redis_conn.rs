@@ -41,36 +41,80 @@ pub const REDIS_ENV_VARS: [&str; 5] = [
     CLIENT_KEY_ENV,
 ];
 
+/// Why Redis could not be used. [`ConnectError::is_transient`] splits it: only
+/// `Unreachable` may heal by waiting.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
+    /// The URL does not parse, or asks for `#insecure` (certificate checks off).
     #[error("Redis URL {url} is not usable: {reason}")]
-    InvalidUrl { url: String, reason: String },
+    InvalidUrl {
+        /// The URL, redacted.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A TLS file that is missing, unreadable or holds no usable PEM.
     #[error("{var}={path}: {reason}")]
     TlsFile {
+        /// The variable that named the file.
         var: &'static str,
+        /// The file.
         path: PathBuf,
+        /// What is wrong with it.
         reason: String,
     },
     /// TLS settings that contradict each other or the URL.
     #[error("{0}")]
     TlsSettings(String),
+    /// The server refused the URL's user or password.
     #[error(
         "redis at {url} refused the credentials ({detail}): the user in the URL is unknown or disabled, or its password is wrong or missing"
     )]
-    Auth { url: String, detail: String },
+    Auth {
+        /// The URL, redacted.
+        url: String,
+        /// What the client library said.
+        detail: String,
+    },
+    /// The TLS handshake failed (certificate not trusted, wrong host, client certificate
+    /// required).
     #[error("TLS with redis at {url} failed: {detail}")]
-    Tls { url: String, detail: String },
+    Tls {
+        /// The URL, redacted.
+        url: String,
+        /// What the client library said.
+        detail: String,
+    },
+    /// The server accepted TCP and then dropped the connection: typically plain `redis://`
+    /// to a TLS port.
     #[error(
         "redis at {url} closed the connection during the handshake ({detail}): a server that speaks TLS needs a rediss:// URL"
     )]
-    Handshake { url: String, detail: String },
+    Handshake {
+        /// The URL, redacted.
+        url: String,
+        /// What the client library said.
+        detail: String,
+    },
+    /// The ACL user lacks a command or key this role needs.
     #[error(
         "redis at {url} refused a command to this user ({detail}): its ACL lacks a permission this role needs (deploy/redis.conf)"
     )]
-    Permission { url: String, detail: String },
+    Permission {
+        /// The URL, redacted.
+        url: String,
+        /// What the client library said.
+        detail: String,
+    },
+    /// No TCP connection, a timeout, or a server still loading its data: the only transient
+    /// error.
     #[error("redis at {url} cannot be reached: {detail}")]
-    Unreachable { url: String, detail: String },
+    Unreachable {
+        /// The URL, redacted.
+        url: String,
+        /// What the client library said.
+        detail: String,
+    },
 }
 
 impl ConnectError {
@@ -116,6 +160,7 @@ pub struct TlsFiles {
     pub ca_file: Option<PathBuf>,
     /// Client certificate chain and key for mutual TLS; both or neither.
     pub client_cert: Option<PathBuf>,
+    /// The private key of `client_cert`.
     pub client_key: Option<PathBuf>,
 }
 
@@ -230,6 +275,7 @@ impl RedisTarget {
         }
     }
 
+    /// The same URL with these TLS files (checked when the client is built, not here).
     pub fn with_tls(mut self, tls: TlsFiles) -> Self {
         self.tls = tls;
         self

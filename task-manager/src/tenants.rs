@@ -21,13 +21,18 @@ pub const SHARED_CACHE_NAMESPACE: &str = "shared";
 /// A tenant as the broker keeps it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tenant {
+    /// The id its tasks, batches and cache namespace are recorded under.
     pub id: TenantId,
+    /// Unique among tenants; what the admin names it by.
     pub name: String,
     /// Most tasks it may have queued at once; None: only the global queue cap.
     pub max_queued: Option<u64>,
     /// Its share of claims (see `fair.rs`).
     pub weight: u32,
+    /// Whether its results go to (and are looked up in) [`SHARED_CACHE_NAMESPACE`] instead of
+    /// a namespace of its own.
     pub share_cache: bool,
+    /// When the admin created it (the Unix epoch for the built-in tenant).
     pub created_at: DateTime<Utc>,
 }
 
@@ -70,10 +75,13 @@ impl Tenant {
 /// A tenant's open tasks right now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TenantLoad {
+    /// The tenant the tasks belong to.
     pub id: TenantId,
     /// None for a deleted tenant whose tasks are still being cancelled.
     pub name: Option<String>,
+    /// Its tasks waiting in the queue.
     pub queued: u64,
+    /// Its tasks leased to a worker.
     pub running: u64,
 }
 
@@ -82,6 +90,8 @@ pub fn deleted_reason(name: &str) -> String {
     format!("cancelled: tenant {name} was deleted")
 }
 
+/// Where tenants are stored and found by token: the part of the broker contract the API's
+/// authentication and `/admin/tenants` use.
 #[async_trait]
 pub trait TenantRegistry: Send + Sync {
     /// Stores a new tenant (the request already validated) under the SHA-256 of its token.

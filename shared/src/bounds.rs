@@ -1,0 +1,131 @@
+//! The one place each request field's default and bounds are written: serde's defaults, the
+//! OpenAPI schemas and validation (`request`; `rollout` for its idempotency key) all read them
+//! from here, so the three cannot drift apart. Other wire types write their own bounds with
+//! [`Bounds`] too (a tenant's `weight`).
+
+use serde::Serialize;
+
+/// Largest accepted `reference_code` or `kernel_code`, in bytes.
+pub const MAX_CODE_BYTES: usize = 256 * 1024;
+/// Most tasks in one `POST /evaluate/batch`.
+pub const MAX_BATCH_TASKS: usize = 1000;
+/// Longest `idempotency_key`.
+pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 256;
+/// Most screening overrides one request may carry.
+pub const MAX_SCREENING_RULES: usize = 32;
+
+/// A numeric field's default and inclusive bounds: the one place they are written. Serde's
+/// default, the OpenAPI schema ([`Bounds::schema`]) and
+/// [`EvaluateRequest::validate`](crate::request::EvaluateRequest::validate) all read them from
+/// here.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bounds<T> {
+    /// The value when the field is left out.
+    pub default: T,
+    /// The smallest accepted value.
+    pub min: T,
+    /// The largest accepted value.
+    pub max: T,
+}
+
+/// `num_correct_trials`.
+pub const CORRECT_TRIALS: Bounds<u32> = Bounds {
+    default: 5,
+    min: 1,
+    max: 20,
+};
+/// `num_perf_trials`.
+pub const PERF_TRIALS: Bounds<u32> = Bounds {
+    default: 100,
+    min: 1,
+    max: 1000,
+};
+/// `timeout_s`.
+pub const TIMEOUT_S: Bounds<u32> = Bounds {
+    default: 300,
+    min: 10,
+    max: 3600,
+};
+/// `atol` and `rtol`.
+pub const TOLERANCE: Bounds<f64> = Bounds {
+    default: 1e-2,
+    min: 0.0,
+    max: 1e3,
+};
+/// `max_speedup`.
+pub const MAX_SPEEDUP: Bounds<f64> = Bounds {
+    default: 10.0,
+    min: 1.0,
+    max: 1e9,
+};
+
+impl<T: Copy + Into<f64> + Serialize> Bounds<T> {
+    /// The OpenAPI schema of a field with these bounds (utoipa's `minimum`/`maximum` take only
+    /// literals, hence a builder instead of `#[schema(...)]`).
+    pub fn schema(&self, integer: bool, description: &str) -> utoipa::openapi::Object {
+        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, SchemaType, Type};
+        let (ty, format) = if integer {
+            (Type::Integer, KnownFormat::Int32)
+        } else {
+            (Type::Number, KnownFormat::Double)
+        };
+        ObjectBuilder::new()
+            .schema_type(SchemaType::Type(ty))
+            .format(Some(SchemaFormat::KnownFormat(format)))
+            .description(Some(description))
+            .default(serde_json::to_value(self.default).ok())
+            .minimum(Some(self.min.into()))
+            .maximum(Some(self.max.into()))
+            .build()
+    }
+}
+
+// Serde's `default = "..."` takes a function, not a constant: one per field.
+pub(crate) fn default_correct_trials() -> u32 {
+    CORRECT_TRIALS.default
+}
+pub(crate) fn default_perf_trials() -> u32 {
+    PERF_TRIALS.default
+}
+pub(crate) fn default_true() -> bool {
+    true
+}
+pub(crate) fn default_false() -> bool {
+    false
+}
+pub(crate) fn default_tolerance() -> f64 {
+    TOLERANCE.default
+}
+pub(crate) fn default_max_speedup() -> f64 {
+    MAX_SPEEDUP.default
+}
+pub(crate) fn default_timeout_s() -> u32 {
+    TIMEOUT_S.default
+}
+
+// The descriptions of the bounded fields live with their schemas: `schema_with` replaces the
+// doc comment's.
+pub(crate) fn correct_trials_schema() -> utoipa::openapi::Object {
+    CORRECT_TRIALS.schema(true, "Correctness trials, each on fresh seeded inputs.")
+}
+pub(crate) fn perf_trials_schema() -> utoipa::openapi::Object {
+    PERF_TRIALS.schema(true, "Timed trials for reference and candidate.")
+}
+pub(crate) fn timeout_s_schema() -> utoipa::openapi::Object {
+    TIMEOUT_S.schema(
+        true,
+        "Wall-clock budget of the evaluation child, in seconds.",
+    )
+}
+pub(crate) fn atol_schema() -> utoipa::openapi::Object {
+    TOLERANCE.schema(false, "Absolute tolerance of the correctness check.")
+}
+pub(crate) fn rtol_schema() -> utoipa::openapi::Object {
+    TOLERANCE.schema(false, "Relative tolerance of the correctness check.")
+}
+pub(crate) fn max_speedup_schema() -> utoipa::openapi::Object {
+    MAX_SPEEDUP.schema(
+        false,
+        "A speedup above this is flagged `implausible-speedup` (not trusted silently).",
+    )
+}
