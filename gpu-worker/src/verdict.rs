@@ -75,16 +75,20 @@ impl VerdictContext {
 }
 
 /// Harness stages in order; a child that ends before `load_candidate` has not run any
-/// candidate code, so its end cannot be the candidate's fault. The stages not listed
-/// (`standby`, `profile`, `integrity`) rank as no stage at all, as they always have.
+/// candidate code, so its end cannot be the candidate's fault. Every stage is ranked: one
+/// left out counted as no stage at all, so a candidate that hung or crashed in `profile` or
+/// `integrity` was a service fault, retried and finally `failed` with no verdict to score.
 const RANKED: &[Stage] = &[
     Stage::Setup,
     Stage::LoadReference,
+    Stage::Standby,
     Stage::LoadCandidate,
     Stage::Instantiate,
     Stage::Correctness,
+    Stage::Profile,
     Stage::TimingGate,
     Stage::Performance,
+    Stage::Integrity,
 ];
 
 fn stage_rank(stage: Option<Stage>) -> usize {

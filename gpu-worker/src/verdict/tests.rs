@@ -214,6 +214,55 @@ fn timeout_message_names_the_stage_and_compiled_follows_it() {
 }
 
 #[test]
+fn every_stage_after_the_candidate_ran_gives_a_verdict() {
+    let mut stages = RUNNING.to_vec();
+    for (later, then) in [
+        ("profile", None),
+        ("timing_gate", None),
+        ("performance", None),
+        ("integrity", None),
+        ("profile", Some(KillReason::Timeout)),
+        ("integrity", Some(KillReason::Timeout)),
+    ] {
+        stages.truncate(RUNNING.len());
+        stages.push(later);
+        let end = if then.is_some() {
+            ExitKind::Signal(9)
+        } else {
+            ExitKind::Signal(nix::libc::SIGSEGV)
+        };
+        match classify(&outcome(&stages, end, then), &ctx()) {
+            Classified::Verdict(r) => {
+                assert!(r.compiled, "{later}: {r:?}");
+                let want = if then.is_some() {
+                    VerdictCode::Timeout
+                } else {
+                    VerdictCode::Crash
+                };
+                assert_eq!(r.error_code, Some(want), "{later}");
+                assert!(
+                    r.error_message.as_deref().unwrap_or("").contains(later),
+                    "{later}: {r:?}"
+                );
+            }
+            other => panic!("{later}: {other:?}"),
+        }
+    }
+    // At the gate before the candidate, nothing of the task has run yet.
+    assert!(matches!(
+        classify(
+            &outcome(
+                &["setup", "load_reference", "standby"],
+                ExitKind::Signal(9),
+                None
+            ),
+            &ctx()
+        ),
+        Classified::ServiceFault(_)
+    ));
+}
+
+#[test]
 fn an_end_before_the_candidate_is_not_the_candidates_fault() {
     assert!(matches!(
         classify(&outcome(&[], ExitKind::Code(1), None), &ctx()),
