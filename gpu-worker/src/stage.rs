@@ -92,7 +92,9 @@ pub fn child_env(
 
 /// The private directory of one harness stage and the sandbox its child will enter.
 pub struct StageDir {
+    /// The directory, removed when dropped.
     pub dir: TaskDir,
+    /// The sandbox the child enters; `None` when the worker runs unsandboxed.
     pub sandbox: Option<ChildSandbox>,
 }
 

@@ -59,7 +59,9 @@ enum Event {
 /// A child forked by the template: its pid and, later, its raw wait status (an error if the
 /// template died first, which kills the child too).
 pub struct ForkedChild {
+    /// The child's pid.
     pub pid: i32,
+    /// Its raw wait status, sent by the template when it reaps the child.
     pub exit: oneshot::Receiver<i32>,
 }
 
@@ -92,6 +94,7 @@ pub struct Template {
     alive: Arc<AtomicBool>,
     next_id: AtomicU64,
     forks: AtomicU32,
+    /// How long the template took to import torch and triton, in milliseconds.
     pub import_ms: f64,
     /// The versions the template imported (those of every child it forks).
     pub software: Option<SoftwareReport>,
@@ -185,6 +188,7 @@ impl Template {
         })
     }
 
+    /// Whether the template process still runs and its control channel has not failed.
     pub fn is_alive(&self) -> bool {
         self.alive.load(Ordering::SeqCst)
             && matches!(
@@ -206,6 +210,7 @@ impl Template {
             .unwrap_or(-1)
     }
 
+    /// How many children it has forked.
     pub fn forks(&self) -> u32 {
         self.forks.load(Ordering::SeqCst)
     }

@@ -8,10 +8,15 @@ use std::collections::HashMap;
 /// One line of `/proc/<pid>/stat`, the fields we need.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcStat {
+    /// The process.
     pub pid: i32,
+    /// Its parent.
     pub ppid: i32,
+    /// Its process group.
     pub pgrp: i32,
+    /// Its session.
     pub session: i32,
+    /// Resident set size, in pages.
     pub rss_pages: u64,
 }
 
@@ -58,10 +63,13 @@ pub fn members(table: &[ProcStat], root: i32) -> Vec<ProcStat> {
 /// Usage of one child's processes at one instant.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GroupUsage {
+    /// Processes alive.
     pub processes: u64,
+    /// Their resident memory together.
     pub rss_bytes: u64,
 }
 
+/// The usage of `members` (from [`members`]) with pages of `page_size` bytes.
 pub fn usage(members: &[ProcStat], page_size: u64) -> GroupUsage {
     GroupUsage {
         processes: members.len() as u64,
@@ -85,6 +93,7 @@ pub fn read_table() -> Vec<ProcStat> {
         .collect()
 }
 
+/// The system's page size in bytes (4096 when sysconf does not say).
 pub fn page_size() -> u64 {
     nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
         .ok()

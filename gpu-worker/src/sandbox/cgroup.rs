@@ -33,8 +33,11 @@ pub struct Cgroups {
 /// /proc/self/mountinfo and /proc/self/cgroup; pure).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Placement {
+    /// This process's directory in the unified (v2) hierarchy.
     pub v2: Option<PathBuf>,
+    /// This process's directory in the v1 `memory` hierarchy.
     pub v1_memory: Option<PathBuf>,
+    /// This process's directory in the v1 `pids` hierarchy.
     pub v1_pids: Option<PathBuf>,
 }
 

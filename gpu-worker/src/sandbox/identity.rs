@@ -9,12 +9,25 @@ use std::sync::{Arc, Mutex};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Identity {
     /// The worker is root: the child becomes this unprivileged user.
-    User { name: String, uid: u32, gid: u32 },
+    User {
+        /// The user as configured (a name, or a numeric uid).
+        name: String,
+        /// Its uid.
+        uid: u32,
+        /// Its primary gid.
+        gid: u32,
+    },
     /// The worker is not root: the worker's own ids, mapped in a user namespace.
-    Namespace { uid: u32, gid: u32 },
+    Namespace {
+        /// The worker's uid.
+        uid: u32,
+        /// The worker's gid.
+        gid: u32,
+    },
 }
 
 impl Identity {
+    /// The uid and gid the child runs as.
     pub fn ids(&self) -> (u32, u32) {
         match self {
             Identity::User { uid, gid, .. } | Identity::Namespace { uid, gid } => (*uid, *gid),
@@ -110,6 +123,7 @@ impl Identities {
 /// One child's identity; given back when dropped.
 #[derive(Debug)]
 pub struct IdentityLease {
+    /// The identity the child enters.
     pub identity: Identity,
     index: usize,
     in_use: Arc<Mutex<Vec<u32>>>,
