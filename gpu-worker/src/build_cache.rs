@@ -89,7 +89,7 @@ pub fn encode_digests(digests: &[String]) -> String {
 }
 
 /// Reads back [`encode_digests`]; `None` unless it is a list of sha256 hex digests.
-pub fn decode_digests(value: &str) -> Option<Vec<String>> {
+pub(crate) fn decode_digests(value: &str) -> Option<Vec<String>> {
     serde_json::from_str::<Vec<String>>(value)
         .ok()
         .filter(|d| d.iter().all(|x| is_key(x)))

@@ -69,7 +69,7 @@ pub struct Gate {
 
 impl Gate {
     /// Lets the child past its next waiting point, with nothing to say.
-    pub fn open(&self) -> std::io::Result<()> {
+    pub(crate) fn open(&self) -> std::io::Result<()> {
         self.open_with(&serde_json::json!({}))
     }
 

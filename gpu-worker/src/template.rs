@@ -189,7 +189,7 @@ impl Template {
     }
 
     /// Whether the template process still runs and its control channel has not failed.
-    pub fn is_alive(&self) -> bool {
+    pub(crate) fn is_alive(&self) -> bool {
         self.alive.load(Ordering::SeqCst)
             && matches!(
                 self.process

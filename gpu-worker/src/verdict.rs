@@ -135,7 +135,7 @@ fn outside_cause(outcome: &ChildOutcome) -> Option<String> {
 
 /// The task's end from the child's: its result when it gave a valid one, else a verdict
 /// from how it ended (killed, crashed, off-protocol), or a fault of the service.
-pub fn classify(outcome: &ChildOutcome, ctx: &VerdictContext) -> Classified {
+pub(crate) fn classify(outcome: &ChildOutcome, ctx: &VerdictContext) -> Classified {
     if outcome.killed_for == Some(KillReason::Cancelled) {
         return Classified::Cancelled;
     }
@@ -325,7 +325,7 @@ fn from_harness(r: HarnessResult, ctx: &VerdictContext, tail: Option<String>) ->
 
 /// Whether `text` (the output tail or an error message) shows a CUDA fault: the device may
 /// be unusable for the next task.
-pub fn has_cuda_fault(text: &str) -> bool {
+pub(crate) fn has_cuda_fault(text: &str) -> bool {
     CUDA_FAULT_MARKERS.iter().any(|m| text.contains(m))
 }
 

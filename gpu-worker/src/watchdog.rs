@@ -70,7 +70,7 @@ pub struct GroupUsage {
 }
 
 /// The usage of `members` (from [`members`]) with pages of `page_size` bytes.
-pub fn usage(members: &[ProcStat], page_size: u64) -> GroupUsage {
+pub(crate) fn usage(members: &[ProcStat], page_size: u64) -> GroupUsage {
     GroupUsage {
         processes: members.len() as u64,
         rss_bytes: members.iter().map(|p| p.rss_pages * page_size).sum(),
@@ -94,7 +94,7 @@ pub fn read_table() -> Vec<ProcStat> {
 }
 
 /// The system's page size in bytes (4096 when sysconf does not say).
-pub fn page_size() -> u64 {
+pub(crate) fn page_size() -> u64 {
     nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
         .ok()
         .flatten()

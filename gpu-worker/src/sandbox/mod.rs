@@ -231,12 +231,12 @@ impl Host {
     }
 
     /// The identities children take.
-    pub fn identities(&self) -> &Identities {
+    pub(crate) fn identities(&self) -> &Identities {
         &self.identities
     }
 
     /// The cgroup hierarchies this worker may write; `None` when there are none.
-    pub fn cgroups(&self) -> Option<&Cgroups> {
+    pub(crate) fn cgroups(&self) -> Option<&Cgroups> {
         self.cgroups.as_ref()
     }
 
