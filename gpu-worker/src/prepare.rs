@@ -51,7 +51,7 @@ pub struct Ready {
 
 /// How the outcome of a prepare child reads, before any cache work.
 #[derive(Debug, Clone, PartialEq)]
-pub enum PrepareVerdict {
+pub(crate) enum PrepareVerdict {
     /// The CPU stage reached the task's verdict (a compile failure, a screening rejection, ...).
     Final(Classified),
     /// The candidate imported and its extensions were built: the device stage takes over.
@@ -69,7 +69,7 @@ const FINAL_ON_CPU: &[VerdictCode] = &[
 ];
 
 /// Pure: what the end of a prepare child means.
-pub fn classify_prepare(outcome: &ChildOutcome, ctx: &VerdictContext) -> PrepareVerdict {
+pub(crate) fn classify_prepare(outcome: &ChildOutcome, ctx: &VerdictContext) -> PrepareVerdict {
     let transcript = &outcome.transcript;
     match outcome.killed_for {
         Some(KillReason::Cancelled) => return PrepareVerdict::Final(Classified::Cancelled),

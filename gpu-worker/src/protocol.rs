@@ -193,7 +193,7 @@ pub const MAX_BUILDS: usize = 16;
 /// One line on the result pipe, tagged by its `event`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
-pub enum HarnessEvent {
+pub(crate) enum HarnessEvent {
     /// A stage began.
     Stage {
         /// Its wire name, checked against [`Stage`] by the reader.
@@ -222,7 +222,7 @@ pub enum HarnessEvent {
 /// Why a layer of the sandbox plan could not be entered (`sandbox_failed`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SandboxFailure {
+pub(crate) struct SandboxFailure {
     /// The layer that failed (`namespaces`, `landlock`, `seccomp`, ...).
     pub layer: String,
     /// What the judge caught entering it (bounded).
@@ -250,7 +250,7 @@ pub struct Transcript {
     /// How long entering them took, in milliseconds.
     pub sandbox_ms: Option<f64>,
     /// The layer that could not be entered (the end of the child).
-    pub sandbox_failed: Option<SandboxFailure>,
+    pub(crate) sandbox_failed: Option<SandboxFailure>,
     /// The end of a self-test stage.
     pub selftest: Option<SelftestReport>,
     /// The first protocol violation, if any; later lines are ignored once one is seen.

@@ -48,7 +48,7 @@ pub struct Targets {
 }
 
 /// How a self-test child ended.
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// The harness's `selftest` line.
     Report(Box<SelftestReport>),
     /// A layer of the plan could not be entered (the harness's `sandbox_failed`).

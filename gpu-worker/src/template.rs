@@ -58,7 +58,7 @@ enum Event {
 
 /// A child forked by the template: its pid and, later, its raw wait status (an error if the
 /// template died first, which kills the child too).
-pub struct ForkedChild {
+pub(crate) struct ForkedChild {
     /// The child's pid.
     pub pid: i32,
     /// Its raw wait status, sent by the template when it reaps the child.
@@ -218,7 +218,7 @@ impl Template {
     /// Forks a child for `taskdir` with the given environment and limits; each descriptor
     /// becomes the number paired with it in the child (1, 2, 3 always; 4 the gate, 5 the
     /// sandbox's ruleset when given); they are closed here once handed over.
-    pub async fn fork(
+    pub(crate) async fn fork(
         &self,
         taskdir: &Path,
         env: &[(String, String)],

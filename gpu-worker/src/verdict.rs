@@ -51,7 +51,7 @@ pub enum Classified {
 
 /// Facts the classification needs besides the outcome.
 #[derive(Debug, Clone)]
-pub struct VerdictContext {
+pub(crate) struct VerdictContext {
     /// Correctness trials due (`num_correct_trials`), for a result the harness did not give.
     pub trials_total: u32,
     /// The device the task ran on.
@@ -280,7 +280,7 @@ fn deadline_passed(ctx: &VerdictContext, stage_name: &str) -> String {
 
 /// The verdict of a task whose CPU stage spent all of its budget (`crate::budget`), so its
 /// device stage never starts: a timeout, as a child killed at its deadline gets.
-pub fn budget_spent(ctx: &VerdictContext) -> Classified {
+pub(crate) fn budget_spent(ctx: &VerdictContext) -> Classified {
     let result = EvalResult::failed_before_trials(
         VerdictCode::Timeout,
         format!(

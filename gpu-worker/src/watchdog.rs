@@ -62,7 +62,7 @@ pub fn members(table: &[ProcStat], root: i32) -> Vec<ProcStat> {
 
 /// Usage of one child's processes at one instant.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct GroupUsage {
+pub(crate) struct GroupUsage {
     /// Processes alive.
     pub processes: u64,
     /// Their resident memory together.

@@ -100,7 +100,7 @@ impl Identities {
     }
 
     /// The least used identity, held until the lease is dropped.
-    pub fn acquire(&self) -> IdentityLease {
+    pub(crate) fn acquire(&self) -> IdentityLease {
         let mut in_use = self.in_use.lock().expect("identity lock");
         let index = (0..in_use.len())
             .min_by_key(|&i| in_use[i])
@@ -122,7 +122,7 @@ impl Identities {
 
 /// One child's identity; given back when dropped.
 #[derive(Debug)]
-pub struct IdentityLease {
+pub(crate) struct IdentityLease {
     /// The identity the child enters.
     pub identity: Identity,
     index: usize,

@@ -57,7 +57,7 @@ pub struct SeccompPlan {
 }
 
 /// What the plan is built from.
-pub struct PlanInputs<'a> {
+pub(crate) struct PlanInputs<'a> {
     /// The layers in force.
     pub active: &'a BTreeSet<SandboxLayer>,
     /// Who the child becomes.
@@ -75,7 +75,7 @@ pub struct PlanInputs<'a> {
 /// The plan for the layers in force. A pid namespace only with a mount namespace (CUDA needs
 /// a /proc of its own pid namespace, measured on the H100); a user namespace whenever an
 /// unprivileged worker asks for any namespace (it could not make them otherwise).
-pub fn build(inputs: PlanInputs<'_>) -> Plan {
+pub(crate) fn build(inputs: PlanInputs<'_>) -> Plan {
     let on = |l| inputs.active.contains(&l);
     let (uid, gid) = inputs.identity.ids();
     let userns = matches!(inputs.identity, Identity::Namespace { .. });
