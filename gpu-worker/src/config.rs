@@ -15,7 +15,7 @@ pub struct WorkerConfig {
     pub python: PathBuf,
     /// Parent of the per-task private directories.
     pub work_root: PathBuf,
-    /// Limits applied to every task child (time, output, memory, processes).
+    /// Bounds on every task child (memory, processes, output, files).
     pub limits: ChildLimits,
     /// The device this worker owns; each task runs on it alone.
     pub device: DeviceSlot,

@@ -41,7 +41,7 @@ pub struct ChildSpec {
     pub cwd: PathBuf,
     /// The complete environment of the child (nothing else is inherited).
     pub env: Vec<(String, String)>,
-    /// Output, memory and process bounds enforced while it runs.
+    /// Its rlimits, and the output, memory and process bounds enforced while it runs.
     pub limits: ChildLimits,
     /// Counted from the gate's first opening when there is a gate, else from the spawn.
     pub deadline: Duration,
@@ -162,7 +162,7 @@ pub struct ChildOutcome {
     pub output_tail: String,
     /// Bytes it wrote to stdout and stderr in all.
     pub output_bytes: u64,
-    /// From spawn (or the gate's first opening) to the end.
+    /// How long it ran, from the spawn to its end.
     pub wall: Duration,
     /// Largest resident memory of its processes together, as the watchdog sampled it.
     pub peak_rss_bytes: u64,

@@ -44,16 +44,16 @@ use std::path::{Path, PathBuf};
 /// of a candidate.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
-    /// A `CRUCIBLE_SANDBOX*` setting that does not parse.
+    /// A sandbox setting the host cannot honour (a user that does not exist, or is root).
     #[error("sandbox configuration: {0}")]
     Config(String),
     /// A fact of the host that could not be read, or a per-child resource that could not be made.
     #[error("sandbox: {0}")]
     Host(String),
-    /// The Landlock ruleset could not be built.
+    /// Landlock is unavailable, or the ruleset could not be built.
     #[error("landlock: {0}")]
     Landlock(String),
-    /// The seccomp programs could not be built.
+    /// Seccomp is unavailable, or its programs could not be built.
     #[error("seccomp: {0}")]
     Seccomp(String),
     /// A layer the worker must have is not in force on this host: it refuses to serve.

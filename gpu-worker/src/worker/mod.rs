@@ -39,8 +39,8 @@ struct Status {
     tasks_done: u64,
 }
 
-/// One worker: claims tasks for its device from the broker, one at a time, runs them and
-/// reports their verdicts.
+/// One worker: claims tasks for its device from the broker, runs them and stores their
+/// verdicts (the module's doc says which file does what).
 pub struct Worker {
     broker: Arc<dyn Broker>,
     /// Shared with the closures that start templates (no copy per task).
