@@ -74,7 +74,7 @@ pub struct Manifest {
 /// An entry found in the cache.
 #[derive(Debug, Clone)]
 pub struct CachedBuild {
-    /// The cache key ([`build_key`]): the entry's directory name.
+    /// The cache key ([`entry_key`]): the entry's directory name.
     pub key: String,
     dir: PathBuf,
     /// What the entry's `manifest.json` says it holds.

@@ -52,7 +52,7 @@ impl SoftwareVersions {
 /// How the reference is timed: with the software and device, everything that changes its
 /// numbers.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct TimingConfig {
+pub struct TimingConfig {
     /// Timed calls per model (`spec.json` `num_perf_trials`).
     pub num_perf_trials: u32,
     /// Warm-up calls per model ([`NUM_WARMUP`]).
@@ -87,7 +87,7 @@ impl TimingConfig {
 /// Hex SHA-256 naming the timing of `reference_code` on this device (model and kind), driver
 /// (`"none"` on CPU), software and timing config. The seed is left out on purpose: timings are
 /// of one input set of fixed shapes, and requests without a seed get a random one.
-pub(crate) fn reference_cache_key(
+pub fn reference_cache_key(
     reference_code: &str,
     device: &DeviceInfo,
     driver: &str,
