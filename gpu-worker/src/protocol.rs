@@ -223,7 +223,7 @@ pub(crate) enum HarnessEvent {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct SandboxFailure {
-    /// The layer that failed (`namespaces`, `landlock`, `seccomp`, ...).
+    /// The layer that failed as sandbox.py names it (`user`, `mount`, `landlock`, `seccomp`, ...).
     pub layer: String,
     /// What the judge caught entering it (bounded).
     pub error: String,
