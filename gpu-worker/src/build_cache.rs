@@ -65,15 +65,19 @@ pub fn entry_key(candidate_source: &str, software: &SoftwareVersions, cuda_arch:
 /// the entry (`<i>.so`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
+    /// [`BUILD_PROTOCOL`] when the entry was stored: an entry of another protocol is never reused.
     pub protocol: String,
+    /// The extensions, their `file` renamed to the entry's flat names.
     pub builds: Vec<BuiltExtension>,
 }
 
 /// An entry found in the cache.
 #[derive(Debug, Clone)]
 pub struct CachedBuild {
+    /// The cache key ([`entry_key`]): the entry's directory name.
     pub key: String,
     dir: PathBuf,
+    /// What the entry's `manifest.json` says it holds.
     pub manifest: Manifest,
     /// sha256 of each file as stored, when this process stored it (else from the broker).
     pub digests: Option<Vec<String>>,
@@ -84,12 +88,15 @@ pub fn encode_digests(digests: &[String]) -> String {
     serde_json::to_string(digests).unwrap_or_default()
 }
 
-pub fn decode_digests(value: &str) -> Option<Vec<String>> {
+/// Reads back [`encode_digests`]; `None` unless it is a list of sha256 hex digests.
+pub(crate) fn decode_digests(value: &str) -> Option<Vec<String>> {
     serde_json::from_str::<Vec<String>>(value)
         .ok()
         .filter(|d| d.iter().all(|x| is_key(x)))
 }
 
+/// The node-wide cache of extensions built by the CPU stage: a directory of entries keyed by
+/// source, software and architecture, bounded in entries, shared by the node's workers.
 #[derive(Debug, Clone)]
 pub struct BuildCache {
     root: PathBuf,

@@ -8,13 +8,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Everything one worker runs with, read once at start-up ([`WorkerConfig::from_env`]).
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     /// The Python interpreter that has torch (and triton).
     pub python: PathBuf,
     /// Parent of the per-task private directories.
     pub work_root: PathBuf,
+    /// Bounds on every task child (memory, processes, output, files).
     pub limits: ChildLimits,
+    /// The device this worker owns; each task runs on it alone.
     pub device: DeviceSlot,
     /// Host name reported in the registry.
     pub node: String,
@@ -148,6 +151,8 @@ impl WorkerConfig {
         })
     }
 
+    /// The settings from the process environment (`CRUCIBLE_*`); `Err` names the variable that
+    /// does not parse.
     pub fn from_env(device: DeviceSlot) -> Result<Self, String> {
         Self::from_lookup(device, |k| std::env::var(k).ok())
     }

@@ -11,15 +11,20 @@ use std::time::Duration;
 pub enum DeviceSlot {
     /// GPU `index` as NVML and `CUDA_VISIBLE_DEVICES` number it on this node.
     Gpu {
+        /// The NVML index.
         index: u32,
+        /// The GPU's name (NVML's, when it answered).
         name: String,
     },
+    /// The host's CPU, for workers without a GPU (development, CPU-only tasks).
     Cpu {
+        /// The CPU model, from /proc/cpuinfo.
         name: String,
     },
 }
 
 impl DeviceSlot {
+    /// The device as results and the registry report it.
     pub fn info(&self) -> DeviceInfo {
         match self {
             DeviceSlot::Gpu { name, .. } => DeviceInfo {
@@ -33,6 +38,7 @@ impl DeviceSlot {
         }
     }
 
+    /// The GPU's index (`CUDA_VISIBLE_DEVICES`); `None` for the CPU.
     pub fn index(&self) -> Option<u32> {
         match self {
             DeviceSlot::Gpu { index, .. } => Some(*index),
@@ -40,6 +46,7 @@ impl DeviceSlot {
         }
     }
 
+    /// The host's CPU, named by its model.
     pub fn cpu() -> Self {
         DeviceSlot::Cpu {
             name: cpu_model_name(),

@@ -36,10 +36,14 @@ pub struct StageInputs {
 /// A build cache entry to install into the task directory, and how it came to be.
 #[derive(Debug, Clone)]
 pub struct Prebuilt {
+    /// The cache the entry lives in.
     pub cache: BuildCache,
+    /// The entry whose files are copied into the task directory.
     pub entry: CachedBuild,
     /// The digests the entry was stored with (kept in the broker, out of children's reach).
     pub digests: Vec<String>,
+    /// Built for this task by the compile pool, or reused from the cache (reported in the
+    /// result's `build`).
     pub source: BuildSource,
 }
 
@@ -60,6 +64,7 @@ pub async fn run_evaluation(
 /// What [`run_evaluation_with`] learnt.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Evaluated {
+    /// The task's end: a verdict, a service fault or a cancellation.
     pub classified: Classified,
     /// The software versions the harness reported with its result (when it reported one
     /// without a protocol violation).

@@ -39,6 +39,8 @@ pub enum PrepareEnd {
 /// What a task takes to its device stage.
 #[derive(Debug, Clone, Default)]
 pub struct Ready {
+    /// The extensions the CPU stage built or found in the cache; `None`: the device stage builds
+    /// whatever the candidate needs.
     pub prebuilt: Option<Prebuilt>,
     /// Worker-side times of the CPU stage (`cpu_stage`, `build_cache`), merged into the
     /// result's `stage_ms`.
@@ -49,8 +51,10 @@ pub struct Ready {
 
 /// How the outcome of a prepare child reads, before any cache work.
 #[derive(Debug, Clone, PartialEq)]
-pub enum PrepareVerdict {
+pub(crate) enum PrepareVerdict {
+    /// The CPU stage reached the task's verdict (a compile failure, a screening rejection, ...).
     Final(Classified),
+    /// The candidate imported and its extensions were built: the device stage takes over.
     Prepared(Prepared),
     /// Nothing decided on the CPU (a crash, a protocol violation, a setup failure): the
     /// device stage does everything as if there had been no CPU stage.
@@ -65,7 +69,7 @@ const FINAL_ON_CPU: &[VerdictCode] = &[
 ];
 
 /// Pure: what the end of a prepare child means.
-pub fn classify_prepare(outcome: &ChildOutcome, ctx: &VerdictContext) -> PrepareVerdict {
+pub(crate) fn classify_prepare(outcome: &ChildOutcome, ctx: &VerdictContext) -> PrepareVerdict {
     let transcript = &outcome.transcript;
     match outcome.killed_for {
         Some(KillReason::Cancelled) => return PrepareVerdict::Final(Classified::Cancelled),
@@ -109,8 +113,11 @@ pub fn classify_prepare(outcome: &ChildOutcome, ctx: &VerdictContext) -> Prepare
 
 /// Everything the CPU stage needs from its worker.
 pub struct PrepareContext<'a> {
+    /// The worker's settings (interpreter, limits, sandbox).
     pub cfg: &'a WorkerConfig,
+    /// The node's build cache; `None`: builds are made for the task alone and kept nowhere.
     pub cache: Option<&'a BuildCache>,
+    /// The device's architecture CUDA extensions are built for (`TORCH_CUDA_ARCH_LIST` spelling).
     pub cuda_arch: Option<&'a str>,
     /// The versions the worker's harnesses last reported: part of the build cache key.
     pub software: Option<SoftwareVersions>,

@@ -4,10 +4,15 @@
 
 use serde::{Deserialize, Serialize};
 
+/// What `probe-gpu` prints as its one JSON line: the worker reads it to decide whether the
+/// device is healthy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProbeReport {
+    /// Every step succeeded and the kernel's arithmetic checked.
     pub ok: bool,
+    /// What was checked, or the step that failed and why.
     pub detail: String,
+    /// How long the probe took, in milliseconds.
     pub elapsed_ms: f64,
 }
 

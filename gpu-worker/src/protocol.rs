@@ -29,25 +29,39 @@ pub const MAX_LINE_BYTES: usize = 1 << 20;
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HarnessResult {
+    /// The candidate imported and was instantiated (its extensions built, its kernels compiled).
     pub compiled: bool,
+    /// Every correctness trial matched the reference within `atol`/`rtol`.
     pub correct: bool,
+    /// Correctness trials that matched.
     pub trials_passed: u32,
+    /// Correctness trials run or due (`num_correct_trials`).
     pub trials_total: u32,
+    /// Largest absolute difference from the reference over the trials.
     #[serde(default)]
     pub max_abs_diff: Option<f64>,
+    /// Mean absolute difference from the reference over the trials.
     #[serde(default)]
     pub mean_abs_diff: Option<f64>,
+    /// The candidate's timing, when it was correct and performance was measured.
     #[serde(default)]
     pub runtime_ms: Option<RuntimeStats>,
+    /// The reference's timing, measured beside the candidate's or cached (`ref_timing_cached`).
     #[serde(default)]
     pub ref_runtime_ms: Option<RuntimeStats>,
+    /// Reference time over candidate time; above the spec's `max_speedup` it is an integrity
+    /// finding.
     #[serde(default)]
     pub speedup: Option<f64>,
+    /// Why the evaluation failed, as the harness judged it; `None` on success.
     #[serde(default)]
     pub error_code: Option<VerdictCode>,
+    /// The harness's account of the failure (the candidate's exception, a mismatch).
     #[serde(default)]
     pub error_message: Option<String>,
+    /// The device the harness ran on, as torch names it.
     pub device: DeviceInfo,
+    /// Harness-side milliseconds per stage, merged with the worker's own.
     #[serde(default)]
     pub stage_ms: BTreeMap<String, f64>,
     /// The reference was not timed: `ref_runtime_ms` are the statistics the worker passed in
@@ -66,8 +80,10 @@ pub struct HarnessResult {
     /// Proof of work of the counted forward (see `EvalResult`).
     #[serde(default)]
     pub custom_kernel_count: Option<u32>,
+    /// The candidate's kernels plus the torch ops the counted forward dispatched.
     #[serde(default)]
     pub total_kernel_count: Option<u32>,
+    /// Share of the counted forward's time spent in the candidate's own kernels (0 to 1).
     #[serde(default)]
     pub custom_time_coverage: Option<f64>,
 }
@@ -82,6 +98,8 @@ pub struct BuiltExtension {
     pub key: String,
     /// The built file, relative to the task directory, under `build/`.
     pub file: String,
+    /// Whether the module is a Python extension module (`is_python_module` of `load_inline`)
+    /// rather than a plain shared library loaded for its ops.
     pub python_module: bool,
 }
 
@@ -89,13 +107,17 @@ pub struct BuiltExtension {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Prepared {
+    /// The extensions the candidate's import built (at most [`MAX_BUILDS`]).
     pub builds: Vec<BuiltExtension>,
     /// What the import raised on the CPU, if anything: for the GPU stage to judge.
     pub import_error: Option<String>,
+    /// Harness-side milliseconds per stage of the CPU child.
     #[serde(default)]
     pub stage_ms: BTreeMap<String, f64>,
+    /// Versions of the software the CPU stage ran with: part of the build cache key.
     #[serde(default)]
     pub software: Option<SoftwareReport>,
+    /// Static screening findings on the candidate (as [`HarnessResult::flags`]).
     #[serde(default)]
     pub flags: Vec<Flag>,
 }
@@ -105,17 +127,23 @@ pub struct Prepared {
 /// harness and this worker disagree: a fault of the service, not of the candidate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Stage {
+    /// The judge reads the spec and sets up the runner on the device.
     Setup,
+    /// The reference model is imported.
     LoadReference,
     /// At the gate after the reference's import, waiting to be let go.
     Standby,
+    /// The candidate is screened and imported in the runner (its extensions built).
     LoadCandidate,
+    /// The runner builds `ModelNew` from the init inputs, as the judge built `Model`.
     Instantiate,
+    /// The correctness trials.
     Correctness,
     /// The counted forward after the correctness trials.
     Profile,
     /// At the gate before timing, waiting to time alone.
     TimingGate,
+    /// Timing of the candidate (and of the reference, unless cached), once past the gate.
     Performance,
     /// The last checks, after `performance`.
     Integrity,
@@ -162,17 +190,23 @@ impl std::fmt::Display for Stage {
 /// Most extensions one candidate may build.
 pub const MAX_BUILDS: usize = 16;
 
+/// One line on the result pipe, tagged by its `event`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
-pub enum HarnessEvent {
+pub(crate) enum HarnessEvent {
+    /// A stage began.
     Stage {
+        /// Its wire name, checked against [`Stage`] by the reader.
         stage: String,
     },
+    /// The last word of an evaluation stage.
     Result(Box<HarnessResult>),
+    /// The last word of a prepare (CPU) stage.
     Prepared(Box<Prepared>),
     /// The judge has entered its sandbox (the layers it applied, informational: the worker
     /// checks the judge itself, `sandbox::verify`).
     Sandbox {
+        /// The names of the layers, in the order entered.
         layers: Vec<String>,
         /// How long entering them took (the judge's clock).
         #[serde(default)]
@@ -185,10 +219,13 @@ pub enum HarnessEvent {
     Selftest(Box<SelftestReport>),
 }
 
+/// Why a layer of the sandbox plan could not be entered (`sandbox_failed`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SandboxFailure {
+pub(crate) struct SandboxFailure {
+    /// The layer that failed as sandbox.py names it (`user`, `mount`, `landlock`, `seccomp`, ...).
     pub layer: String,
+    /// What the judge caught entering it (bounded).
     pub error: String,
 }
 
@@ -199,10 +236,12 @@ const MAX_SANDBOX_ERROR: usize = 4096;
 /// Everything read from the pipe of one child.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Transcript {
+    /// The stages the child entered, in order.
     pub stages: Vec<Stage>,
     /// A well-formed stage name that is not a [`Stage`] (the first one; later stage lines are
     /// still read): the harness and this worker disagree, a fault of the service.
     pub unknown_stage: Option<String>,
+    /// The result line of an evaluation stage.
     pub result: Option<HarnessResult>,
     /// The end of a prepare stage (instead of a result).
     pub prepared: Option<Prepared>,
@@ -211,7 +250,7 @@ pub struct Transcript {
     /// How long entering them took, in milliseconds.
     pub sandbox_ms: Option<f64>,
     /// The layer that could not be entered (the end of the child).
-    pub sandbox_failed: Option<SandboxFailure>,
+    pub(crate) sandbox_failed: Option<SandboxFailure>,
     /// The end of a self-test stage.
     pub selftest: Option<SelftestReport>,
     /// The first protocol violation, if any; later lines are ignored once one is seen.

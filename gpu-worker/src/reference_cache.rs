@@ -28,8 +28,11 @@ pub const NUM_WARMUP: u32 = 3;
 /// The software a harness ran with, as it reported it (`software` of the result line).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SoftwareVersions {
+    /// torch's version: without it there is no usable report.
     pub torch: Option<String>,
+    /// triton's version, when installed.
     pub triton: Option<String>,
+    /// The CUDA version torch was built with (`None` on a CPU-only build).
     pub cuda: Option<String>,
 }
 
@@ -50,7 +53,9 @@ impl SoftwareVersions {
 /// numbers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimingConfig {
+    /// Timed calls per model (`spec.json` `num_perf_trials`).
     pub num_perf_trials: u32,
+    /// Warm-up calls per model ([`NUM_WARMUP`]).
     pub num_warmup: u32,
     /// [`TIMING_PROTOCOL`].
     pub protocol: &'static str,
@@ -60,6 +65,8 @@ pub struct TimingConfig {
 }
 
 impl TimingConfig {
+    /// How a task with `num_perf_trials` is timed on `device` (`cpu_threads`: torch's thread
+    /// count on a CPU worker, `None` for its default).
     pub fn new(num_perf_trials: u32, device: &DeviceSlot, cpu_threads: Option<u32>) -> Self {
         let policy = match device {
             DeviceSlot::Gpu { .. } => "cuda-events,l2-flush".to_owned(),

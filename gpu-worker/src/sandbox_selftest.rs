@@ -31,11 +31,15 @@ const SELFTEST_DEADLINE: std::time::Duration = std::time::Duration::from_secs(18
 
 /// What the worker set up to be found, and what it expects of the child.
 pub struct Targets {
+    /// A port the worker listens on: the runner must not reach it.
     pub tcp_port: u16,
+    /// A file outside the task directory the runner must not read.
     pub canary_file: std::path::PathBuf,
+    /// A directory outside the task directory the runner must not write into.
     pub canary_dir: std::path::PathBuf,
     /// The uid children take (root worker), to be seen in the runner.
     pub uid: Option<u32>,
+    /// The worker's own uid: in a user namespace the runner must see it mapped, not root.
     pub worker_uid: u32,
     /// The name of the task's cgroup directory, to be seen in the runner's /proc/self/cgroup.
     pub cgroup_name: Option<String>,
@@ -44,11 +48,14 @@ pub struct Targets {
 }
 
 /// How a self-test child ended.
-pub enum Outcome {
+pub(crate) enum Outcome {
+    /// The harness's `selftest` line.
     Report(Box<SelftestReport>),
     /// A layer of the plan could not be entered (the harness's `sandbox_failed`).
     LayerFailed {
+        /// The layer that failed.
         layer: String,
+        /// What the judge caught entering it.
         error: String,
     },
     /// Anything else: the child's own words.

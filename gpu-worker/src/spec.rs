@@ -25,6 +25,7 @@ pub enum HarnessStage {
 /// the harness's input: docs/harness-protocol.md.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HarnessSpec<'a> {
+    /// Which stage the child runs: the CPU prepare or the evaluation.
     pub stage: HarnessStage,
     /// The architecture CUDA extensions are built for (`TORCH_CUDA_ARCH_LIST` spelling).
     pub cuda_arch: Option<&'a str>,
@@ -34,18 +35,28 @@ pub struct HarnessSpec<'a> {
     pub backend: &'static str,
     /// `cuda` or `cpu`.
     pub device: &'static str,
+    /// Correctness trials, each with fresh inputs.
     pub num_correct_trials: u32,
+    /// Timed calls per model.
     pub num_perf_trials: u32,
+    /// Untimed calls per model before timing.
     pub num_warmup: u32,
+    /// Whether to time a correct candidate at all.
     pub measure_performance: bool,
+    /// Absolute tolerance of the correctness comparison.
     pub atol: f64,
+    /// Relative tolerance of the correctness comparison.
     pub rtol: f64,
+    /// Seeds the inputs of every trial.
     pub seed: u64,
     /// The worker's cached timing of the reference; the harness then times only the
     /// candidate.
     pub reference_timing: Option<RuntimeStats>,
+    /// What the static screening does with each of its rules' findings (reject, flag, off).
     pub screening: &'a BTreeMap<String, ScreeningAction>,
+    /// Largest plausible speedup: above it the integrity checks report a finding.
     pub max_speedup: f64,
+    /// Whether the harness runs its integrity checks after timing.
     pub integrity_checks: bool,
 }
 

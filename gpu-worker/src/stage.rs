@@ -91,15 +91,17 @@ pub fn child_env(
 }
 
 /// The private directory of one harness stage and the sandbox its child will enter.
-pub struct StageDir {
+pub(crate) struct StageDir {
+    /// The directory, removed when dropped.
     pub dir: TaskDir,
+    /// The sandbox the child enters; `None` when the worker runs unsandboxed.
     pub sandbox: Option<ChildSandbox>,
 }
 
 /// Makes a stage directory: the harness, what `fill` writes (returning the stage's spec),
 /// the child's sandbox (`sandbox_for`, which hands the directory to the child's user), and
 /// `spec.json` with the sandbox plan in it.
-pub fn stage_dir(
+pub(crate) fn stage_dir(
     cfg: &WorkerConfig,
     label: &str,
     fill: impl FnOnce(&TaskDir) -> std::io::Result<serde_json::Value>,
@@ -130,7 +132,7 @@ pub fn stage_dir(
 }
 
 /// The child of a harness stage in `stage`'s directory.
-pub fn harness_child(
+pub(crate) fn harness_child(
     cfg: &WorkerConfig,
     stage: &mut StageDir,
     env: Vec<(String, String)>,

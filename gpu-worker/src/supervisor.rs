@@ -33,11 +33,15 @@ const DRAIN_DEADLINE: Duration = Duration::from_secs(2);
 
 /// What to run.
 pub struct ChildSpec {
+    /// The executable (the Python interpreter).
     pub program: PathBuf,
+    /// Its arguments.
     pub args: Vec<String>,
+    /// The working directory: the task directory.
     pub cwd: PathBuf,
     /// The complete environment of the child (nothing else is inherited).
     pub env: Vec<(String, String)>,
+    /// Its rlimits, and the output, memory and process bounds enforced while it runs.
     pub limits: ChildLimits,
     /// Counted from the gate's first opening when there is a gate, else from the spawn.
     pub deadline: Duration,
@@ -64,7 +68,8 @@ pub struct Gate {
 }
 
 impl Gate {
-    pub fn open(&self) -> std::io::Result<()> {
+    /// Lets the child past its next waiting point, with nothing to say.
+    pub(crate) fn open(&self) -> std::io::Result<()> {
         self.open_with(&serde_json::json!({}))
     }
 
@@ -120,10 +125,15 @@ pub fn gate(
 /// Why the supervisor killed the child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KillReason {
+    /// It ran past its deadline.
     Timeout,
+    /// It wrote more than `max_output_bytes` to stdout and stderr.
     OutputLimit,
+    /// Its processes' resident memory went over `max_memory_bytes`.
     Memory,
+    /// It had more than `max_processes` processes.
     Processes,
+    /// The task was cancelled.
     Cancelled,
     /// The judge was not in the sandbox its plan promised (`sandbox::verify`).
     SandboxBroken,
@@ -132,20 +142,31 @@ pub enum KillReason {
 /// How the child's main process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitKind {
+    /// It exited with this status.
     Code(i32),
+    /// A signal ended it.
     Signal(i32),
 }
 
+/// Everything known of a child once its whole process group is gone: what the verdict is
+/// classified from.
 #[derive(Debug, Clone)]
 pub struct ChildOutcome {
+    /// How its main process ended.
     pub exit: ExitKind,
+    /// Why the supervisor killed it, if it did.
     pub killed_for: Option<KillReason>,
+    /// What it said on fd 3.
     pub transcript: Transcript,
     /// The last bytes of stdout and stderr, interleaved as they arrived.
     pub output_tail: String,
+    /// Bytes it wrote to stdout and stderr in all.
     pub output_bytes: u64,
+    /// How long it ran, from the spawn to its end.
     pub wall: Duration,
+    /// Largest resident memory of its processes together, as the watchdog sampled it.
     pub peak_rss_bytes: u64,
+    /// Most processes it had at once, as the watchdog sampled them.
     pub peak_processes: u64,
     /// OOM kills the kernel made in the task's cgroup: evidence that a SIGKILL from outside
     /// was the task's own memory use.

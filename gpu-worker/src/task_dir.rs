@@ -6,6 +6,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+/// A task child's private directory; removed when dropped.
 pub struct TaskDir {
     dir: Option<tempfile::TempDir>,
 }
@@ -26,6 +27,7 @@ impl TaskDir {
         Ok(Self { dir: Some(dir) })
     }
 
+    /// Where the directory is.
     pub fn path(&self) -> &Path {
         self.dir
             .as_ref()

@@ -58,8 +58,10 @@ enum Event {
 
 /// A child forked by the template: its pid and, later, its raw wait status (an error if the
 /// template died first, which kills the child too).
-pub struct ForkedChild {
+pub(crate) struct ForkedChild {
+    /// The child's pid.
     pub pid: i32,
+    /// Its raw wait status, sent by the template when it reaps the child.
     pub exit: oneshot::Receiver<i32>,
 }
 
@@ -92,6 +94,7 @@ pub struct Template {
     alive: Arc<AtomicBool>,
     next_id: AtomicU64,
     forks: AtomicU32,
+    /// How long the template took to import torch and triton, in milliseconds.
     pub import_ms: f64,
     /// The versions the template imported (those of every child it forks).
     pub software: Option<SoftwareReport>,
@@ -185,7 +188,8 @@ impl Template {
         })
     }
 
-    pub fn is_alive(&self) -> bool {
+    /// Whether the template process still runs and its control channel has not failed.
+    pub(crate) fn is_alive(&self) -> bool {
         self.alive.load(Ordering::SeqCst)
             && matches!(
                 self.process
@@ -206,6 +210,7 @@ impl Template {
             .unwrap_or(-1)
     }
 
+    /// How many children it has forked.
     pub fn forks(&self) -> u32 {
         self.forks.load(Ordering::SeqCst)
     }
@@ -213,7 +218,7 @@ impl Template {
     /// Forks a child for `taskdir` with the given environment and limits; each descriptor
     /// becomes the number paired with it in the child (1, 2, 3 always; 4 the gate, 5 the
     /// sandbox's ruleset when given); they are closed here once handed over.
-    pub async fn fork(
+    pub(crate) async fn fork(
         &self,
         taskdir: &Path,
         env: &[(String, String)],

@@ -51,12 +51,18 @@ pub enum Classified {
 
 /// Facts the classification needs besides the outcome.
 #[derive(Debug, Clone)]
-pub struct VerdictContext {
+pub(crate) struct VerdictContext {
+    /// Correctness trials due (`num_correct_trials`), for a result the harness did not give.
     pub trials_total: u32,
+    /// The device the task ran on.
     pub device: DeviceInfo,
+    /// The task's deadline, for timeout messages.
     pub timeout_s: u32,
+    /// The output bound, for output-limit messages.
     pub max_output_bytes: u64,
+    /// The memory bound, for memory-limit messages.
     pub max_memory_bytes: u64,
+    /// The process bound, for process-limit messages.
     pub max_processes: u64,
 }
 
@@ -131,7 +137,9 @@ fn outside_cause(outcome: &ChildOutcome) -> Option<String> {
     }
 }
 
-pub fn classify(outcome: &ChildOutcome, ctx: &VerdictContext) -> Classified {
+/// The task's end from the child's: its result when it gave a valid one, else a verdict
+/// from how it ended (killed, crashed, off-protocol), or a fault of the service.
+pub(crate) fn classify(outcome: &ChildOutcome, ctx: &VerdictContext) -> Classified {
     if outcome.killed_for == Some(KillReason::Cancelled) {
         return Classified::Cancelled;
     }
@@ -276,7 +284,7 @@ fn deadline_passed(ctx: &VerdictContext, stage_name: &str) -> String {
 
 /// The verdict of a task whose CPU stage spent all of its budget (`crate::budget`), so its
 /// device stage never starts: a timeout, as a child killed at its deadline gets.
-pub fn budget_spent(ctx: &VerdictContext) -> Classified {
+pub(crate) fn budget_spent(ctx: &VerdictContext) -> Classified {
     let result = EvalResult::failed_before_trials(
         VerdictCode::Timeout,
         format!(
@@ -319,7 +327,9 @@ fn from_harness(r: HarnessResult, ctx: &VerdictContext, tail: Option<String>) ->
     }
 }
 
-pub fn has_cuda_fault(text: &str) -> bool {
+/// Whether `text` (the output tail or an error message) shows a CUDA fault: the device may
+/// be unusable for the next task.
+pub(crate) fn has_cuda_fault(text: &str) -> bool {
     CUDA_FAULT_MARKERS.iter().any(|m| text.contains(m))
 }
 

@@ -8,10 +8,15 @@ use std::collections::HashMap;
 /// One line of `/proc/<pid>/stat`, the fields we need.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcStat {
+    /// The process.
     pub pid: i32,
+    /// Its parent.
     pub ppid: i32,
+    /// Its process group.
     pub pgrp: i32,
+    /// Its session.
     pub session: i32,
+    /// Resident set size, in pages.
     pub rss_pages: u64,
 }
 
@@ -57,12 +62,15 @@ pub fn members(table: &[ProcStat], root: i32) -> Vec<ProcStat> {
 
 /// Usage of one child's processes at one instant.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct GroupUsage {
+pub(crate) struct GroupUsage {
+    /// Processes alive.
     pub processes: u64,
+    /// Their resident memory together.
     pub rss_bytes: u64,
 }
 
-pub fn usage(members: &[ProcStat], page_size: u64) -> GroupUsage {
+/// The usage of `members` (from [`members`]) with pages of `page_size` bytes.
+pub(crate) fn usage(members: &[ProcStat], page_size: u64) -> GroupUsage {
     GroupUsage {
         processes: members.len() as u64,
         rss_bytes: members.iter().map(|p| p.rss_pages * page_size).sum(),
@@ -85,7 +93,8 @@ pub fn read_table() -> Vec<ProcStat> {
         .collect()
 }
 
-pub fn page_size() -> u64 {
+/// The system's page size in bytes (4096 when sysconf does not say).
+pub(crate) fn page_size() -> u64 {
     nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
         .ok()
         .flatten()

@@ -9,10 +9,13 @@ use std::collections::BTreeMap;
 /// `/proc/<pid>/status` fields as the harness reports them.
 pub type StatusFields = BTreeMap<String, Vec<String>>;
 
+/// Who a process is, as the kernel says (the judge's part of the report).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Identity {
+    /// Its pid as it sees itself (1 inside a pid namespace).
     pub pid: i64,
+    /// Its `Uid`, `Gid`, `NoNewPrivs`, `Seccomp`, `Seccomp_filters`, `CapEff` and `NSpid`.
     pub status: StatusFields,
 }
 
@@ -20,23 +23,39 @@ pub struct Identity {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunnerReport {
+    /// The runner's pid as it sees itself.
     pub pid: i64,
+    /// The runner's status fields (as [`Identity::status`]).
     pub status: StatusFields,
+    /// Its parent's pid: the judge, pid 1 in a pid namespace.
     pub ppid: i64,
+    /// Connecting to the worker's listening port (absent when no port was given).
     #[serde(default)]
     pub tcp_worker: Option<String>,
+    /// Opening an inet socket at all.
     pub tcp_socket: String,
+    /// Reading the canary file outside the task directory.
     #[serde(default)]
     pub read_canary: Option<String>,
+    /// Writing a file beside the canary, outside the task directory.
     #[serde(default)]
     pub write_outside: Option<String>,
+    /// The pids in its /proc (at most 64): few in a pid namespace of its own.
     pub visible_pids: Vec<i64>,
+    /// `kill(-1, 0)`: `ESRCH` when no other process can be signalled.
     pub kill_all: String,
+    /// `ptrace(PTRACE_ATTACH)` of the judge.
     pub ptrace_judge: String,
+    /// `unshare(CLONE_NEWUSER)`: refused by the seccomp filter.
     pub unshare_user: String,
+    /// SIGKILL sent to a child of its own: refused by the runner's filter.
     pub sigkill: String,
+    /// Its /proc/self/cgroup (at most 4096 characters).
     pub cgroup: String,
+    /// The file system type at /tmp, /dev/shm and /proc.
     pub mounts: BTreeMap<String, String>,
+    /// The sum of the CUDA tensor the judge shared (1024 ones when IPC works); absent on a CPU
+    /// worker.
     #[serde(default)]
     pub ipc_sum: Option<f64>,
 }
@@ -45,6 +64,8 @@ pub struct RunnerReport {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SelftestReport {
+    /// What the runner's probes found.
     pub runner: RunnerReport,
+    /// Who the judge is.
     pub judge: Identity,
 }

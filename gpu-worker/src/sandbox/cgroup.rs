@@ -32,14 +32,17 @@ pub struct Cgroups {
 /// Where each hierarchy is mounted and where this process sits in it (from
 /// /proc/self/mountinfo and /proc/self/cgroup; pure).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Placement {
+pub(crate) struct Placement {
+    /// This process's directory in the unified (v2) hierarchy.
     pub v2: Option<PathBuf>,
+    /// This process's directory in the v1 `memory` hierarchy.
     pub v1_memory: Option<PathBuf>,
+    /// This process's directory in the v1 `pids` hierarchy.
     pub v1_pids: Option<PathBuf>,
 }
 
 /// The directory of this process in each hierarchy.
-pub fn placement(mountinfo: &str, cgroup: &str) -> Placement {
+pub(crate) fn placement(mountinfo: &str, cgroup: &str) -> Placement {
     let mut own_v2 = None;
     let mut own = std::collections::HashMap::new();
     for line in cgroup.lines() {

@@ -21,8 +21,11 @@ pub const DEFAULT_USER: &str = "nobody";
 /// Size of each task's private /dev/shm (CUDA IPC events and torch's shared tensors live
 /// there) and of its private /tmp; tmpfs pages count as the task's memory.
 pub const DEFAULT_SHM_BYTES: u64 = 8 << 30;
+/// Size of each task's private /tmp (see [`DEFAULT_SHM_BYTES`]).
 pub const DEFAULT_TMP_BYTES: u64 = 4 << 30;
 
+/// How the sandbox is to be set up, from `CRUCIBLE_SANDBOX*` (what the operator asks; the
+/// self-test decides what is in force).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SandboxSettings {
     /// `CRUCIBLE_SANDBOX=off` runs children with none of the layers: for a development host
@@ -34,7 +37,9 @@ pub struct SandboxSettings {
     /// or numeric uids): each child takes the least used one, so with as many users as
     /// children at once no two tasks share a uid.
     pub users: Vec<String>,
+    /// Size of each task's private /dev/shm (`CRUCIBLE_SANDBOX_SHM_MB`).
     pub shm_bytes: u64,
+    /// Size of each task's private /tmp (`CRUCIBLE_SANDBOX_TMP_MB`).
     pub tmp_bytes: u64,
 }
 

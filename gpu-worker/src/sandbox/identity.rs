@@ -9,12 +9,25 @@ use std::sync::{Arc, Mutex};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Identity {
     /// The worker is root: the child becomes this unprivileged user.
-    User { name: String, uid: u32, gid: u32 },
+    User {
+        /// The user as configured (a name, or a numeric uid).
+        name: String,
+        /// Its uid.
+        uid: u32,
+        /// Its primary gid.
+        gid: u32,
+    },
     /// The worker is not root: the worker's own ids, mapped in a user namespace.
-    Namespace { uid: u32, gid: u32 },
+    Namespace {
+        /// The worker's uid.
+        uid: u32,
+        /// The worker's gid.
+        gid: u32,
+    },
 }
 
 impl Identity {
+    /// The uid and gid the child runs as.
     pub fn ids(&self) -> (u32, u32) {
         match self {
             Identity::User { uid, gid, .. } | Identity::Namespace { uid, gid } => (*uid, *gid),
@@ -87,7 +100,7 @@ impl Identities {
     }
 
     /// The least used identity, held until the lease is dropped.
-    pub fn acquire(&self) -> IdentityLease {
+    pub(crate) fn acquire(&self) -> IdentityLease {
         let mut in_use = self.in_use.lock().expect("identity lock");
         let index = (0..in_use.len())
             .min_by_key(|&i| in_use[i])
@@ -109,7 +122,8 @@ impl Identities {
 
 /// One child's identity; given back when dropped.
 #[derive(Debug)]
-pub struct IdentityLease {
+pub(crate) struct IdentityLease {
+    /// The identity the child enters.
     pub identity: Identity,
     index: usize,
     in_use: Arc<Mutex<Vec<u32>>>,

@@ -40,21 +40,33 @@ use std::future::Future;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
+/// Why the sandbox could not be set up or entered: every one is a fault of this node, never
+/// of a candidate.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
+    /// A sandbox setting the host cannot honour (a user that does not exist, or is root).
     #[error("sandbox configuration: {0}")]
     Config(String),
+    /// A fact of the host that could not be read, or a per-child resource that could not be made.
     #[error("sandbox: {0}")]
     Host(String),
+    /// Landlock is unavailable, or the ruleset could not be built.
     #[error("landlock: {0}")]
     Landlock(String),
+    /// Seccomp is unavailable, or its programs could not be built.
     #[error("seccomp: {0}")]
     Seccomp(String),
     /// A layer the worker must have is not in force on this host: it refuses to serve.
     #[error(
         "required sandbox layer `{layer}` is not available on this host: {why} (fix the host, or drop it from CRUCIBLE_SANDBOX_REQUIRE knowing what that layer stops: docs/SECURITY.md)"
     )]
-    Refused { layer: &'static str, why: String },
+    Refused {
+        /// The layer's name.
+        layer: &'static str,
+        /// Why it is not in force (the host's lack, or what the self-test saw).
+        why: String,
+    },
+    /// The start-up self-test could not run, or found the sandbox broken.
     #[error("sandbox self-test: {0}")]
     Selftest(String),
 }
@@ -76,12 +88,16 @@ pub struct Sandbox {
 /// The host's facts and the layers proven in force on it.
 #[derive(Debug)]
 pub struct Ready {
+    /// What the host offers (identities, cgroups, paths) for each child's sandbox.
     pub host: Host,
+    /// The layers the self-test proved in force: those every child enters.
     pub active: BTreeSet<SandboxLayer>,
+    /// What the registry and results report of the sandbox.
     pub status: SandboxStatus,
 }
 
 impl Sandbox {
+    /// A sandbox with `settings`, nothing yet checked of the host.
     pub fn new(settings: SandboxSettings) -> Self {
         Self {
             settings,
@@ -89,6 +105,7 @@ impl Sandbox {
         }
     }
 
+    /// The settings it was made with.
     pub fn settings(&self) -> &SandboxSettings {
         &self.settings
     }
@@ -213,11 +230,13 @@ impl Host {
         })
     }
 
-    pub fn identities(&self) -> &Identities {
+    /// The identities children take.
+    pub(crate) fn identities(&self) -> &Identities {
         &self.identities
     }
 
-    pub fn cgroups(&self) -> Option<&Cgroups> {
+    /// The cgroup hierarchies this worker may write; `None` when there are none.
+    pub(crate) fn cgroups(&self) -> Option<&Cgroups> {
         self.cgroups.as_ref()
     }
 
@@ -323,8 +342,10 @@ impl Host {
 /// ruleset descriptor it inherits, its cgroup (killed and removed when dropped) and its user.
 #[derive(Debug)]
 pub struct ChildSandbox {
+    /// The plan written to the child's `spec.json`.
     pub plan: plan::Plan,
     ruleset: Option<OwnedFd>,
+    /// The child's own cgroup, when the cgroup layer is in force.
     pub cgroup: Option<TaskCgroup>,
     /// What the worker checks of the judge from /proc once it says it is in.
     pub expect: verify::Expectation,

@@ -32,9 +32,11 @@ const CUDA_DEFAULT: &str = "/usr/local/cuda";
 /// A tmpfs only the task's mount namespace sees.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PrivateMount {
+    /// Where it is mounted (/tmp, /dev/shm).
     pub path: PathBuf,
     /// Octal mode of the tmpfs root.
     pub mode: String,
+    /// The tmpfs's size limit; its pages count as the task's memory.
     pub size_bytes: u64,
     /// Owned by the task's user (its /dev/shm); otherwise by root.
     pub owned: bool,

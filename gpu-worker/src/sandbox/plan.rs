@@ -12,24 +12,34 @@ use std::path::PathBuf;
 /// The descriptor number the Landlock ruleset has in the child.
 pub const RULESET_FD: i32 = 5;
 
+/// The sandbox of one child as harness/sandbox.py enters it: serialised into the `sandbox` of
+/// its `spec.json`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Plan {
     /// `setuid` (root worker: become `uid`/`gid`), `userns` (keep the worker's ids in a user
     /// namespace, drop every capability) or `none` (no identity change available).
     pub identity: &'static str,
+    /// The uid the child runs as (mapped to itself in a user namespace).
     pub uid: u32,
+    /// The gid the child runs as.
     pub gid: u32,
     /// Namespaces to unshare, in order (`user` first when present).
     pub namespaces: Vec<&'static str>,
     /// `cgroup.procs` files the child writes itself into, first of all.
     pub cgroup_procs: Vec<PathBuf>,
+    /// Fresh tmpfs mounts in the child's mount namespace (its /tmp and /dev/shm).
     pub private_mounts: Vec<PrivateMount>,
+    /// The Landlock ruleset to restrict itself with; `None` when the layer is not in force.
     pub landlock: Option<LandlockPlan>,
+    /// The seccomp programs of the judge and the runner; `None` when the layer is not in force.
     pub seccomp: Option<SeccompPlan>,
 }
 
+/// The Landlock ruleset the child inherits, and the rights it adds for its own mounts (paths
+/// that exist only once they are mounted, so the worker cannot add them).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LandlockPlan {
+    /// Its descriptor in the child ([`RULESET_FD`]).
     pub fd: i32,
     /// Rights for the child's own writable mounts (/tmp, /dev/shm).
     pub rw_access: u64,
@@ -40,24 +50,32 @@ pub struct LandlockPlan {
 /// Base64 classic-BPF programs, installed in order.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SeccompPlan {
+    /// The judge's filters, installed after its Landlock domain.
     pub judge: Vec<String>,
+    /// The runner's, added on top of the judge's (stricter: no `SIGKILL` sent).
     pub runner: Vec<String>,
 }
 
 /// What the plan is built from.
-pub struct PlanInputs<'a> {
+pub(crate) struct PlanInputs<'a> {
+    /// The layers in force.
     pub active: &'a BTreeSet<SandboxLayer>,
+    /// Who the child becomes.
     pub identity: &'a Identity,
+    /// The `cgroup.procs` files of the child's cgroup.
     pub cgroup_procs: Vec<PathBuf>,
+    /// The private tmpfs mounts.
     pub private_mounts: Vec<PrivateMount>,
+    /// The ruleset, when Landlock is in force.
     pub landlock: Option<LandlockPlan>,
+    /// The programs, when seccomp is in force.
     pub seccomp: Option<SeccompPlan>,
 }
 
 /// The plan for the layers in force. A pid namespace only with a mount namespace (CUDA needs
 /// a /proc of its own pid namespace, measured on the H100); a user namespace whenever an
 /// unprivileged worker asks for any namespace (it could not make them otherwise).
-pub fn build(inputs: PlanInputs<'_>) -> Plan {
+pub(crate) fn build(inputs: PlanInputs<'_>) -> Plan {
     let on = |l| inputs.active.contains(&l);
     let (uid, gid) = inputs.identity.ids();
     let userns = matches!(inputs.identity, Identity::Namespace { .. });

@@ -39,6 +39,8 @@ struct Status {
     tasks_done: u64,
 }
 
+/// One worker: claims tasks for its device from the broker, runs them and stores their
+/// verdicts (the module's doc says which file does what).
 pub struct Worker {
     broker: Arc<dyn Broker>,
     /// Shared with the closures that start templates (no copy per task).
@@ -60,6 +62,7 @@ pub struct Worker {
 }
 
 impl Worker {
+    /// A worker for `cfg`'s device; nothing is sent to the broker until it runs.
     pub fn new(broker: Arc<dyn Broker>, cfg: WorkerConfig) -> Self {
         let id = WorkerId(format!(
             "{}-{}-{}",
@@ -106,6 +109,7 @@ impl Worker {
         }
     }
 
+    /// The worker's id in the registry and in claims.
     pub fn id(&self) -> &WorkerId {
         &self.id
     }
