@@ -6,7 +6,7 @@
 use crate::device::DeviceSlot;
 use crate::protocol::BuiltExtension;
 use crate::reference_cache::NUM_WARMUP;
-use crucible_shared::{Backend, RuntimeStats, ScreeningAction, TaskSpec};
+use crucible_shared::{RuntimeStats, ScreeningAction, TaskSpec};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -75,10 +75,7 @@ pub fn harness_spec<'a>(
         stage,
         cuda_arch,
         prebuilt,
-        backend: match r.backend {
-            Backend::Triton => "triton",
-            Backend::Cuda => "cuda",
-        },
+        backend: r.backend.as_str(),
         device: match device {
             DeviceSlot::Gpu { .. } => "cuda",
             DeviceSlot::Cpu { .. } => "cpu",
