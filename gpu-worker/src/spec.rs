@@ -97,6 +97,7 @@ pub fn harness_spec<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crucible_shared::Backend;
 
     /// What the worker adds to a stage that the spec carries.
     #[derive(Default)]
