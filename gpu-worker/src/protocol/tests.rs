@@ -1,4 +1,5 @@
 //! The fd-3 protocol's parsing: what a child may say, what is refused.
+
 use super::*;
 
 const RESULT: &str = r#"{"event":"result","compiled":true,"correct":true,"trials_passed":5,"trials_total":5,"max_abs_diff":0.0,"mean_abs_diff":0.0,"runtime_ms":{"median":1.0,"mean":1.0,"std":0.1,"min":0.9,"max":1.2},"ref_runtime_ms":{"median":2.0,"mean":2.0,"std":0.1,"min":1.9,"max":2.2},"speedup":2.0,"error_code":null,"error_message":null,"device":{"kind":"cpu","name":"x"},"stage_ms":{"setup":1.0}}"#;
