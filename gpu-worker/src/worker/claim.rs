@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 /// A claimed task: its lease, renewed until the task ends, and the signal that stops its
 /// children. Holding it holds one of the worker's places in the pipeline.
@@ -50,19 +51,14 @@ impl Worker {
         places: Arc<Semaphore>,
         ready_tx: mpsc::UnboundedSender<ReadyTask>,
         mut gate: watch::Receiver<bool>,
-        shutdown: watch::Receiver<bool>,
+        shutdown: CancellationToken,
     ) {
         let mut cpu_stages = JoinSet::new();
         let mut claim_errors = 0u32;
-        let stopped = || {
-            let mut rx = shutdown.clone();
-            async move {
-                let _ = rx.wait_for(|stop| *stop).await;
-            }
-        };
+        let stopped = || shutdown.cancelled();
         loop {
             while cpu_stages.try_join_next().is_some() {}
-            if *shutdown.borrow() {
+            if shutdown.is_cancelled() {
                 break;
             }
             if !*gate.borrow_and_update() {
@@ -107,7 +103,7 @@ impl Worker {
         &self,
         lease: Lease,
         place: OwnedSemaphorePermit,
-        mut shutdown: watch::Receiver<bool>,
+        shutdown: CancellationToken,
     ) -> ClaimedTask {
         tracing::info!(worker_id = %self.id, task_id = %lease.task_id, attempt = lease.attempt, "task claimed");
         let (cancel_tx, cancel_rx) = watch::channel(false);
@@ -136,9 +132,8 @@ impl Worker {
         let shutdown_watch = {
             let cancel_tx = cancel_tx.clone();
             tokio::spawn(async move {
-                if shutdown.wait_for(|stop| *stop).await.is_ok() {
-                    let _ = cancel_tx.send(true);
-                }
+                shutdown.cancelled().await;
+                let _ = cancel_tx.send(true);
             })
         };
         ClaimedTask {
