@@ -228,7 +228,7 @@ impl Worker {
         device.add(
             task_id.clone(),
             gate,
-            ready.task.cancel_tx.clone(),
+            ready.task.cancel.clone(),
             ready.task.lease.spec.clone(),
         );
         let me = self.clone();
