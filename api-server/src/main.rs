@@ -44,7 +44,7 @@ async fn main() -> anyhow::Result<()> {
         tokio::spawn(run_reaper(
             broker.clone(),
             Duration::from_millis(args.reaper_interval_ms),
-            shutdown.watch(),
+            shutdown.token(),
         ))
     });
     crucible_api_server::auth::log_mode(&auth, addr);

@@ -380,14 +380,14 @@ async fn up(
     tasks.push(tokio::spawn(run_reaper(
         broker.clone(),
         Duration::from_secs(1),
-        shutdown.watch(),
+        shutdown.token(),
     )));
     // A worker that refuses to serve (its sandbox is not in place) stops `up` with its reason.
     let (refused_tx, mut refused) = tokio::sync::mpsc::channel::<String>(1);
     for device in devices {
         let wcfg = WorkerConfig::from_env(device).map_err(anyhow::Error::msg)?;
         let worker = Arc::new(Worker::new(worker_broker.clone(), wcfg));
-        let (stop, refused_tx) = (shutdown.watch(), refused_tx.clone());
+        let (stop, refused_tx) = (shutdown.token(), refused_tx.clone());
         tasks.push(tokio::spawn(async move {
             if let Err(e) = worker.run(stop).await {
                 let _ = refused_tx.send(e.to_string()).await;

@@ -17,7 +17,7 @@ use crate::verdict::{Classified, VerdictContext, classify};
 use crucible_shared::{BuildSource, EvalResult, RuntimeStats, TaskSpec};
 use std::path::Path;
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 /// What the worker adds to a task for one stage of it.
 #[derive(Debug, Clone, Default)]
@@ -54,7 +54,7 @@ pub async fn run_evaluation(
     spec: &TaskSpec,
     label: &str,
     launcher: Launcher<'_>,
-    cancel: watch::Receiver<bool>,
+    cancel: CancellationToken,
 ) -> std::io::Result<Classified> {
     run_evaluation_with(cfg, spec, label, launcher, cancel, StageInputs::default())
         .await
@@ -147,7 +147,7 @@ pub async fn run_prepare_child(
     spec: &TaskSpec,
     label: &str,
     launcher: Launcher<'_>,
-    cancel: watch::Receiver<bool>,
+    cancel: CancellationToken,
     inputs: &StageInputs,
 ) -> std::io::Result<(ChildOutcome, TaskDir)> {
     let ready = sandbox_selftest::ready(cfg, launcher).await?;
@@ -168,7 +168,7 @@ pub async fn run_evaluation_with(
     spec: &TaskSpec,
     label: &str,
     launcher: Launcher<'_>,
-    cancel: watch::Receiver<bool>,
+    cancel: CancellationToken,
     inputs: StageInputs,
 ) -> std::io::Result<Evaluated> {
     run_evaluation_gated(cfg, spec, label, launcher, cancel, inputs, None).await
@@ -181,7 +181,7 @@ pub async fn run_evaluation_gated(
     spec: &TaskSpec,
     label: &str,
     launcher: Launcher<'_>,
-    cancel: watch::Receiver<bool>,
+    cancel: CancellationToken,
     inputs: StageInputs,
     gate: Option<GateChild>,
 ) -> std::io::Result<Evaluated> {
@@ -255,7 +255,8 @@ pub fn apply_reference_timing(result: &mut EvalResult, given: Option<RuntimeStat
 
 /// Evaluates one pair on this machine without a server (`crucible eval`); no reference cache.
 pub async fn evaluate_local(cfg: &WorkerConfig, spec: &TaskSpec) -> std::io::Result<Classified> {
-    let (_keep, cancel) = watch::channel(false);
+    // Nothing cancels a local evaluation.
+    let cancel = CancellationToken::new();
     let mut classified = run_evaluation(cfg, spec, "local", Launcher::Direct, cancel).await?;
     if let Classified::Verdict(result) = &mut classified {
         result.problem_hash = Some(crucible_shared::problem_hash(&spec.request.reference_code));

@@ -57,7 +57,7 @@ async fn main() -> anyhow::Result<()> {
     let cfg = WorkerConfig::from_env(device).map_err(anyhow::Error::msg)?;
     let worker = Arc::new(Worker::new(broker, cfg));
     let shutdown = Shutdown::new();
-    let mut run = tokio::spawn(worker.run(shutdown.watch()));
+    let mut run = tokio::spawn(worker.run(shutdown.token()));
     tokio::select! {
         signal = shutdown_signal() => {
             signal?;

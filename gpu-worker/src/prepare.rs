@@ -25,7 +25,7 @@ use crucible_shared::{Backend, BuildSource, TaskSpec, VerdictCode};
 use crucible_task_manager::Broker;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 /// How a CPU stage ended.
 #[derive(Debug, Clone)]
@@ -147,7 +147,7 @@ pub async fn prepare(
     spec: &TaskSpec,
     label: &str,
     launcher: Launcher<'_>,
-    cancel: watch::Receiver<bool>,
+    cancel: CancellationToken,
 ) -> std::io::Result<PrepareEnd> {
     let started = Instant::now();
     let cuda = spec.request.backend == Backend::Cuda;

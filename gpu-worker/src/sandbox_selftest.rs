@@ -372,8 +372,8 @@ async fn run_selftest(
     }
     let env = child_env(cfg, stage.dir.path(), |k| std::env::var(k).ok());
     let child = harness_child(cfg, &mut stage, env, None, SELFTEST_DEADLINE);
-    let (_keep_cancel, cancel) = tokio::sync::watch::channel(false);
-    let outcome = run_child(child, launcher, cancel)
+    // Nothing cancels the self-test.
+    let outcome = run_child(child, launcher, tokio_util::sync::CancellationToken::new())
         .await
         .map_err(|e| SandboxError::Selftest(format!("could not run the self-test child: {e}")))?;
     drop(listener);

@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
 
 /// Bytes of combined stdout/stderr kept for the result's `output_tail`.
 const TAIL_BYTES: usize = 8 * 1024;
@@ -199,7 +200,7 @@ type ExitFuture = Pin<Box<dyn Future<Output = std::io::Result<ExitKind>> + Send>
 pub async fn run_child(
     mut spec: ChildSpec,
     launcher: Launcher<'_>,
-    mut cancel: watch::Receiver<bool>,
+    cancel: CancellationToken,
 ) -> std::io::Result<ChildOutcome> {
     let started = Instant::now();
     let cloexec = nix::fcntl::OFlag::O_CLOEXEC;
@@ -287,18 +288,13 @@ pub async fn run_child(
     let mut killed_for = None;
     let mut peak_rss = 0u64;
     let mut peak_procs = 0u64;
-    let mut cancel_open = true;
 
     let status = loop {
         let reason = tokio::select! {
             status = &mut wait => break status,
             _ = &mut deadline, if killed_for.is_none() => Some(KillReason::Timeout),
             _ = flooded.notified(), if killed_for.is_none() => Some(KillReason::OutputLimit),
-            changed = cancel.changed(), if cancel_open && killed_for.is_none() => match changed {
-                Ok(()) if *cancel.borrow() => Some(KillReason::Cancelled),
-                Ok(()) => None,
-                Err(_) => { cancel_open = false; None }
-            },
+            () = cancel.cancelled(), if killed_for.is_none() => Some(KillReason::Cancelled),
             said = &mut entered, if entered_open => {
                 entered_open = false;
                 match (said, expect.clone()) {

@@ -10,7 +10,7 @@ use crucible_gpu_worker::{DeviceSlot, WorkerConfig};
 use crucible_shared::{EvaluateRequest, TaskSpec, VerdictCode};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 fn read(rel: &str) -> String {
     let repo: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -45,7 +45,7 @@ async fn a_task_whose_cpu_stage_took_most_of_its_timeout_gets_only_the_rest_on_t
     let left = remaining(task_budget(&spec), Duration::from_secs(570)).unwrap();
     assert_eq!(left, Duration::from_secs(30));
 
-    let (_keep, cancel) = watch::channel(false);
+    let cancel = CancellationToken::new();
     let inputs = StageInputs {
         budget: Some(left),
         ..StageInputs::default()

@@ -14,7 +14,7 @@ use crucible_gpu_worker::{DeviceSlot, WorkerConfig};
 use crucible_shared::{Backend, BrokerConfig, BuildSource, EvaluateRequest, TaskSpec, VerdictCode};
 use crucible_task_manager::MemoryBroker;
 use std::path::{Path, PathBuf};
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 const ARCH: &str = "9.0";
 
@@ -121,7 +121,7 @@ async fn run_prepare(
         software,
         broker: Some(broker),
     };
-    let (_keep, cancel) = watch::channel(false);
+    let cancel = CancellationToken::new();
     prepare(&ctx, spec, label, Launcher::Direct, cancel)
         .await
         .unwrap()
@@ -254,7 +254,7 @@ print(json.dumps({"reused": builds.reused, "out": out.tolist()}))
         software: Some(sw.clone()),
         broker: Some(&forgetful),
     };
-    let (_keep, cancel) = watch::channel(false);
+    let cancel = CancellationToken::new();
     let unrecorded = ready(
         prepare(&ctx, &twice, "f", Launcher::Direct, cancel)
             .await

@@ -11,7 +11,7 @@ use crucible_gpu_worker::{DeviceSlot, WorkerConfig, stage::child_env};
 use crucible_shared::{EvaluateRequest, TaskSpec, VerdictCode};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -76,7 +76,7 @@ async fn forked_children_evaluate_like_fresh_ones_and_templates_are_recycled() {
     let work = tempfile::tempdir().unwrap();
     let cfg = config(work.path()).await;
     let mut slot = TemplateSlot::default();
-    let (_keep, cancel) = watch::channel(false);
+    let cancel = CancellationToken::new();
     let good = spec(read("tests/candidates/softmax__correct.py"));
     let bad = spec(read("tests/candidates/softmax__wrong.py"));
 
@@ -129,7 +129,7 @@ async fn a_template_killed_under_a_task_is_a_service_fault_and_is_replaced() {
     let work = tempfile::tempdir().unwrap();
     let cfg = config(work.path()).await;
     let mut slot = TemplateSlot::default();
-    let (_keep, cancel) = watch::channel(false);
+    let cancel = CancellationToken::new();
     let slow = spec(format!(
         "import time\ntime.sleep(30)\n{}",
         read("tests/candidates/softmax__correct.py")
@@ -197,7 +197,7 @@ async fn a_child_that_attacks_the_template_channel_only_hurts_itself() {
     let work = tempfile::tempdir().unwrap();
     let cfg = config(work.path()).await;
     let mut slot = TemplateSlot::default();
-    let (_keep, cancel) = watch::channel(false);
+    let cancel = CancellationToken::new();
     // Writes garbage to every descriptor it can find except its own stdio and result pipe,
     // then fails; the template must neither notice nor die.
     let attacker = format!(
@@ -246,7 +246,7 @@ async fn the_successor_template_imports_while_the_current_serves_its_last_forks(
     let work = tempfile::tempdir().unwrap();
     let cfg = config(work.path()).await;
     let mut slot = TemplateSlot::default();
-    let (_keep, cancel) = watch::channel(false);
+    let cancel = CancellationToken::new();
     let good = spec(read("tests/candidates/softmax__correct.py"));
     let mut pids = Vec::new();
     for i in 0..5 {

@@ -5,14 +5,13 @@
 //!   stderr because its stdout carries JSON).
 //! - [`shutdown_signal`]: resolves on SIGINT or SIGTERM.
 //! - [`Shutdown`]: the process's one cancellation token. Every long-running loop of a binary
-//!   is stopped through it; [`Shutdown::watch`] hands the same decision to the library loops
-//!   that still take a `watch::Receiver<bool>` (`Worker::run`, `run_reaper`).
+//!   is stopped through it, the library loops (`Worker::run`, `run_reaper`, the server)
+//!   included: they take its [`Shutdown::token`].
 //!
 //! It exists so that the binaries do not each carry a copy of this code, and so that a crate
 //! that needs none of it (the HTTP client) does not depend on a binary to get it.
 
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::watch;
 pub use tokio_util::sync::CancellationToken;
 
 /// Where a binary's logs go.
@@ -64,7 +63,7 @@ impl Shutdown {
         self.token.clone()
     }
 
-    /// Starts the shutdown; every holder of the token (or of a [`Shutdown::watch`]) sees it.
+    /// Starts the shutdown; every holder of the token sees it.
     pub fn cancel(&self) {
         self.token.cancel();
     }
@@ -72,27 +71,6 @@ impl Shutdown {
     /// Whether the shutdown has started, for loops that check between steps.
     pub fn is_cancelled(&self) -> bool {
         self.token.is_cancelled()
-    }
-
-    /// The same shutdown as a `watch::Receiver<bool>` (true once cancelled), for the library
-    /// loops whose signature takes one. Must be called inside a Tokio runtime: a small task
-    /// forwards the cancellation.
-    pub fn watch(&self) -> watch::Receiver<bool> {
-        let (tx, rx) = watch::channel(self.token.is_cancelled());
-        let token = self.token.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                () = token.cancelled() => {}
-                // Every receiver is gone: nobody is left to tell.
-                () = tx.closed() => return,
-            }
-            let _ = tx.send(true);
-            // Held until the last receiver is gone, as the binaries' own senders were held
-            // until exit: a loop that waits for a further change must not see the channel
-            // close under it.
-            tx.closed().await;
-        });
-        rx
     }
 }
 
@@ -102,23 +80,22 @@ mod tests {
     use std::time::Duration;
 
     #[tokio::test]
-    async fn watch_sees_the_cancellation() {
+    async fn cancel_is_seen_by_the_token() {
         let shutdown = Shutdown::new();
-        let mut rx = shutdown.watch();
-        assert!(!*rx.borrow());
+        let token = shutdown.token();
+        assert!(!token.is_cancelled());
         shutdown.cancel();
-        tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|stop| *stop))
+        tokio::time::timeout(Duration::from_secs(5), token.cancelled())
             .await
-            .expect("the receiver learns of the shutdown")
-            .expect("the sender lives until it has told");
+            .expect("the token learns of the shutdown");
         assert!(shutdown.is_cancelled());
     }
 
     #[tokio::test]
-    async fn watch_after_cancel_starts_true() {
+    async fn token_after_cancel_starts_cancelled() {
         let shutdown = Shutdown::new();
         shutdown.cancel();
-        assert!(*shutdown.watch().borrow());
+        assert!(shutdown.token().is_cancelled());
     }
 
     #[tokio::test]

@@ -4,16 +4,12 @@
 use crate::broker::Broker;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
+use tokio_util::sync::CancellationToken;
 
-/// Calls [`Broker::reap_expired`] every `interval` until `shutdown` turns true (or its sender
-/// is dropped). Errors are logged and the next tick tries again.
-pub async fn run_reaper(
-    broker: Arc<dyn Broker>,
-    interval: Duration,
-    mut shutdown: watch::Receiver<bool>,
-) {
+/// Calls [`Broker::reap_expired`] every `interval` until `shutdown` is cancelled. Errors are
+/// logged and the next tick tries again.
+pub async fn run_reaper(broker: Arc<dyn Broker>, interval: Duration, shutdown: CancellationToken) {
     let mut ticks = tokio::time::interval(interval.max(Duration::from_millis(1)));
     // After a stall one reap catches up with everything; a burst of reaps would add nothing.
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -23,16 +19,10 @@ pub async fn run_reaper(
         "reaper started"
     );
     loop {
-        if *shutdown.borrow_and_update() {
-            break;
-        }
         tokio::select! {
-            changed = shutdown.changed() => {
-                if changed.is_err() {
-                    break;
-                }
-                continue;
-            }
+            // Checked first: a reaper stopped while a tick is due does not reap once more.
+            biased;
+            () = shutdown.cancelled() => break,
             _ = ticks.tick() => {}
         }
         match broker.reap_expired().await {
@@ -80,8 +70,12 @@ mod tests {
             .unwrap()
             .expect("task is queued");
 
-        let (stop, rx) = watch::channel(false);
-        let reaper = tokio::spawn(run_reaper(broker.clone(), Duration::from_millis(20), rx));
+        let stop = CancellationToken::new();
+        let reaper = tokio::spawn(run_reaper(
+            broker.clone(),
+            Duration::from_millis(20),
+            stop.clone(),
+        ));
 
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
@@ -93,7 +87,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
 
-        stop.send(true).unwrap();
+        stop.cancel();
         tokio::time::timeout(Duration::from_secs(5), reaper)
             .await
             .expect("reaper stops on shutdown")

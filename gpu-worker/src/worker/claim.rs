@@ -13,23 +13,22 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
-/// A claimed task: its lease, renewed until the task ends, and the signal that stops its
+/// A claimed task: its lease, renewed until the task ends, and the token that stops its
 /// children. Holding it holds one of the worker's places in the pipeline.
 pub(super) struct ClaimedTask {
     pub(super) lease: Lease,
-    pub(super) cancel: watch::Receiver<bool>,
-    /// Stops the task's children from the worker's side.
-    pub(super) cancel_tx: watch::Sender<bool>,
+    /// A child of the worker's shutdown: cancelled by the shutdown, by the lease's end, or
+    /// from the worker's side (a child on standby abandoned).
+    pub(super) cancel: CancellationToken,
     renewer: tokio::task::JoinHandle<()>,
-    shutdown_watch: tokio::task::JoinHandle<()>,
     _place: OwnedSemaphorePermit,
 }
 
 impl Drop for ClaimedTask {
     fn drop(&mut self) {
         self.renewer.abort();
-        self.shutdown_watch.abort();
     }
 }
 
@@ -50,19 +49,14 @@ impl Worker {
         places: Arc<Semaphore>,
         ready_tx: mpsc::UnboundedSender<ReadyTask>,
         mut gate: watch::Receiver<bool>,
-        shutdown: watch::Receiver<bool>,
+        shutdown: CancellationToken,
     ) {
         let mut cpu_stages = JoinSet::new();
         let mut claim_errors = 0u32;
-        let stopped = || {
-            let mut rx = shutdown.clone();
-            async move {
-                let _ = rx.wait_for(|stop| *stop).await;
-            }
-        };
+        let stopped = || shutdown.cancelled();
         loop {
             while cpu_stages.try_join_next().is_some() {}
-            if *shutdown.borrow() {
+            if shutdown.is_cancelled() {
                 break;
             }
             if !*gate.borrow_and_update() {
@@ -83,7 +77,7 @@ impl Worker {
             match claimed {
                 Ok(Some(lease)) => {
                     claim_errors = 0;
-                    let task = self.claimed(lease, place, shutdown.clone());
+                    let task = self.claimed(lease, place, &shutdown);
                     cpu_stages.spawn(self.clone().cpu_stage(task, ready_tx.clone()));
                 }
                 Ok(None) => {}
@@ -101,20 +95,20 @@ impl Worker {
         while cpu_stages.join_next().await.is_some() {}
     }
 
-    /// Starts renewing a fresh lease; the task's cancel signal fires when the lease is lost,
+    /// Starts renewing a fresh lease; the task's cancel token fires when the lease is lost,
     /// the task is cancelled or the worker shuts down.
     fn claimed(
         &self,
         lease: Lease,
         place: OwnedSemaphorePermit,
-        mut shutdown: watch::Receiver<bool>,
+        shutdown: &CancellationToken,
     ) -> ClaimedTask {
         tracing::info!(worker_id = %self.id, task_id = %lease.task_id, attempt = lease.attempt, "task claimed");
-        let (cancel_tx, cancel_rx) = watch::channel(false);
+        let cancel = shutdown.child_token();
         let renewer = {
             let broker = self.broker.clone();
             let lease = lease.clone();
-            let cancel_tx = cancel_tx.clone();
+            let cancel = cancel.clone();
             let every = broker.config().lease_ttl / 3;
             tokio::spawn(async move {
                 loop {
@@ -123,7 +117,7 @@ impl Worker {
                         Ok(LeaseState::Held) => {}
                         Ok(state) => {
                             tracing::info!(task_id = %lease.task_id, ?state, "lease ended, stopping the task");
-                            let _ = cancel_tx.send(true);
+                            cancel.cancel();
                             return;
                         }
                         Err(e) => {
@@ -133,20 +127,10 @@ impl Worker {
                 }
             })
         };
-        let shutdown_watch = {
-            let cancel_tx = cancel_tx.clone();
-            tokio::spawn(async move {
-                if shutdown.wait_for(|stop| *stop).await.is_ok() {
-                    let _ = cancel_tx.send(true);
-                }
-            })
-        };
         ClaimedTask {
             lease,
-            cancel: cancel_rx,
-            cancel_tx,
+            cancel,
             renewer,
-            shutdown_watch,
             _place: place,
         }
     }
@@ -161,11 +145,9 @@ impl Worker {
         if self.cfg.compile_pool {
             // A template may be warming (seconds, more on a loaded node): a task cancelled
             // meanwhile, by a client or by the worker's shutdown, must not wait for it.
-            let mut cancel = task.cancel.clone();
-            let cancelled = async move { cancel.wait_for(|c| *c).await.is_ok() };
             let template = tokio::select! {
                 template = self.ready_template() => Some(template),
-                true = cancelled => None,
+                () = task.cancel.cancelled() => None,
             };
             let Some(template) = template else {
                 self.finish(&task.lease, Ok(Classified::Cancelled)).await;

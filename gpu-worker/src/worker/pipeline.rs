@@ -8,7 +8,7 @@ use crate::supervisor::{ChildEvent, Gate};
 use crucible_shared::{RuntimeStats, TaskId, TaskSpec};
 use std::collections::HashMap;
 use std::time::Instant;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 /// When a device child was let go and when its result arrived, and the reference timing it
 /// was given then.
@@ -39,7 +39,7 @@ enum Phase {
 struct DeviceChild {
     gate: Gate,
     phase: Phase,
-    cancel: watch::Sender<bool>,
+    cancel: CancellationToken,
     spec: TaskSpec,
     timing: DeviceTiming,
 }
@@ -91,7 +91,7 @@ impl DevicePipeline {
         &mut self,
         task_id: TaskId,
         gate: Gate,
-        cancel: watch::Sender<bool>,
+        cancel: CancellationToken,
         spec: TaskSpec,
     ) {
         self.controls.insert(
@@ -201,7 +201,7 @@ impl DevicePipeline {
         if let Some(id) = &self.standby
             && let Some(child) = self.controls.get(id)
         {
-            let _ = child.cancel.send(true);
+            child.cancel.cancel();
         }
     }
 }
@@ -225,7 +225,7 @@ mod tests {
 
     fn child(device: &mut DevicePipeline, id: &TaskId) -> GateChild {
         let (gate, child) = supervisor::gate(|_| {}).unwrap();
-        let (cancel, _) = watch::channel(false);
+        let cancel = CancellationToken::new();
         let spec = TaskSpec {
             request: crucible_shared::EvaluateRequest::new("ref", "cand"),
             seed: 1,

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 /// Consecutive service faults after which the worker stops claiming for a while.
 const FAULTS_BEFORE_BACKOFF: u32 = 3;
@@ -51,7 +52,7 @@ impl DeviceTasks {
 }
 
 impl Worker {
-    /// Runs until `shutdown` turns true. Tasks in flight at shutdown are stopped and given
+    /// Runs until `shutdown` is cancelled. Tasks in flight at shutdown are stopped and given
     /// back to the queue so other workers take them at once.
     ///
     /// Two loops: the claimer keeps up to `1 + prefetch` tasks claimed and runs each one's CPU
@@ -61,20 +62,17 @@ impl Worker {
     ///
     /// Before its first claim it proves its sandbox (`crate::sandbox_selftest`); without the layers
     /// it requires it registers as unhealthy, deregisters and returns the reason.
-    pub async fn run(
-        self: Arc<Self>,
-        mut shutdown: watch::Receiver<bool>,
-    ) -> Result<(), WorkerError> {
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), WorkerError> {
         tracing::info!(worker_id = %self.id, device = ?self.cfg.device, compile_pool = self.cfg.compile_pool, prefetch = self.cfg.prefetch, "worker starting");
         let registry = {
             let me = self.clone();
-            let mut stop = shutdown.clone();
+            let stop = shutdown.clone();
             tokio::spawn(async move {
                 loop {
                     me.publish().await;
                     tokio::select! {
                         _ = tokio::time::sleep(me.cfg.heartbeat_interval) => {}
-                        _ = stop.changed() => return,
+                        () = stop.cancelled() => return,
                     }
                 }
             })
@@ -112,7 +110,7 @@ impl Worker {
         let mut faults = 0u32;
         let mut device = DevicePipeline::new();
         let mut tasks = DeviceTasks::new();
-        while !*shutdown.borrow() {
+        while !shutdown.is_cancelled() {
             let backing_off = !healthy || faults >= FAULTS_BEFORE_BACKOFF;
             if backing_off {
                 let _ = gate_tx.send(false);
@@ -128,7 +126,7 @@ impl Worker {
                     }
                     tokio::select! {
                         _ = tokio::time::sleep(UNHEALTHY_RECHECK) => {}
-                        _ = shutdown.changed() => break,
+                        () = shutdown.cancelled() => break,
                     }
                     healthy = self.ensure_healthy().await;
                     faults = 0;
@@ -172,7 +170,7 @@ impl Worker {
                         tracing::error!(worker_id = %self.id, error = %e, "could not start a device stage");
                     }
                 }
-                _ = shutdown.changed() => {}
+                () = shutdown.cancelled() => {}
             }
         }
         // Children still on the device were cancelled by the shutdown: end each (their tasks
@@ -230,7 +228,7 @@ impl Worker {
         device.add(
             task_id.clone(),
             gate,
-            ready.task.cancel_tx.clone(),
+            ready.task.cancel.clone(),
             ready.task.lease.spec.clone(),
         );
         let me = self.clone();
