@@ -132,11 +132,11 @@ impl Worker {
             }
             tracing::info!(worker_id = %self.id, task_id = %lease.task_id, "gpu healthy after a cuda fault");
         }
-        let verdict = result.error_code;
+        let (verdict, error_code) = (result.verdict, result.error_code);
         match self.broker.complete(lease, result).await {
             Ok(AckOutcome::Accepted) => {
                 self.status.lock().expect("worker status lock").tasks_done += 1;
-                tracing::info!(worker_id = %self.id, task_id = %lease.task_id, ?verdict, "task done");
+                tracing::info!(worker_id = %self.id, task_id = %lease.task_id, ?verdict, ?error_code, "task done");
             }
             Ok(AckOutcome::Stale) => {
                 tracing::warn!(worker_id = %self.id, task_id = %lease.task_id, "result refused, lease no longer ours");
