@@ -162,6 +162,18 @@ impl Api {
         v["task_id"].as_str().expect("task_id").to_owned()
     }
 
+    /// Submits `body` to `/evaluate?wait=60` and returns the finished task: the answer itself
+    /// when it finished within the wait, else the task polled until `timeout`.
+    pub async fn evaluate_and_wait(&self, body: Value, timeout: Duration) -> Value {
+        let (status, task) = self.post("/evaluate?wait=60", body).await;
+        if status == 200 {
+            return task;
+        }
+        assert_eq!(status, 202, "{task}");
+        self.wait_task(task["task_id"].as_str().expect("a task id"), timeout)
+            .await
+    }
+
     /// Waits for a terminal status and returns the task.
     pub async fn wait_task(&self, id: &str, timeout: Duration) -> Value {
         eventually(&format!("task {id} to finish"), timeout, || async {

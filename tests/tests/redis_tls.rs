@@ -77,18 +77,12 @@ async fn api_and_worker_evaluate_over_tls_each_with_its_role() {
     assert_eq!(status, 201, "{created}");
     let token = created["token"].as_str().expect("a token");
     let api = anon.with_token(token);
-    let (status, task) = api
-        .post(
-            "/evaluate?wait=60",
+    let task = api
+        .evaluate_and_wait(
             eval_body("softmax", "softmax__correct.py", 120),
+            Duration::from_secs(180),
         )
         .await;
-    let task = if status == 200 {
-        task
-    } else {
-        api.wait_task(task["task_id"].as_str().unwrap(), Duration::from_secs(180))
-            .await
-    };
     assert_eq!(task["status"], "done", "{task}");
     assert_eq!(task["result"]["correct"], true, "{task}");
     let (_, health) = anon.get("/health").await;

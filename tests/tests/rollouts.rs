@@ -265,19 +265,13 @@ async fn results_stream_by_cursor_once_each_and_resubmission_is_idempotent() {
     assert_eq!(first["results"].as_array().unwrap().len(), 5);
 
     // Problems by reference, and the clear errors around them.
-    let (status, task) = api
-        .post(
-            "/evaluate?wait=60",
+    let task = api
+        .evaluate_and_wait(
             json!({"problem": {"level": 1, "id": 19}, "kernel_code": candidate("elementwise_relu__correct.py"),
                    "num_correct_trials": 2, "num_perf_trials": 3}),
+            Duration::from_secs(120),
         )
         .await;
-    let task = if status == 200 {
-        task
-    } else {
-        api.wait_task(task["task_id"].as_str().unwrap(), Duration::from_secs(120))
-            .await
-    };
     assert_eq!(task["result"]["verdict"], "ok", "{task}");
     let (_, relu) = api.get("/problems/1/19").await;
     assert_eq!(task["result"]["problem_hash"], relu["hash"]);

@@ -21,18 +21,12 @@ async fn crucible_up_serves_on_the_embedded_broker() {
     let (_, health) = api.get("/health").await;
     assert_eq!(health["broker"], "memory", "{health}");
 
-    let (status, task) = api
-        .post(
-            "/evaluate?wait=60",
+    let task = api
+        .evaluate_and_wait(
             eval_body("softmax", "softmax__correct.py", 120),
+            Duration::from_secs(120),
         )
         .await;
-    let task = if status == 200 {
-        task
-    } else {
-        api.wait_task(task["task_id"].as_str().unwrap(), Duration::from_secs(120))
-            .await
-    };
     assert_eq!(task["status"], "done", "{task}");
     assert_eq!(task["result"]["correct"], true, "{task}");
     assert_eq!(task["result"]["device"]["kind"], "cpu");

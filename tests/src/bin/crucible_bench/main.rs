@@ -26,8 +26,8 @@ mod measure;
 use claims::claim_run;
 use http::{bytes_body, http_phase};
 use measure::{
-    command_output, cpu_model, cpu_seconds, latency_cells, loadavg, ms_signed, pct, redis_pid,
-    task_key_usage, used_memory,
+    command_output, cpu_seconds, latency_cells, loadavg, ms_signed, pct, redis_pid, task_key_usage,
+    used_memory,
 };
 
 #[derive(Parser, Debug)]
@@ -108,7 +108,7 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "  machine: nproc {}, {}",
         command_output("nproc", &[]),
-        cpu_model()
+        crucible_gpu_worker::device::cpu_model_name()
     );
     println!("  redis: {redis_version}");
     println!(

@@ -26,18 +26,6 @@ pub(crate) fn latency_cells(mut lat: Vec<Duration>) -> [String; 3] {
     [50.0, 95.0, 99.0].map(|p| pct(&lat, p).map_or("-".into(), ms))
 }
 
-pub(crate) fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown".into())
-}
-
 pub(crate) fn command_output(cmd: &str, args: &[&str]) -> String {
     std::process::Command::new(cmd)
         .args(args)
