@@ -15,6 +15,7 @@ use crucible_gpu_worker::{
     DeviceSlot, Worker, WorkerConfig, discover_devices, evaluate_local, probe,
 };
 use crucible_runtime::{LogTo, Shutdown, shutdown_signal};
+use crucible_shared::bounds::{CORRECT_TRIALS, PERF_TRIALS, TIMEOUT_S};
 use crucible_shared::rollout::RolloutEvalSettings;
 use crucible_shared::{Backend, BatchId, BrokerConfig, EvaluateRequest, TaskSpec};
 use crucible_task_manager::{Broker, MemoryBroker, RedisBroker, RedisTarget, run_reaper};
@@ -76,11 +77,11 @@ enum Command {
         gpu: Option<u32>,
         #[arg(long)]
         cpu: bool,
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, default_value_t = CORRECT_TRIALS.default)]
         trials: u32,
-        #[arg(long, default_value_t = 100)]
+        #[arg(long, default_value_t = PERF_TRIALS.default)]
         perf_trials: u32,
-        #[arg(long, default_value_t = 300)]
+        #[arg(long, default_value_t = TIMEOUT_S.default)]
         timeout_s: u32,
     },
     /// Submit one pair to a running service and wait for the verdict.
