@@ -1,7 +1,8 @@
 """The result channel: fd 3, where the judge writes stage events and the one result line, and
 fd 4, the worker's gate. Only the judge writes here; the runner closes both.
 
-Owns: binding the channel and the gate in the task's process, emit(), wait_at_gate().
+Owns: binding the channel and the gate in the task's process, emit(), gated(), wait_at_gate(),
+park_at_gate().
 
 May import: trusted, errors.
 """
@@ -58,6 +59,11 @@ def bind_gate():
     _gate_read = os.read
 
 
+def gated():
+    """Whether the worker passed a gate (a device stage under a worker's pipeline)."""
+    return _gate_read is not None
+
+
 MAX_GATE_LINE = 64 * 1024
 
 
@@ -67,11 +73,25 @@ def wait_at_gate(point):
     reference's import (trusted code only: CUDA is initialised while another task has the
     device, and nothing of the candidate has run yet; the line may carry the worker's cached
     `reference_timing`, decided only now), and `timing_gate` before timing (the worker lets a
-    task time only when no other child on the device is doing anything). End of file: the
-    worker no longer wants this task."""
+    task time only when every other child on the device is blocked at its gate). End of file:
+    the worker no longer wants this task."""
     if _gate_read is None:
         return {}
     emit({"event": "stage", "stage": point})
+    return _read_gate_line()
+
+
+def park_at_gate():
+    """Blocks between two device steps until the worker opens the gate (at once unless a
+    neighbour on the device waits to time or times). Not a stage: a `park` line, so what the
+    child was doing when it ended stays the stage before."""
+    if _gate_read is None:
+        return
+    emit({"event": "park"})
+    _read_gate_line()
+
+
+def _read_gate_line():
     line = b""
     while not line.endswith(b"\n"):
         byte = _gate_read(GATE_FD, 1)

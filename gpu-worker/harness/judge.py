@@ -18,7 +18,7 @@ import traceback
 
 import crucible_sandbox as sandbox
 import crucible_transport as transport
-from crucible_channel import bind_channel, bind_gate, emit, wait_at_gate
+from crucible_channel import bind_channel, bind_gate, emit, gated, park_at_gate, wait_at_gate
 from crucible_errors import (MAX_ERROR_CHARS, RUNNER_KILLED_EXIT, RunnerKilled, SetupError,
                              Verdict, format_error)
 from crucible_integrity import HACK, MAX_FLAGS, RUNTIME_RULES, runtime_finding
@@ -47,6 +47,7 @@ class Evaluation(SetupStage, LoadStage, CorrectnessStage, PerformanceStage):
         self.stage_ms = {}
         self._stage = None
         self._stage_t0 = 0
+        self._stage_parked = 0   # ns of the running stage spent parked at the gate
         self.candidate_loaded = False   # candidate code has run: later harness faults are its
         self.compiled = False
         self.runner = None
@@ -69,12 +70,34 @@ class Evaluation(SetupStage, LoadStage, CorrectnessStage, PerformanceStage):
         self._end_stage()
         self._stage = stage
         self._stage_t0 = perf_counter_ns()
+        self._stage_parked = 0
         emit({"event": "stage", "stage": stage})
 
     def _end_stage(self):
         if self._stage is not None:
-            self.stage_ms[self._stage] = (perf_counter_ns() - self._stage_t0) / 1e6
+            self.stage_ms[self._stage] = (
+                perf_counter_ns() - self._stage_t0 - self._stage_parked) / 1e6
             self._stage = None
+
+    def park(self, point=None):
+        """Waits at the worker's gate between two device steps (`point` None: a `park` line)
+        or before timing (`point` "timing_gate": a stage line), with the runner and whatever
+        it started stopped, so that nothing of this task runs on the device while a neighbour
+        times. Returns the gate's message. The time parked counts in stage_ms `parked` (or
+        `timing_wait`), not in the stage it interrupts."""
+        if not gated():
+            return {}
+        t0 = perf_counter_ns()
+        paused = self.runner is not None and self.runner.pause()
+        try:
+            return wait_at_gate(point) if point else park_at_gate()
+        finally:
+            if paused:
+                self.runner.resume()
+            waited = perf_counter_ns() - t0
+            self._stage_parked += waited
+            key = "timing_wait" if point else "parked"
+            self.stage_ms[key] = self.stage_ms.get(key, 0.0) + waited / 1e6
 
     def add_finding(self, rule, detail):
         """Keeps the first finding of each rule."""
@@ -254,19 +277,25 @@ class Evaluation(SetupStage, LoadStage, CorrectnessStage, PerformanceStage):
         self.load_candidate()
         torch = Trusted.torch
         with torch.no_grad():
+            # Each device step starts at the gate (see park); the correctness trials park
+            # between them too.
+            self.park()
             self.begin("instantiate")
             self.instantiate()
+            self.park()
             self.begin("correctness")
             self.correctness()
             if self.result["correct"] and self.checks:
+                self.park()
                 self.begin("profile")
                 self.profile()
             if self.result["correct"] and self.spec.measure_performance \
                     and not self.hacks() and self.result.get("custom_kernel_count") != 0:
                 self._end_stage()
-                wait_at_gate("timing_gate")
+                self.park("timing_gate")
                 self.begin("performance")
                 self.performance()
+            self.park()
             self.begin("integrity")
             self.ask("finish")
         self.finish()

@@ -69,6 +69,8 @@ class CorrectnessStage:
         failures = []
         self.profile_seed = trial_seeds[0]
         for i, trial_seed in enumerate(trial_seeds):
+            if i:
+                self.park()
             inputs = self._fresh_inputs(trial_seed, f"get_inputs() failed (trial {i})")
             ref_args = deep_clone(inputs)
             ref_out = self._run_reference(ref_args, f"reference forward failed (trial {i})")

@@ -11,6 +11,7 @@ runner: RunnerLink is handed the runner's entry point by harness.py.
 import os
 import platform
 import random
+import signal
 
 import crucible_sandbox as sandbox
 import crucible_selftest as selftest
@@ -55,6 +56,27 @@ class RunnerLink:
             return transport.recv(self.sock)
         except (transport.PeerGone, BrokenPipeError, ConnectionResetError):
             raise RunnerGone()
+
+    def pause(self):
+        """Stops the runner and whatever it started (SIGSTOP) while the judge waits at the
+        worker's gate: a thread or process the candidate left behind cannot use the device
+        while a neighbour times. When the judge is the init of the task's pid namespace that
+        is every other process of the task (kill(-1) there reaches the namespace only); else
+        the runner alone. Returns whether anything was stopped."""
+        return self._signal(signal.SIGSTOP)
+
+    def resume(self):
+        """Undoes pause() (SIGCONT)."""
+        return self._signal(signal.SIGCONT)
+
+    def _signal(self, sig):
+        if self.status is not None:
+            return False
+        try:
+            os.kill(-1 if os.getpid() == 1 else self.pid, sig)
+        except OSError:
+            return False
+        return True
 
     def reap(self):
         """The runner's wait status once it has exited (waits for it)."""

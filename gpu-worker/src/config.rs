@@ -17,8 +17,12 @@ pub struct WorkerConfig {
     pub work_root: PathBuf,
     /// Bounds on every task child (memory, processes, output, files).
     pub limits: ChildLimits,
-    /// The device this worker owns; each task runs on it alone.
+    /// The device this worker owns.
     pub device: DeviceSlot,
+    /// Device-stage children on the device at once (`CRUCIBLE_DEVICE_SLOTS`): they set up,
+    /// compile, check and count side by side and time one at a time. 1 runs one task at a
+    /// time, as before slots existed.
+    pub device_slots: u32,
     /// Host name reported in the registry.
     pub node: String,
     /// How long one claim call waits for a task before the loop checks for shutdown.
@@ -62,7 +66,8 @@ impl WorkerConfig {
     /// `CRUCIBLE_TEMPLATE_MAX_FORKS`, `CRUCIBLE_COMPILE_POOL` (0/1; on by default for GPUs),
     /// `CRUCIBLE_COMPILE_JOBS` (default half the cores), `CRUCIBLE_BUILD_CACHE` (directory),
     /// `CRUCIBLE_BUILD_CACHE_ENTRIES`, `CRUCIBLE_PREFETCH` (default 4 with the pool, else 0),
-    /// `CRUCIBLE_INTEGRITY_CHECKS` (0 only to measure their cost), and the sandbox's
+    /// `CRUCIBLE_INTEGRITY_CHECKS` (0 only to measure their cost), `CRUCIBLE_DEVICE_SLOTS`
+    /// (default [`default_device_slots`] of the cores and the GPU's memory), and the sandbox's
     /// (`CRUCIBLE_SANDBOX*`, see [`SandboxSettings::from_lookup`]).
     pub fn from_lookup(
         device: DeviceSlot,
@@ -99,6 +104,10 @@ impl WorkerConfig {
         let prefetch = num("CRUCIBLE_PREFETCH")?
             .map(|n| n.min(64) as u32)
             .unwrap_or(if compile_pool { 4 } else { 0 });
+        let device_slots = match num("CRUCIBLE_DEVICE_SLOTS")? {
+            Some(n) => n.clamp(1, u64::from(MAX_DEVICE_SLOTS)) as u32,
+            None => default_device_slots(&device, cores, gpu_memory_bytes(&device)),
+        };
         let build_cache_dir = lookup("CRUCIBLE_BUILD_CACHE")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
@@ -120,6 +129,7 @@ impl WorkerConfig {
             work_root,
             limits,
             device,
+            device_slots,
             node: lookup("HOSTNAME")
                 .filter(|v| !v.is_empty())
                 .unwrap_or_else(read_hostname),
@@ -158,6 +168,40 @@ impl WorkerConfig {
     }
 }
 
+/// Most device-stage children one worker runs at once.
+pub const MAX_DEVICE_SLOTS: u32 = 16;
+/// Device memory each default slot is given room for: a CUDA context, the problem's tensors
+/// in the judge and the runner, and the caching allocators' slack of both.
+const MEMORY_PER_SLOT: u64 = 16 << 30;
+/// Cores each default slot is given: its judge and runner, its share of the CPU stages and
+/// compilers running beside it.
+const CORES_PER_SLOT: usize = 4;
+/// Most slots by default: beyond this, more children mostly add contention.
+const DEFAULT_SLOTS_CAP: u32 = 4;
+
+/// Pure: how many device-stage children a worker runs at once unless told. A CPU worker runs
+/// one (its timings are taken on the same cores the others would use); a GPU worker as many
+/// as its cores and the GPU's memory give room for, from 1 to [`DEFAULT_SLOTS_CAP`].
+pub fn default_device_slots(device: &DeviceSlot, cores: usize, gpu_memory: Option<u64>) -> u32 {
+    if matches!(device, DeviceSlot::Cpu { .. }) {
+        return 1;
+    }
+    let by_cores = (cores / CORES_PER_SLOT) as u64;
+    let by_memory = gpu_memory.map_or(by_cores, |bytes| bytes / MEMORY_PER_SLOT);
+    by_cores
+        .min(by_memory)
+        .clamp(1, u64::from(DEFAULT_SLOTS_CAP)) as u32
+}
+
+/// The GPU's total memory as NVML reports it (`None` for a CPU or when NVML does not answer).
+fn gpu_memory_bytes(device: &DeviceSlot) -> Option<u64> {
+    let DeviceSlot::Gpu { index, .. } = device else {
+        return None;
+    };
+    let nvml = nvml_wrapper::Nvml::init().ok()?;
+    Some(nvml.device_by_index(*index).ok()?.memory_info().ok()?.total)
+}
+
 /// The absolute path of `program` as the worker's own PATH finds it. Children get a PATH of
 /// their own, so a bare `python3` would otherwise resolve to a different interpreter there.
 pub fn resolve_program(program: &str, path: Option<&str>) -> PathBuf {
@@ -188,6 +232,23 @@ fn read_hostname() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_slots_follow_cores_and_gpu_memory() {
+        let gpu = DeviceSlot::Gpu {
+            index: 0,
+            name: "H100".into(),
+        };
+        let cpu = DeviceSlot::Cpu { name: "x".into() };
+        let gib = |n: u64| Some(n << 30);
+        assert_eq!(default_device_slots(&cpu, 64, None), 1);
+        assert_eq!(default_device_slots(&gpu, 16, gib(80)), 4, "the H100 node");
+        assert_eq!(default_device_slots(&gpu, 16, gib(24)), 1, "a small GPU");
+        assert_eq!(default_device_slots(&gpu, 8, gib(141)), 2, "few cores");
+        assert_eq!(default_device_slots(&gpu, 128, gib(141)), 4, "capped");
+        assert_eq!(default_device_slots(&gpu, 2, None), 1);
+        assert_eq!(default_device_slots(&gpu, 16, None), 4, "memory unknown");
+    }
 
     #[test]
     fn a_bare_program_name_resolves_through_the_workers_path() {

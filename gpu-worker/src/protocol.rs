@@ -199,6 +199,9 @@ pub(crate) enum HarnessEvent {
         /// Its wire name, checked against [`Stage`] by the reader.
         stage: String,
     },
+    /// The judge parked at its gate between two device steps (not a stage: what the child
+    /// was doing when it ended is the stage before).
+    Park,
     /// The last word of an evaluation stage.
     Result(Box<HarnessResult>),
     /// The last word of a prepare (CPU) stage.
@@ -238,6 +241,8 @@ const MAX_SANDBOX_ERROR: usize = 4096;
 pub struct Transcript {
     /// The stages the child entered, in order.
     pub stages: Vec<Stage>,
+    /// How often the judge parked at its gate between device steps.
+    pub parks: u32,
     /// A well-formed stage name that is not a [`Stage`] (the first one; later stage lines are
     /// still read): the harness and this worker disagree, a fault of the service.
     pub unknown_stage: Option<String>,
@@ -309,6 +314,7 @@ impl Transcript {
                     self.unknown_stage.get_or_insert(stage);
                 }
             }
+            Ok(HarnessEvent::Park) => self.parks = self.parks.saturating_add(1),
             Ok(HarnessEvent::Result(result)) => match check_result(&result) {
                 Ok(()) => self.result = Some(*result),
                 Err(why) => self.violation = Some(why),

@@ -57,18 +57,29 @@ pub struct ChildSpec {
 pub enum ChildEvent {
     /// A stage began (`stage` line on fd 3).
     Stage(Stage),
+    /// The judge parked at its gate between two device steps (`park` line on fd 3), its
+    /// runner stopped: it does nothing on the device until the gate opens.
+    Park,
     /// The result (or `prepared`) line arrived: the child has nothing left to do but exit.
     Result,
 }
 
 /// The worker's end of a child's gate: each line lets the child past one of its waiting
-/// points (`standby`, `timing_gate`); the first may carry data for the child.
+/// points (`standby`, `park`, `timing_gate`); the first may carry data for the child.
 pub struct Gate {
     tx: OwnedFd,
-    opened: watch::Sender<bool>,
+    /// Whether the child is let through (`true`) or blocked at its gate: the child's deadline
+    /// runs only while it is let through, so time spent waiting for the device is never
+    /// charged to the task.
+    running: watch::Sender<bool>,
 }
 
 impl Gate {
+    /// Notes that the child is blocked at its gate: its clock stops until the next opening.
+    pub(crate) fn note_waiting(&self) {
+        self.running.send_replace(false);
+    }
+
     /// Lets the child past its next waiting point, with nothing to say.
     pub(crate) fn open(&self) -> std::io::Result<()> {
         self.open_with(&serde_json::json!({}))
@@ -84,7 +95,7 @@ impl Gate {
             let n = nix::unistd::write(&self.tx, rest)?;
             rest = &rest[n..];
         }
-        self.opened.send_replace(true);
+        self.running.send_replace(true);
         Ok(())
     }
 }
@@ -93,7 +104,7 @@ impl Gate {
 pub struct GateChild {
     rx: OwnedFd,
     events: Box<dyn Fn(ChildEvent) + Send + Sync>,
-    opened: watch::Receiver<bool>,
+    running: watch::Receiver<bool>,
 }
 
 #[cfg(test)]
@@ -109,16 +120,16 @@ pub fn gate(
     events: impl Fn(ChildEvent) + Send + Sync + 'static,
 ) -> std::io::Result<(Gate, GateChild)> {
     let (rx, tx) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let (opened_tx, opened_rx) = watch::channel(false);
+    let (running_tx, running_rx) = watch::channel(false);
     Ok((
         Gate {
             tx,
-            opened: opened_tx,
+            running: running_tx,
         },
         GateChild {
             rx,
             events: Box::new(events),
-            opened: opened_rx,
+            running: running_rx,
         },
     ))
 }
@@ -207,8 +218,12 @@ pub async fn run_child(
     let (out_read, out_write) = nix::unistd::pipe2(cloexec)?;
     let (err_read, err_write) = nix::unistd::pipe2(cloexec)?;
     let (pipe_read, pipe_write) = nix::unistd::pipe2(cloexec)?;
-    let (gate_fd, events, opened) = match spec.gate.take() {
-        Some(GateChild { rx, events, opened }) => (Some(rx), Some(events), Some(opened)),
+    let (gate_fd, events, running) = match spec.gate.take() {
+        Some(GateChild {
+            rx,
+            events,
+            running,
+        }) => (Some(rx), Some(events), Some(running)),
         None => (None, None, None),
     };
     let mut sandbox = spec.sandbox.take();
@@ -273,14 +288,7 @@ pub async fn run_child(
     let mut entered_open = true;
     let mut sandbox_broken = None;
 
-    let budget = spec.deadline;
-    let deadline = async move {
-        // A gated child's clock starts when it is let go, not while it waits on standby.
-        if let Some(mut opened) = opened {
-            let _ = opened.wait_for(|o| *o).await;
-        }
-        tokio::time::sleep(budget).await;
-    };
+    let deadline = deadline(spec.deadline, running);
     tokio::pin!(deadline);
     let mut tick = tokio::time::interval(spec.limits.watchdog_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -379,6 +387,31 @@ pub async fn run_child(
         oom_kills,
         sandbox_broken,
     })
+}
+
+/// Resolves when the child has used up `budget`. A gated child's clock runs only while it is
+/// let through: not on standby, not parked while a neighbour times. Once the worker drops the
+/// gate (it has forgotten the child) the clock runs to the end.
+async fn deadline(budget: Duration, running: Option<watch::Receiver<bool>>) {
+    let mut left = budget;
+    if let Some(mut running) = running {
+        loop {
+            if running.wait_for(|r| *r).await.is_err() {
+                break;
+            }
+            let since = Instant::now();
+            tokio::select! {
+                () = tokio::time::sleep(left) => return,
+                stopped = running.wait_for(|r| !*r) => {
+                    left = left.saturating_sub(since.elapsed());
+                    if stopped.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    tokio::time::sleep(left).await;
 }
 
 /// The worker's own check of the judge (the shim's child) against the plan; a judge already
@@ -524,6 +557,7 @@ async fn read_transcript(
                     transcript.violate(format!("protocol line over {MAX_LINE_BYTES} bytes"));
                 } else {
                     let stages = transcript.stages.len();
+                    let parks = transcript.parks;
                     let ended = transcript.ended();
                     transcript.push_line(&line);
                     if transcript.sandbox.is_some()
@@ -536,6 +570,9 @@ async fn read_transcript(
                             && let Some(stage) = transcript.last_stage()
                         {
                             feed(ChildEvent::Stage(stage));
+                        }
+                        if transcript.parks > parks {
+                            feed(ChildEvent::Park);
                         }
                         if !ended && transcript.ended() {
                             feed(ChildEvent::Result);

@@ -19,12 +19,14 @@ async fn every_candidate_gets_its_verdict_and_workers_keep_serving() {
     let port = free_port();
     let _api = Proc::spawn("api", api_command(port, &env), &logs);
     let _w1 = Proc::spawn("worker1", worker_command(&env), &logs);
-    // The second worker runs each task's CPU stage ahead and claims ahead: the verdicts must
-    // not depend on which worker (which path) took a task.
+    // The second worker runs each task's CPU stage ahead, claims ahead and runs three device
+    // stages at once (parking at their gates, timing one at a time): the verdicts must not
+    // depend on which worker (which path) took a task.
     let mut pipelined = env.clone();
     pipelined.extend([
         ("CRUCIBLE_COMPILE_POOL".to_owned(), "1".to_owned()),
         ("CRUCIBLE_PREFETCH".to_owned(), "2".to_owned()),
+        ("CRUCIBLE_DEVICE_SLOTS".to_owned(), "3".to_owned()),
     ]);
     let _w2 = Proc::spawn("worker2", worker_command(&pipelined), &logs);
     let api = Api::new(port);

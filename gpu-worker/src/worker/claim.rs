@@ -1,4 +1,4 @@
-//! Claiming and leases: the claimer keeps up to `1 + prefetch` tasks claimed, renews each
+//! Claiming and leases: the claimer keeps up to `device_slots + prefetch` tasks claimed, renews each
 //! one's lease while it is held (a lost lease or the worker's shutdown stops the task's
 //! children), and runs each claimed task's CPU stage at once, handing what it prepared to the
 //! run loop ([`super::run`]).

@@ -9,6 +9,7 @@
 //! - [`outcome`]: how a task ends: verdicts stored, tasks given back, the reference cache.
 
 mod claim;
+mod neighbours;
 mod outcome;
 mod pipeline;
 mod run;
@@ -196,5 +197,7 @@ enum TaskEnd {
     Stored,
     Cancelled,
     ServiceFault,
+    /// Given back because a neighbour on the device failed first: no fault of this worker.
+    Retried,
     DeviceUnhealthy,
 }

@@ -2,11 +2,16 @@
 //! phase each is in as its events tell, and the gate openings that follow. It owns no tokio
 //! task: the run loop ([`super::run`]) spawns the children, feeds their events in and asks
 //! what to do next, so the rules can be tested by feeding events alone.
+//!
+//! Up to `slots` children share the device: they set up, import, compile, check and count
+//! their candidates side by side, each parking at its gate (its runner stopped) between two
+//! device steps. Timing is exclusive: a child times only when every other child is blocked
+//! at a gate, and while one waits to time, the gates of the others stay shut (they park at
+//! their next step) and no new child is forked.
 
 use crate::protocol::Stage;
 use crate::supervisor::{ChildEvent, Gate};
 use crucible_shared::{RuntimeStats, TaskId, TaskSpec};
-use std::collections::HashMap;
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -14,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 /// was given then.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct DeviceTiming {
+    pub(super) forked: Option<Instant>,
     pub(super) go: Option<Instant>,
     pub(super) result: Option<Instant>,
     pub(super) reference: Option<RuntimeStats>,
@@ -26,8 +32,10 @@ enum Phase {
     Starting,
     /// Set up, blocked at its gate until it is let go.
     Standby,
-    /// Let go: loading, instantiating and checking the candidate.
-    Running,
+    /// Let go: loading, instantiating, checking or counting its candidate on the device.
+    Working,
+    /// Blocked at its gate between two device steps, its runner stopped.
+    Parked,
     /// Blocked at its gate before timing.
     WantsTiming,
     /// Timing, alone on the device.
@@ -36,55 +44,86 @@ enum Phase {
     Ended,
 }
 
+impl Phase {
+    /// Blocked at a gate: nothing of the child runs on the device until the worker opens it.
+    fn quiet(self) -> bool {
+        matches!(self, Phase::Standby | Phase::Parked | Phase::WantsTiming)
+    }
+}
+
 struct DeviceChild {
+    task_id: TaskId,
     gate: Gate,
     phase: Phase,
     cancel: CancellationToken,
     spec: TaskSpec,
     timing: DeviceTiming,
+    /// When it asked to time: the longest waiting child times first.
+    wants_timing_since: Option<Instant>,
 }
 
-/// The children on one device and the rules of who runs when. One child is *active* (let go:
-/// loading, checking and timing its candidate). When it has reported, the next task's child
-/// is forked and sets itself up (CUDA context, the reference) while the last one exits, then
-/// waits on *standby* and is let go the moment that one is gone. A child times its kernel only
-/// when every other child on the device is dead or blocked on standby: timings are taken
-/// alone.
-#[derive(Default)]
+/// The children on one device and the rules of who runs when (see the module's comment).
+/// With one slot this is the old pipeline: one child at work, the next one forked once the
+/// last has reported, setting itself up while that one exits and let go when it is gone.
 pub(super) struct DevicePipeline {
-    controls: HashMap<TaskId, DeviceChild>,
-    active: Option<TaskId>,
-    standby: Option<TaskId>,
+    /// Children let go at once (`CRUCIBLE_DEVICE_SLOTS`).
+    slots: usize,
+    /// In the order they were forked.
+    children: Vec<DeviceChild>,
+    /// Set while the worker needs the device quiet (a GPU health probe): no gate opens.
+    held: bool,
 }
 
 impl DevicePipeline {
-    pub(super) fn new() -> Self {
-        Self::default()
+    pub(super) fn new(slots: usize) -> Self {
+        Self {
+            slots: slots.max(1),
+            children: Vec::new(),
+            held: false,
+        }
     }
 
     /// No child known to the pipeline (the run loop also waits for their tasks to end).
     pub(super) fn is_empty(&self) -> bool {
-        self.controls.is_empty()
+        self.children.is_empty()
     }
 
+    /// The first child at work (let go and not ended), for the registry's `current_task`.
     pub(super) fn active(&self) -> Option<&TaskId> {
-        self.active.as_ref()
+        self.children
+            .iter()
+            .find(|c| c.timing.go.is_some() && c.phase != Phase::Ended)
+            .map(|c| &c.task_id)
     }
 
-    /// Room for another child: with no child on the device, always; otherwise (claiming
-    /// ahead) one on standby at most, and only while no child is active, that is while the
-    /// last one is exiting. A new CUDA context set up beside a child that checks or times its
-    /// candidate slowed that child's work by about as long as the set-up took (measured on
-    /// the H100, docs/BENCHMARKS.md); beside a child that tears its context down it costs
-    /// nothing, and the two overlap.
+    fn any(&self, phase: Phase) -> bool {
+        self.children.iter().any(|c| c.phase == phase)
+    }
+
+    /// A child is timing or waiting to: the device is being cleared for it.
+    fn timing_pending(&self) -> bool {
+        self.any(Phase::WantsTiming) || self.any(Phase::Timing)
+    }
+
+    /// Whether a child is timing now (the worker must not start device work of its own).
+    pub(super) fn timing_now(&self) -> bool {
+        self.any(Phase::Timing)
+    }
+
+    /// Room for another child: fewer than `slots` children that have not reported, none
+    /// timing or waiting to (a CUDA context set up beside a timing would be in its figures),
+    /// and the device not held. Without `pipelined` (no claiming ahead) a new child also waits
+    /// for the ones that reported to be gone.
     pub(super) fn has_room(&self, pipelined: bool) -> bool {
-        if self.controls.is_empty() {
-            return true;
+        if self.held || self.timing_pending() {
+            return false;
         }
-        pipelined
-            && self.standby.is_none()
-            && self.active.is_none()
-            && self.controls.values().all(|c| c.phase == Phase::Ended)
+        let live = self
+            .children
+            .iter()
+            .filter(|c| c.phase != Phase::Ended)
+            .count();
+        live < self.slots && (pipelined || !self.any(Phase::Ended))
     }
 
     pub(super) fn add(
@@ -94,208 +133,161 @@ impl DevicePipeline {
         cancel: CancellationToken,
         spec: TaskSpec,
     ) {
-        self.controls.insert(
-            task_id.clone(),
-            DeviceChild {
-                gate,
-                phase: Phase::Starting,
-                cancel,
-                spec,
-                timing: DeviceTiming::default(),
+        self.children.push(DeviceChild {
+            task_id,
+            gate,
+            phase: Phase::Starting,
+            cancel,
+            spec,
+            timing: DeviceTiming {
+                forked: Some(Instant::now()),
+                ..DeviceTiming::default()
             },
-        );
-        self.standby = Some(task_id);
+            wants_timing_since: None,
+        });
     }
 
-    /// The standby child, when it may go: no child is active and the previous one has exited
-    /// (a child tearing down a large CUDA context slows the allocations of the next).
+    /// The next child to let go, when one may go: not while the device is held or cleared
+    /// for a timing; with one slot, not while the previous child is still exiting either (a
+    /// child tearing down a large CUDA context slows the allocations of the next).
     pub(super) fn next_to_go(&self) -> Option<(TaskId, TaskSpec)> {
-        if self.active.is_some() || self.controls.values().any(|c| c.phase == Phase::Ended) {
+        if self.held || self.timing_pending() || (self.slots == 1 && self.any(Phase::Ended)) {
             return None;
         }
-        let id = self.standby.as_ref()?;
-        Some((id.clone(), self.controls.get(id)?.spec.clone()))
+        let working = self
+            .children
+            .iter()
+            .filter(|c| c.timing.go.is_some() && c.phase != Phase::Ended)
+            .count();
+        if working >= self.slots {
+            return None;
+        }
+        self.children
+            .iter()
+            .find(|c| c.timing.go.is_none() && matches!(c.phase, Phase::Starting | Phase::Standby))
+            .map(|c| (c.task_id.clone(), c.spec.clone()))
     }
 
-    /// Lets the standby child go, with the reference timing it is to use.
+    /// Lets a child go, with the reference timing it is to use.
     pub(super) fn go(&mut self, task_id: &TaskId, reference: Option<RuntimeStats>) {
-        if self.standby.as_ref() != Some(task_id) {
-            return;
-        }
-        self.standby = None;
-        if let Some(child) = self.controls.get_mut(task_id) {
-            let message = serde_json::json!({ "reference_timing": reference });
-            if child.gate.open_with(&message).is_err() {
-                tracing::warn!(task_id = %task_id, "could not open a child's gate");
-            }
-            child.timing.go = Some(Instant::now());
-            child.timing.reference = reference;
-            if child.phase == Phase::Standby {
-                child.phase = Phase::Running;
-            }
-        }
-        self.active = Some(task_id.clone());
-    }
-
-    /// Lets the active child time when it asks and it would be alone.
-    pub(super) fn advance(&mut self) {
-        let Some(active) = self.active.clone() else {
+        let Some(child) = self.child_mut(task_id) else {
             return;
         };
-        let alone = self
-            .controls
+        if child.timing.go.is_some() {
+            return;
+        }
+        let message = serde_json::json!({ "reference_timing": reference });
+        if child.gate.open_with(&message).is_err() {
+            tracing::warn!(task_id = %task_id, "could not open a child's gate");
+        }
+        child.timing.go = Some(Instant::now());
+        child.timing.reference = reference;
+        if child.phase == Phase::Standby {
+            child.phase = Phase::Working;
+        }
+    }
+
+    /// Opens what may open now: the longest waiting timer's gate once every other child is
+    /// blocked at a gate; with nobody timing or waiting to, every parked child's gate.
+    pub(super) fn advance(&mut self) {
+        if self.held || self.timing_now() {
+            return;
+        }
+        let next_timer = self
+            .children
             .iter()
-            .all(|(id, c)| *id == active || c.phase == Phase::Standby);
-        if let Some(child) = self.controls.get_mut(&active)
-            && child.phase == Phase::WantsTiming
-            && alone
-        {
-            if child.gate.open().is_err() {
-                tracing::warn!(task_id = %active, "could not open a child's gate");
+            .enumerate()
+            .filter(|(_, c)| c.phase == Phase::WantsTiming)
+            .min_by_key(|(_, c)| c.wants_timing_since)
+            .map(|(i, _)| i);
+        if let Some(timer) = next_timer {
+            let alone = self
+                .children
+                .iter()
+                .enumerate()
+                .all(|(i, c)| i == timer || c.phase.quiet());
+            if alone {
+                let child = &mut self.children[timer];
+                open(child);
+                child.phase = Phase::Timing;
             }
-            child.phase = Phase::Timing;
+            // Until it has timed, parked children stay parked.
+            return;
+        }
+        for child in self
+            .children
+            .iter_mut()
+            .filter(|c| c.phase == Phase::Parked)
+        {
+            open(child);
+            child.phase = Phase::Working;
         }
     }
 
     pub(super) fn on_event(&mut self, task_id: &TaskId, event: ChildEvent) {
-        let Some(child) = self.controls.get_mut(task_id) else {
+        let Some(child) = self.child_mut(task_id) else {
             return;
         };
+        let let_go = child.timing.go.is_some();
         match event {
-            ChildEvent::Stage(stage) => match stage {
-                // A child let go before it reached standby passes it on the byte waiting.
-                Stage::Standby if child.timing.go.is_some() => child.phase = Phase::Running,
-                Stage::Standby => child.phase = Phase::Standby,
-                Stage::TimingGate => child.phase = Phase::WantsTiming,
-                _ if child.phase == Phase::Starting && child.timing.go.is_some() => {
-                    child.phase = Phase::Running
-                }
-                _ => {}
-            },
+            ChildEvent::Park => {
+                child.gate.note_waiting();
+                child.phase = Phase::Parked;
+            }
+            // A child let go before it reached standby passes it on the line waiting.
+            ChildEvent::Stage(Stage::Standby) if let_go => child.phase = Phase::Working,
+            ChildEvent::Stage(Stage::Standby) => {
+                child.gate.note_waiting();
+                child.phase = Phase::Standby;
+            }
+            ChildEvent::Stage(Stage::TimingGate) => {
+                child.gate.note_waiting();
+                child.phase = Phase::WantsTiming;
+                child.wants_timing_since = Some(Instant::now());
+            }
+            // Any stage after its timing (`integrity`) ends it.
+            ChildEvent::Stage(_) if child.phase == Phase::Timing => child.phase = Phase::Working,
+            ChildEvent::Stage(_) if child.phase == Phase::Starting && let_go => {
+                child.phase = Phase::Working
+            }
+            ChildEvent::Stage(_) => {}
             ChildEvent::Result => {
                 child.phase = Phase::Ended;
                 child.timing.result = Some(Instant::now());
-                if self.active.as_ref() == Some(task_id) {
-                    self.active = None;
-                }
             }
         }
     }
 
     /// Forgets a child whose stage ended; returns its timing.
     pub(super) fn ended(&mut self, task_id: &TaskId) -> DeviceTiming {
-        if self.active.as_ref() == Some(task_id) {
-            self.active = None;
+        match self.children.iter().position(|c| &c.task_id == task_id) {
+            Some(i) => self.children.remove(i).timing,
+            None => DeviceTiming::default(),
         }
-        if self.standby.as_ref() == Some(task_id) {
-            self.standby = None;
-        }
-        self.controls
-            .remove(task_id)
-            .map(|c| c.timing)
-            .unwrap_or_default()
     }
 
-    /// Stops the child on standby (its task goes back to the queue when it ends).
+    /// Stops the children not yet let go (their tasks go back to the queue when they end).
     pub(super) fn abandon_standby(&mut self) {
-        if let Some(id) = &self.standby
-            && let Some(child) = self.controls.get(id)
-        {
+        for child in self.children.iter().filter(|c| c.timing.go.is_none()) {
             child.cancel.cancel();
         }
+    }
+
+    /// Holds every gate shut (`true`) until released (`false`): the worker probes the GPU.
+    pub(super) fn hold(&mut self, held: bool) {
+        self.held = held;
+    }
+
+    fn child_mut(&mut self, task_id: &TaskId) -> Option<&mut DeviceChild> {
+        self.children.iter_mut().find(|c| &c.task_id == task_id)
+    }
+}
+
+fn open(child: &mut DeviceChild) {
+    if child.gate.open().is_err() {
+        tracing::warn!(task_id = %child.task_id, "could not open a child's gate");
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::supervisor::{self, GateChild};
-
-    /// Lines the worker sent through a child's gate so far (the child's end, non-blocking):
-    /// each opening is one line.
-    fn opened(child: &GateChild) -> usize {
-        let fd = child.read_end();
-        let flags = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFL).unwrap();
-        let flags = nix::fcntl::OFlag::from_bits_truncate(flags) | nix::fcntl::OFlag::O_NONBLOCK;
-        nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFL(flags)).unwrap();
-        let mut buf = [0u8; 4096];
-        let n = nix::unistd::read(fd, &mut buf).unwrap_or(0);
-        buf[..n].iter().filter(|b| **b == b'\n').count()
-    }
-
-    fn child(device: &mut DevicePipeline, id: &TaskId) -> GateChild {
-        let (gate, child) = supervisor::gate(|_| {}).unwrap();
-        let cancel = CancellationToken::new();
-        let spec = TaskSpec {
-            request: crucible_shared::EvaluateRequest::new("ref", "cand"),
-            seed: 1,
-        };
-        device.add(id.clone(), gate, cancel, spec);
-        child
-    }
-
-    fn stage(device: &mut DevicePipeline, id: &TaskId, s: &str) {
-        let s = Stage::parse(s).expect("a stage the harness sends");
-        device.on_event(id, ChildEvent::Stage(s));
-        device.advance();
-    }
-
-    /// What the device loop does: the standby child goes when it may, then grants.
-    fn let_go(device: &mut DevicePipeline) {
-        if let Some((id, _)) = device.next_to_go() {
-            device.go(&id, None);
-        }
-        device.advance();
-    }
-
-    #[test]
-    fn a_child_times_only_when_every_other_child_is_on_standby_or_gone() {
-        let mut device = DevicePipeline::new();
-        let (a, b, c) = (
-            TaskId("t_a".into()),
-            TaskId("t_b".into()),
-            TaskId("t_c".into()),
-        );
-
-        assert!(device.has_room(false), "an empty device always has room");
-        let a_gate = child(&mut device, &a);
-        let_go(&mut device);
-        assert_eq!(
-            device.active(),
-            Some(&a),
-            "a free device lets the first child go"
-        );
-        assert_eq!(opened(&a_gate), 1);
-        stage(&mut device, &a, "standby");
-        stage(&mut device, &a, "correctness");
-        assert!(
-            !device.has_room(true),
-            "no new context beside a child at work"
-        );
-
-        // Alone, `a` times at once.
-        stage(&mut device, &a, "timing_gate");
-        assert_eq!(opened(&a_gate), 1);
-
-        // `a` reported: the next child sets up while `a` exits, and goes once `a` is gone.
-        device.on_event(&a, ChildEvent::Result);
-        assert!(device.has_room(true) && !device.has_room(false));
-        let b_gate = child(&mut device, &b);
-        let_go(&mut device);
-        assert_eq!(opened(&b_gate), 0, "a is still exiting");
-        let timing = device.ended(&a);
-        assert!(timing.go.is_some() && timing.result.is_some());
-        let_go(&mut device);
-        assert_eq!(device.active(), Some(&b));
-        assert_eq!(opened(&b_gate), 1);
-
-        // A child still setting up holds back another's timing (the pipeline never forks one
-        // beside a working child, but its gate does not rely on that).
-        let c_gate = child(&mut device, &c);
-        stage(&mut device, &b, "timing_gate");
-        assert_eq!(opened(&b_gate), 0, "c is setting up");
-        stage(&mut device, &c, "standby");
-        assert_eq!(opened(&b_gate), 1, "c is blocked: b is alone");
-        assert_eq!(opened(&c_gate), 0);
-    }
-}
+mod tests;

@@ -5,6 +5,7 @@
 //! shutdown gives every task in flight back to the queue.
 
 use super::claim::ReadyTask;
+use super::neighbours::Neighbours;
 use super::pipeline::{DevicePipeline, DeviceTiming};
 use super::{TaskEnd, Worker, WorkerError};
 use crate::evaluation::{Evaluated, StageInputs, apply_reference_timing, run_evaluation_gated};
@@ -12,7 +13,7 @@ use crate::reference_cache::SoftwareVersions;
 use crate::supervisor::{self, ChildEvent, Launcher};
 use crate::template::Template;
 use crate::verdict::Classified;
-use crucible_shared::{TaskId, WorkerState};
+use crucible_shared::{TaskId, VerdictCode, WorkerState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, mpsc, watch};
@@ -24,12 +25,37 @@ const FAULTS_BEFORE_BACKOFF: u32 = 3;
 const UNHEALTHY_RECHECK: Duration = Duration::from_secs(30);
 /// How long a stopping worker waits for its CPU stages to give their tasks back.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+/// Longest wait for a neighbour's timing to end before the GPU is probed after a CUDA fault.
+const QUIET_BEFORE_PROBE: Duration = Duration::from_secs(60);
 
 /// What a device-stage child left behind.
 struct DeviceDone {
     ready: ReadyTask,
     template: Option<Arc<Template>>,
     outcome: std::io::Result<Evaluated>,
+}
+
+impl DeviceDone {
+    /// The child's verdict is a CUDA fault (which the GPU's health decides whether to believe).
+    fn cuda_fault(&self) -> bool {
+        matches!(&self.outcome, Ok(Evaluated { classified: Classified::Verdict(r), .. })
+            if r.error_code == Some(VerdictCode::CudaFault))
+    }
+}
+
+/// Feeds the children's events in until no child is timing (bounded), with the gates held.
+async fn quiet_device(device: &mut DevicePipeline, tasks: &mut DeviceTasks) {
+    let deadline = tokio::time::sleep(QUIET_BEFORE_PROBE);
+    tokio::pin!(deadline);
+    while device.timing_now() {
+        tokio::select! {
+            Some((task_id, event)) = tasks.events.recv() => device.on_event(&task_id, event),
+            () = &mut deadline => {
+                tracing::warn!("a neighbour is still timing, probing the gpu anyway");
+                return;
+            }
+        }
+    }
 }
 
 /// The tokio side of the device, kept out of [`DevicePipeline`]: the device-stage children's
@@ -55,15 +81,15 @@ impl Worker {
     /// Runs until `shutdown` is cancelled. Tasks in flight at shutdown are stopped and given
     /// back to the queue so other workers take them at once.
     ///
-    /// Two loops: the claimer keeps up to `1 + prefetch` tasks claimed and runs each one's CPU
-    /// stage as soon as it is claimed; the device loop (here) takes prepared tasks one at a
-    /// time, so the device stage is exclusive while the CPU stages of the next tasks overlap
-    /// with it.
+    /// Two loops: the claimer keeps up to `device_slots + prefetch` tasks claimed and runs
+    /// each one's CPU stage as soon as it is claimed; the device loop (here) runs up to
+    /// `device_slots` device stages at once, each timing alone ([`DevicePipeline`]), while the
+    /// CPU stages of the next tasks overlap with them.
     ///
     /// Before its first claim it proves its sandbox (`crate::sandbox_selftest`); without the layers
     /// it requires it registers as unhealthy, deregisters and returns the reason.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), WorkerError> {
-        tracing::info!(worker_id = %self.id, device = ?self.cfg.device, compile_pool = self.cfg.compile_pool, prefetch = self.cfg.prefetch, "worker starting");
+        tracing::info!(worker_id = %self.id, device = ?self.cfg.device, device_slots = self.cfg.device_slots, compile_pool = self.cfg.compile_pool, prefetch = self.cfg.prefetch, "worker starting");
         let registry = {
             let me = self.clone();
             let stop = shutdown.clone();
@@ -99,7 +125,9 @@ impl Worker {
             // The registry shows the layers in force from now on.
             self.publish().await;
         }
-        let places = Arc::new(Semaphore::new(1 + self.cfg.prefetch as usize));
+        let places = Arc::new(Semaphore::new(
+            self.cfg.device_slots as usize + self.cfg.prefetch as usize,
+        ));
         let (ready_tx, mut ready_rx) = mpsc::unbounded_channel::<ReadyTask>();
         let (gate_tx, gate_rx) = watch::channel(healthy);
         let claimer =
@@ -108,8 +136,12 @@ impl Worker {
                     .claim_loop(places, ready_tx, gate_rx, shutdown.clone()),
             );
         let mut faults = 0u32;
-        let mut device = DevicePipeline::new();
+        let mut device = DevicePipeline::new(self.cfg.device_slots as usize);
         let mut tasks = DeviceTasks::new();
+        let mut neighbours = Neighbours::new(matches!(
+            self.cfg.device,
+            crate::device::DeviceSlot::Gpu { .. }
+        ));
         while !shutdown.is_cancelled() {
             let backing_off = !healthy || faults >= FAULTS_BEFORE_BACKOFF;
             if backing_off {
@@ -134,7 +166,7 @@ impl Worker {
                     continue;
                 }
             }
-            if let Some((task_id, spec)) = device.next_to_go() {
+            while let Some((task_id, spec)) = device.next_to_go() {
                 // Looked up now, not at the fork: the task before it may have just stored
                 // this problem's timing.
                 let timing = self.cached_reference(&spec).await;
@@ -158,8 +190,17 @@ impl Worker {
                         continue;
                     };
                     let timing = device.ended(&done.ready.task.lease.task_id);
-                    match self.end_device_stage(done, timing).await {
+                    if done.cuda_fault() && !device.is_empty() {
+                        // The GPU is probed before the fault is believed: not in the middle
+                        // of a neighbour's timing, and nothing new starts meanwhile.
+                        device.hold(true);
+                        quiet_device(&mut device, &mut tasks).await;
+                    }
+                    let end = self.end_device_stage(done, timing, &mut neighbours).await;
+                    device.hold(false);
+                    match end {
                         TaskEnd::Stored | TaskEnd::Cancelled => faults = 0,
+                        TaskEnd::Retried => {}
                         TaskEnd::ServiceFault => faults += 1,
                         TaskEnd::DeviceUnhealthy => healthy = false,
                     }
@@ -180,7 +221,7 @@ impl Worker {
         {
             if let Ok(done) = joined {
                 let timing = device.ended(&done.ready.task.lease.task_id);
-                self.end_device_stage(done, timing).await;
+                self.end_device_stage(done, timing, &mut neighbours).await;
             }
         }
         self.set(WorkerState::Stopping, None);
@@ -231,6 +272,7 @@ impl Worker {
             ready.task.cancel.clone(),
             ready.task.lease.spec.clone(),
         );
+        device.advance();
         let me = self.clone();
         tasks.children.spawn(async move {
             let launcher = template
@@ -255,8 +297,14 @@ impl Worker {
         Ok(())
     }
 
-    /// The end of a device stage: caches, timings, the template's health, the verdict.
-    async fn end_device_stage(&self, done: DeviceDone, timing: DeviceTiming) -> TaskEnd {
+    /// The end of a device stage: caches, timings, the template's health, the verdict (a
+    /// failure a neighbour on the device may have caused is given back instead).
+    async fn end_device_stage(
+        &self,
+        done: DeviceDone,
+        timing: DeviceTiming,
+        neighbours: &mut Neighbours,
+    ) -> TaskEnd {
         let DeviceDone {
             ready,
             template,
@@ -268,6 +316,23 @@ impl Worker {
                 mut classified,
                 software,
             }) => {
+                if let Classified::Verdict(result) = &classified
+                    && let Some(forked) = timing.forked
+                    && neighbours.is_casualty(
+                        result.error_code,
+                        forked,
+                        timing.result.unwrap_or_else(Instant::now),
+                    )
+                {
+                    let code = result.error_code;
+                    tracing::warn!(worker_id = %self.id, task_id = %lease.task_id, ?code, "failed beside a neighbour that failed first, retrying");
+                    let reason = format!(
+                        "{code:?} beside a neighbour on the device that failed first: retried"
+                    );
+                    self.finish(lease, Ok(Classified::ServiceFault(reason)))
+                        .await;
+                    return TaskEnd::Retried;
+                }
                 if let Classified::Verdict(result) = &mut classified {
                     apply_reference_timing(result, timing.reference);
                 }

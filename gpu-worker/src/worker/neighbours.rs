@@ -1,0 +1,101 @@
+//! Pure: whether a child's failure may have been its neighbour's doing. Children that share
+//! a device share its faults: a kernel that corrupts the device, hangs it or fills its memory
+//! can take down or starve another task's child, whose failure then says nothing about its
+//! own candidate. Such a failure is a fault of the service (the task is retried), never a
+//! verdict; the first child to fail that way keeps its own verdict.
+
+use crucible_shared::VerdictCode;
+use std::time::Instant;
+
+/// Ends that can spill over to other contexts on the same GPU: a device fault, a kernel that
+/// never finished (time-sliced beside the others, it slows them all), device memory gone.
+const SPILLS_OVER: &[VerdictCode] = &[
+    VerdictCode::CudaFault,
+    VerdictCode::Timeout,
+    VerdictCode::Resource,
+];
+
+/// Ends a neighbour's trouble can cause: the same, and a process killed by the driver.
+const CASUALTY: &[VerdictCode] = &[
+    VerdictCode::CudaFault,
+    VerdictCode::Timeout,
+    VerdictCode::Resource,
+    VerdictCode::Crash,
+];
+
+/// How many recent failures are remembered (children overlap only with recent ones).
+const REMEMBERED: usize = 32;
+
+/// The recent failures on one device that could have spilled over to the children beside
+/// them.
+#[derive(Debug)]
+pub(super) struct Neighbours {
+    /// Whether the children share a GPU: the host's CPU shares no such faults.
+    shared_gpu: bool,
+    /// When each such failure ended, oldest first.
+    failures: Vec<Instant>,
+}
+
+impl Neighbours {
+    /// The record of one device; `shared_gpu` false (a CPU worker) makes nobody a casualty.
+    pub(super) fn new(shared_gpu: bool) -> Self {
+        Self {
+            shared_gpu,
+            failures: Vec::new(),
+        }
+    }
+
+    /// Judges one child's end: `true` when its failure (`code`) is one a neighbour could have
+    /// caused and a neighbour that was alive beside it (ended after this child started) failed
+    /// that way first. A failure that is not a casualty is remembered for the children after it.
+    pub(super) fn is_casualty(
+        &mut self,
+        code: Option<VerdictCode>,
+        started: Instant,
+        ended: Instant,
+    ) -> bool {
+        let Some(code) = code.filter(|_| self.shared_gpu) else {
+            return false;
+        };
+        if CASUALTY.contains(&code) && self.failures.iter().any(|at| *at >= started) {
+            return true;
+        }
+        if SPILLS_OVER.contains(&code) {
+            if self.failures.len() == REMEMBERED {
+                self.failures.remove(0);
+            }
+            self.failures.push(ended);
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_first_failure_is_a_verdict_and_the_neighbours_beside_it_are_retried() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut device = Neighbours::new(true);
+        // A faults at 100 ms; B ran beside it (started at 50) and crashed: a casualty.
+        assert!(!device.is_casualty(Some(VerdictCode::CudaFault), at(0), at(100)));
+        assert!(device.is_casualty(Some(VerdictCode::Crash), at(50), at(120)));
+        // C started after A's fault: its own timeout is a verdict, and it is remembered.
+        assert!(!device.is_casualty(Some(VerdictCode::Timeout), at(150), at(900)));
+        // D ran beside C and timed out too: retried; E beside C but correct: its verdict stands.
+        assert!(device.is_casualty(Some(VerdictCode::Timeout), at(800), at(950)));
+        assert!(!device.is_casualty(None, at(800), at(950)));
+        // A wrong answer is the candidate's whoever ran beside it.
+        assert!(!device.is_casualty(Some(VerdictCode::Correctness), at(800), at(960)));
+        // A crash spills over to nobody: F after C's end, beside a crash, keeps its verdict.
+        assert!(!device.is_casualty(Some(VerdictCode::Crash), at(1000), at(1100)));
+        assert!(!device.is_casualty(Some(VerdictCode::CudaFault), at(1050), at(1200)));
+
+        let mut cpu = Neighbours::new(false);
+        assert!(!cpu.is_casualty(Some(VerdictCode::Timeout), at(0), at(100)));
+        assert!(!cpu.is_casualty(Some(VerdictCode::Timeout), at(50), at(120)));
+    }
+}

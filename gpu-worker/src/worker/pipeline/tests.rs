@@ -1,0 +1,196 @@
+use super::*;
+use crate::supervisor::{self, GateChild};
+
+/// Lines the worker sent through a child's gate since the last call (read from the child's
+/// end without blocking): each opening is one line.
+fn opened(child: &GateChild) -> usize {
+    let fd = child.read_end();
+    let flags = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFL).unwrap();
+    let flags = nix::fcntl::OFlag::from_bits_truncate(flags) | nix::fcntl::OFlag::O_NONBLOCK;
+    nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFL(flags)).unwrap();
+    let mut buf = [0u8; 4096];
+    let n = nix::unistd::read(fd, &mut buf).unwrap_or(0);
+    buf[..n].iter().filter(|b| **b == b'\n').count()
+}
+
+fn id(name: &str) -> TaskId {
+    TaskId(format!("t_{name}"))
+}
+
+fn child(device: &mut DevicePipeline, id: &TaskId) -> GateChild {
+    let (gate, child) = supervisor::gate(|_| {}).unwrap();
+    let spec = TaskSpec {
+        request: crucible_shared::EvaluateRequest::new("ref", "cand"),
+        seed: 1,
+    };
+    device.add(id.clone(), gate, CancellationToken::new(), spec);
+    child
+}
+
+/// What the run loop does after every event: let go whoever may go, then open what may open.
+fn settle(device: &mut DevicePipeline) {
+    while let Some((id, _)) = device.next_to_go() {
+        device.go(&id, None);
+    }
+    device.advance();
+}
+
+fn stage(device: &mut DevicePipeline, id: &TaskId, s: &str) {
+    let s = Stage::parse(s).expect("a stage the harness sends");
+    device.on_event(id, ChildEvent::Stage(s));
+    settle(device);
+}
+
+fn park(device: &mut DevicePipeline, id: &TaskId) {
+    device.on_event(id, ChildEvent::Park);
+    settle(device);
+}
+
+/// A child forked, set up, let go and at work.
+fn working(device: &mut DevicePipeline, name: &str) -> (TaskId, GateChild) {
+    let t = id(name);
+    let gate = child(device, &t);
+    settle(device);
+    stage(device, &t, "standby");
+    stage(device, &t, "load_candidate");
+    assert_eq!(opened(&gate), 1, "{name} was let go");
+    (t, gate)
+}
+
+#[test]
+fn one_slot_runs_one_child_and_sets_the_next_up_while_the_last_exits() {
+    let mut device = DevicePipeline::new(1);
+    assert!(device.has_room(false), "an empty device always has room");
+    let (a, a_gate) = working(&mut device, "a");
+    assert_eq!(device.active(), Some(&a));
+    assert!(!device.has_room(true), "one slot: no second child at work");
+    stage(&mut device, &a, "correctness");
+    park(&mut device, &a);
+    assert_eq!(
+        opened(&a_gate),
+        1,
+        "nobody times: a parked child goes on at once"
+    );
+
+    // Alone, `a` times at once.
+    stage(&mut device, &a, "timing_gate");
+    assert_eq!(opened(&a_gate), 1);
+
+    // `a` reported: the next child sets up while `a` exits, and goes once `a` is gone.
+    device.on_event(&a, ChildEvent::Result);
+    assert!(device.has_room(true) && !device.has_room(false));
+    let b = id("b");
+    let b_gate = child(&mut device, &b);
+    stage(&mut device, &b, "standby");
+    assert_eq!(opened(&b_gate), 0, "a is still exiting");
+    let timing = device.ended(&a);
+    assert!(timing.forked.is_some() && timing.go.is_some() && timing.result.is_some());
+    settle(&mut device);
+    assert_eq!(device.active(), Some(&b));
+    assert_eq!(opened(&b_gate), 1);
+}
+
+#[test]
+fn a_child_times_only_when_every_other_child_is_parked_and_the_others_wait_for_it() {
+    let mut device = DevicePipeline::new(3);
+    let (a, a_gate) = working(&mut device, "a");
+    assert!(device.has_room(true));
+    let (b, b_gate) = working(&mut device, "b");
+    let c = id("c");
+    let c_gate = child(&mut device, &c);
+    settle(&mut device);
+    assert!(!device.has_room(true), "three slots taken");
+
+    // A free slot: `c` is let go before it has even set up.
+    assert_eq!(opened(&c_gate), 1);
+
+    // `a` asks to time while `b` works and `c` sets up: it waits, and nothing new starts.
+    stage(&mut device, &a, "timing_gate");
+    assert_eq!(opened(&a_gate), 0, "b and c are at work");
+    assert!(
+        !device.has_room(true),
+        "nobody is forked while a timing is pending"
+    );
+    stage(&mut device, &c, "standby");
+    stage(&mut device, &c, "load_candidate");
+    park(&mut device, &b);
+    assert_eq!(opened(&a_gate), 0, "c is still at work");
+    // `c` parks at its next device step: now `a` is alone.
+    park(&mut device, &c);
+    assert_eq!(opened(&a_gate), 1, "every other child is blocked: a times");
+    assert_eq!(
+        opened(&b_gate) + opened(&c_gate),
+        0,
+        "b and c stay parked while a times"
+    );
+    assert!(device.timing_now());
+
+    // `a`'s timing ends with its next stage: the others go on.
+    stage(&mut device, &a, "integrity");
+    assert!(!device.timing_now());
+    assert_eq!(opened(&b_gate), 1, "b goes on");
+    assert_eq!(opened(&c_gate), 1, "c goes on");
+}
+
+#[test]
+fn a_child_on_standby_is_not_let_go_while_a_timing_is_pending() {
+    let mut device = DevicePipeline::new(2);
+    let (a, a_gate) = working(&mut device, "a");
+    stage(&mut device, &a, "timing_gate");
+    assert_eq!(opened(&a_gate), 1, "alone: a times at once");
+    // Forked before: a slot was free and nothing was timing (the run loop forks only then).
+    let b = id("b");
+    let b_gate = child(&mut device, &b);
+    device.on_event(&b, ChildEvent::Stage(Stage::Standby));
+    device.advance();
+    assert_eq!(opened(&b_gate), 0, "a is timing");
+    stage(&mut device, &a, "integrity");
+    assert_eq!(opened(&b_gate), 1, "let go once a has timed");
+}
+
+#[test]
+fn the_longest_waiting_timer_goes_first() {
+    let mut device = DevicePipeline::new(3);
+    let (a, a_gate) = working(&mut device, "a");
+    let (b, b_gate) = working(&mut device, "b");
+    let (c, c_gate) = working(&mut device, "c");
+    stage(&mut device, &b, "timing_gate");
+    stage(&mut device, &a, "timing_gate");
+    assert_eq!(opened(&b_gate) + opened(&a_gate), 0, "c is at work");
+    park(&mut device, &c);
+    assert_eq!(opened(&b_gate), 1, "b asked first");
+    assert_eq!(opened(&a_gate), 0);
+    device.on_event(&b, ChildEvent::Result);
+    settle(&mut device);
+    assert_eq!(opened(&a_gate), 0, "b is still exiting");
+    device.ended(&b);
+    settle(&mut device);
+    assert_eq!(opened(&a_gate), 1, "then a");
+    assert_eq!(opened(&c_gate), 0, "c waits for a");
+}
+
+#[test]
+fn a_dead_child_releases_the_gate() {
+    let mut device = DevicePipeline::new(2);
+    let (a, a_gate) = working(&mut device, "a");
+    let (b, _b_gate) = working(&mut device, "b");
+    stage(&mut device, &a, "timing_gate");
+    assert_eq!(opened(&a_gate), 0, "b is at work");
+    // `b` dies in the middle of a device step (no result line): its task's end forgets it.
+    device.ended(&b);
+    settle(&mut device);
+    assert_eq!(opened(&a_gate), 1, "a times once b is gone");
+}
+
+#[test]
+fn a_held_device_opens_nothing_until_released() {
+    let mut device = DevicePipeline::new(2);
+    let (a, a_gate) = working(&mut device, "a");
+    device.hold(true);
+    assert!(!device.has_room(true));
+    park(&mut device, &a);
+    assert_eq!(opened(&a_gate), 0, "held: the parked child waits");
+    device.hold(false);
+    settle(&mut device);
+    assert_eq!(opened(&a_gate), 1);
+}
