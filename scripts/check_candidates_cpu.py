@@ -321,7 +321,7 @@ def check_by_harness(entry, args, work_root):
     item = dict(entry["item"], num_perf_trials=args.harness_perf_trials)
     _, _, got, result, tail = bench.run_harness_once(item, sys.executable, "cpu", 0, work_root)
     why = ((result or {}).get("error_message") or tail or "").strip().splitlines()
-    detail = f"harness verdict {got}" + (f" ({why[-1][:200]})" if why and got != "correct" else "")
+    detail = f"harness verdict {got}" + (f" ({why[0][:200]})" if why and got != "correct" else "")
     return got == entry["expect"], detail
 
 
