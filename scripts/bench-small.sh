@@ -138,7 +138,8 @@ run_crucible_row() { # row index, label, worker env, bench.py args...
   # The worker reports ok once its device passed the health check (NVML + CUDA probe on a GPU).
   if ! "$BENCH_PY" - "$aport" "$HEALTH_S" <<'PYEOF'; then
 import json, sys, time, urllib.request
-url, t_end = f"http://127.0.0.1:{sys.argv[1]}/health", time.time() + float(sys.argv[2])
+t0 = time.time()
+url, t_end = f"http://127.0.0.1:{sys.argv[1]}/health", t0 + float(sys.argv[2])
 health = None
 while time.time() < t_end:
     try:
@@ -148,7 +149,7 @@ while time.time() < t_end:
     except Exception as e:
         health = str(e)
     time.sleep(0.2)
-print("health:", health, flush=True)
+print(f"health after {time.time() - t0:.1f} s:", health, flush=True)
 sys.exit(0 if isinstance(health, dict) and health.get("status") == "ok" else 1)
 PYEOF
     echo "row $row: the worker did not become healthy in ${HEALTH_S} s; skipped (logs in logs.tar.gz)"
@@ -162,7 +163,10 @@ PYEOF
     --worker-env "$wenv ${WORKER_ENV:-}" --deadline-s "$deadline" "$@" 2>&1 | tee "$LOGS/$row-bench.log"
   local rc=${PIPESTATUS[0]}
   grep -E "gpu (un)?healthy|giving task back|cuda fault|panicked" "$LOGS/$row-worker.log" | tail -n 5
+  local t_stop
+  t_stop=$(date +%s)
   stop_services
+  echo "services stopped in $(($(date +%s) - t_stop)) s"
   return "$rc"
 }
 
