@@ -20,7 +20,8 @@
 # Results are appended to $OUT/results.json (a previous call's file is taken from $BENCH_PREV,
 # default .gpu-run/bench/small-results.json: copy the returned results.json there and carry
 # .gpu-run). Logs of each row (redis, api, worker, bench) are tarred into $OUT/logs.tar.gz; the
-# report is $OUT/report.txt. Needs the bundle of scripts/gpu-bundle.sh.
+# report is $OUT/report.txt ($OUT/report-tasks.txt with one line per task). Needs the bundle of
+# scripts/gpu-bundle.sh.
 # CPU dry run: BIN=target/debug WORKER_ARGS=--cpu BENCH_ARGS="--device cpu --select 0,7,11".
 # WORKER_ENV adds to every worker's environment; BASE_SLOTS (default 4) is the slots of the
 # one-knob rows (set it to the worker's default; empty: leave CRUCIBLE_DEVICE_SLOTS unset).
@@ -58,6 +59,7 @@ bench() {
     $BENCH_ARGS "$@"
 }
 report() {
+  bench --report --tasks >"$OUT/report-tasks.txt" 2>&1
   bench --report | tee "$OUT/report.txt"
 }
 if [[ "${1:-}" == report ]]; then

@@ -216,7 +216,7 @@ def report(results_path, show_tasks, workload=None):
          "" if small else ">= 70 % (on)"),
         ("  samples with a kernel running", lambda x: "n/a" if not x["gpu"] else f"{x['gpu']['any'] * 100:.0f} %", ""),
         ("GPU memory.used high-water", gpu_mem("mem_max"), ""),
-        ("  memory.used low-water (idle)", gpu_mem("mem_min"), ""),
+        ("  memory.used lowest in the run", gpu_mem("mem_min"), ""),
         ("CPU stage p50 (overlapped)", lambda x: ms(x["cpu50"]), ""),
         ("CUDA builds: compile pool / build cache", lambda x: f"{x['built_pool']}/{x['built_cache']}", ""),
         ("result cache hits (queue status)", lambda x: f0(x["q"].get("cache_hits_total")), ""),
@@ -226,11 +226,11 @@ def report(results_path, show_tasks, workload=None):
     ]
     w0 = max(len(r[0]) for r in rows) + 2
     wc = max(16, max(len(m) for m in modes) + 2) if small else 24
-    header = f"{'':{w0}}" + "".join(f"{m:>{wc}}" for m in modes) + f"  {'target':<16}"
+    header = f"{'':{w0}}" + "".join(f"{m:>{wc}}" for m in modes) + "  target"
     print(header)
     print("-" * len(header))
     for name, fn, target in rows:
-        print(f"{name:{w0}}" + "".join(f"{fn(s[m]):>{wc}}" for m in modes) + f"  {target:<16}")
+        print((f"{name:{w0}}" + "".join(f"{fn(s[m]):>{wc}}" for m in modes) + f"  {target}").rstrip())
     print("-" * len(header))
     # Device time by stage: the sum of each stage_ms over the batch.
     stages = []
@@ -252,7 +252,7 @@ def report(results_path, show_tasks, workload=None):
                       "integrity checks cost ratio - 1" if c["row"] == "checks-off" else "")
             print(f"  {c['row']:16} {c['base']:10} {c['n']:>3} {pc(c['sp50']):>12} {pc(c['sp95']):>8} "
                   f"{pc(c['kt50']):>11} {pc(c['kt95']):>8} "
-                  f"{'-' if c['throughput'] is None else format(c['throughput'], '.2f') + 'x':>11}  {target}")
+                  f"{'-' if c['throughput'] is None else format(c['throughput'], '.2f') + 'x':>11}  {target}".rstrip())
         print("-" * len(header))
     checks = targets_line(s, naive_rate, comps, tg) if small else legacy_targets(s, naive_rate)
     if checks:
