@@ -12,6 +12,8 @@
 #   precompile-off  slots=$BASE_SLOTS and CRUCIBLE_TRITON_PRECOMPILE=0
 #   adaptive        slots=$BASE_SLOTS, every request with "timing": {"mode": "adaptive"}
 #   checks-off      slots=$BASE_SLOTS and CRUCIBLE_INTEGRITY_CHECKS=0
+#   slots=K#N       (not in the default) slots=K once more, compared with slots=K: how far two
+#                   runs of the same setting differ, the noise floor of the comparisons
 # Every Crucible row submits with force_refresh (no result cache, coalescing or reference cache
 # across tasks of another row; each row has its own empty Redis anyway). A row starts only when
 # its estimate ($NAIVE_EST_S / $ROW_EST_S) fits in what is left of $BUDGET_S; the rows that did
@@ -193,7 +195,11 @@ for row in $ROWS; do
     bench --mode naive --label naive --python "$PY" --deadline-s "$deadline" 2>&1 | tee "$LOGS/naive-bench.log"
     r=${PIPESTATUS[0]}
     ;;
-  slots=[0-9]*) run_crucible_row "$i" "$row" "CRUCIBLE_DEVICE_SLOTS=${row#slots=}"; r=$? ;;
+  slots=[0-9]*)
+    k=${row#slots=}
+    run_crucible_row "$i" "$row" "CRUCIBLE_DEVICE_SLOTS=${k%%#*}"
+    r=$?
+    ;;
   precompile-off) run_crucible_row "$i" "$row" "$base_env CRUCIBLE_TRITON_PRECOMPILE=0"; r=$? ;;
   adaptive) run_crucible_row "$i" "$row" "$base_env" --timing adaptive; r=$? ;;
   checks-off) run_crucible_row "$i" "$row" "$base_env CRUCIBLE_INTEGRITY_CHECKS=0"; r=$? ;;

@@ -62,6 +62,7 @@ class Pure(unittest.TestCase):
         self.assertEqual(report.base_label("adaptive", r("CRUCIBLE_DEVICE_SLOTS=4"), labels), "slots=4")
         self.assertIsNone(report.base_label("adaptive", r("CRUCIBLE_DEVICE_SLOTS=2"), labels))
         self.assertIsNone(report.base_label("naive", r(""), labels))
+        self.assertEqual(report.base_label("slots=1#2", r("CRUCIBLE_DEVICE_SLOTS=1"), labels), "slots=1")
 
     def test_report_end_to_end(self):
         runs = [run("naive", [task("x", 2.0, 1.0), task("y", 1.0, 2.0)], wall=240.0),
