@@ -90,22 +90,31 @@ else
 fi
 
 pids=()
-descendants() {
-  local p
-  for p in $(ps -o pid= --ppid "$1" 2>/dev/null); do
-    echo "$p"
-    descendants "$p"
-  done
+descendants() { # every process below the given ones, from /proc (no ps needed)
+  "$BENCH_PY" - "$@" <<'PYEOF'
+import os, sys
+kids = {}
+for d in os.listdir("/proc"):
+    try:
+        if d.isdigit():
+            with open(f"/proc/{d}/stat") as f:
+                kids.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(d))
+    except (OSError, IndexError, ValueError):
+        pass
+todo, out = [int(p) for p in sys.argv[1:]], []
+while todo:
+    for c in kids.get(todo.pop(), []):
+        out.append(c)
+        todo.append(c)
+print(" ".join(map(str, out)))
+PYEOF
 }
 stop_services() {
   # The services of this row and everything they started (task children included), by id:
   # TERM, up to 10 s, then KILL.
-  local all=() p alive
-  for p in "${pids[@]}"; do
-    all+=("$p")
-    mapfile -t -O "${#all[@]}" all < <(descendants "$p")
-  done
-  ((${#all[@]})) || return 0
+  ((${#pids[@]})) || return 0
+  local all p alive
+  read -r -a all <<<"${pids[*]} $(descendants "${pids[@]}")"
   kill -TERM "${all[@]}" 2>/dev/null
   for _ in $(seq 50); do
     alive=0
