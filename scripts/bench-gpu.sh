@@ -20,6 +20,7 @@
 # Overrides for a CPU dry run: BIN=target/debug WORKER_ARGS=--cpu BENCH_ARGS="--device cpu".
 # WORKER_ENV adds to the worker's environment and LABEL names the run in the report, e.g. the
 # integrity checks' cost: LABEL=checks-off WORKER_ENV=CRUCIBLE_INTEGRITY_CHECKS=0 ... on.
+# The small-problem batch (naive and the Crucible rows in one call) is scripts/bench-small.sh.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 MODE=${1:-}

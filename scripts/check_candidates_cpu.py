@@ -8,6 +8,12 @@
          `correct` or `incorrect`, expanded exactly as scripts/bench/bench.py expands it (its
          expand_workload: GRPO samples with other BLOCK sizes included); byte-identical
          duplicates are checked once.
+  small  scripts/bench/workload-small.json (the small-problem GRPO batch, its problems under
+         scripts/bench/problems unless --problems): every entry, expanded the same way;
+         `correct` and `incorrect` as above, `RUNTIME` passes when ModelNew's forward raises.
+         With --harness each sample instead runs through the real harness (one fresh
+         interpreter, device cpu, as bench.py's naive mode) and passes when the harness's
+         verdict is the one expected (correct / incorrect for CORRECTNESS / the error code).
 
 For each entry: import the KernelBench problem and the candidate, shrink the problem's size
 globals (the interpreter is slow; sizes are NOT multiples of the candidates' block sizes, so
@@ -19,13 +25,17 @@ non-negative) and once more on signed inputs (randn * 3) so negative branches ru
 comparison differs. Prints one line per entry, then 'N passed, N failed'; exit 1 on a failure.
 
 Usage (from the repo root):
-    /root/.cache/crucible/venv/bin/python scripts/check_candidates_cpu.py --set smoke|bench
+    /root/.cache/crucible/venv/bin/python scripts/check_candidates_cpu.py --set smoke|bench|small
 Options:
-    --set smoke|bench   which entries (required)
+    --set smoke|bench|small  which entries (required)
     --kernelbench DIR   KernelBench root holding level1/, level2/ (default $KERNELBENCH_DIR or
-                        /work/shared/kernelbench; --problems is the same option)
+                        /work/shared/kernelbench; for --set small the workload's problems_root;
+                        --problems is the same option)
     --manifest PATH     the smoke manifest (default scripts/gpu-smoke/candidates/manifest.json)
-    --workload PATH     the bench workload (default scripts/bench/workload.json)
+    --workload PATH     the bench workload (default scripts/bench/workload.json, or
+                        scripts/bench/workload-small.json for --set small)
+    --harness           --set small: each sample through the harness (real verdicts, full sizes,
+                        --harness-perf-trials timed trials) instead of the direct comparison
     --only SUBSTR       only entries whose candidate path contains SUBSTR
     --device cuda       run on a GPU instead (TRITON_INTERPRET is then not set)
     --full              keep the problems' real sizes, own inputs only (sensible with --device cuda)
@@ -51,10 +61,11 @@ BENCH_DIR = os.path.join(HERE, "bench")
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--set", required=True, choices=sorted(SETS), dest="set_name")
-    p.add_argument("--kernelbench", "--problems", dest="kernelbench",
-                   default=os.environ.get("KERNELBENCH_DIR", "/work/shared/kernelbench"))
+    p.add_argument("--kernelbench", "--problems", dest="kernelbench", default=None)
     p.add_argument("--manifest", default=os.path.join(SMOKE_CANDIDATES, "manifest.json"))
-    p.add_argument("--workload", default=os.path.join(BENCH_DIR, "workload.json"))
+    p.add_argument("--workload", default=None)
+    p.add_argument("--harness", action="store_true", help="--set small: run the harness per sample")
+    p.add_argument("--harness-perf-trials", type=int, default=3)
     p.add_argument("--only", default=None, help="only entries whose candidate path contains SUBSTR")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--full", action="store_true")
@@ -63,7 +74,13 @@ def parse_args():
     p.add_argument("--atol", type=float, default=1e-2)
     p.add_argument("--rtol", type=float, default=1e-2)
     p.add_argument("--seed", type=int, default=42)
-    return p.parse_args()
+    args = p.parse_args()
+    small = args.set_name == "small"
+    if args.workload is None:
+        args.workload = os.path.join(BENCH_DIR, "workload-small.json" if small else "workload.json")
+    if args.kernelbench is None and not small:
+        args.kernelbench = os.environ.get("KERNELBENCH_DIR", "/work/shared/kernelbench")
+    return args
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,22 +100,30 @@ def smoke_entries(args):
             for e in manifest if e["backend"] in backends and e["expect"] == "correct"]
 
 
-def bench_entries(args):
+def bench_module():
     sys.path.insert(0, BENCH_DIR)
     sys.dont_write_bytecode = True  # no __pycache__ beside bench.py
     import bench  # stdlib only: the workload's expansion, as the benchmark submits it
+    return bench
 
+
+def bench_entries(args, expects=("correct", "incorrect")):
     backends = set(args.backends.split(","))
     return [{"label": f"{it['label']} [{it['expect']}]",
              "candidate": it["candidate"],
              "problem_path": it["problem_path"],
              "expect": it["expect"],
-             "code": it["kernel_code"]}
-            for it in bench.expand_workload(args.workload, args.kernelbench, REPO)
-            if it["backend"] in backends and it["expect"] in ("correct", "incorrect")]
+             "code": it["kernel_code"],
+             "item": it}
+            for it in bench_module().expand_workload(args.workload, args.kernelbench, REPO)
+            if it["backend"] in backends and it["expect"] in expects]
 
 
-SETS = {"smoke": smoke_entries, "bench": bench_entries}
+def small_entries(args):
+    return bench_entries(args, ("correct", "incorrect", "RUNTIME"))
+
+
+SETS = {"smoke": smoke_entries, "bench": bench_entries, "small": small_entries}
 
 ARGS = parse_args()
 if ARGS.device == "cpu":
@@ -151,6 +176,14 @@ SMALL_SIZES = {
     "1_Conv2D_ReLU_BiasAdd.py": [dict(CONV[0], bias_shape=(6, 1, 1))],
     "25_Conv2d_Min_Tanh_Tanh.py": CONV,
     "4_Conv2d_Mish_Mish.py": CONV,
+    # scripts/bench/problems (the small batch); 1501 and 77 columns: not multiples of 3 either
+    "01_swish_bias.py": [{"batch_size": 3, "dim": 1501}, {"batch_size": 2, "dim": 77}],
+    "02_row_sum.py": [{"batch_size": 3, "dim": 2501}, {"batch_size": 2, "dim": 77}],
+    "03_row_softmax.py": [{"batch_size": 3, "dim": 1501}, {"batch_size": 2, "dim": 77}],
+    "04_gemm_bias_relu.py": [{"batch_size": 70, "in_features": 100, "out_features": 90},
+                             {"batch_size": 5, "in_features": 37, "out_features": 53}],
+    "05_add_mul_gelu.py": [{"batch_size": 3, "dim": 1501}, {"batch_size": 2, "dim": 77}],
+    "06_layer_norm.py": [{"batch_size": 3, "dim": 1501}, {"batch_size": 2, "dim": 77}],
 }
 
 
@@ -230,6 +263,7 @@ def check_one(idx, entry, cand_path, args):
     cand_mod = load_module(cand_path, f"_check_cand_{idx}")
     device = torch.device(args.device)
     must_match = entry["expect"] == "correct"
+    must_raise = entry["expect"] == "RUNTIME"
     first_bad, runs, max_diff, timing = None, 0, 0.0, ""
     for cfg in configs:
         for name, value in cfg.items():
@@ -251,7 +285,12 @@ def check_one(idx, entry, cand_path, args):
         for vname, inputs in variants:
             with torch.no_grad():
                 ref_out = model(*cloned(inputs, device))
-                new_out = model_new(*cloned(inputs, device))
+                try:
+                    new_out = model_new(*cloned(inputs, device))
+                except Exception as exc:
+                    if not must_raise:
+                        raise
+                    return True, f"forward raised as expected ({cfg} {vname}: {type(exc).__name__}: {exc})"[:300]
             if args.device == "cuda":
                 torch.cuda.synchronize()
             why = compare(ref_out, new_out, args.atol, args.rtol)
@@ -267,6 +306,8 @@ def check_one(idx, entry, cand_path, args):
                 t_ref, t_new = time_ms(model, dev_inputs), time_ms(model_new, dev_inputs)
                 timing = f", ref {t_ref:.3f} ms, new {t_new:.3f} ms, speedup {t_ref / t_new:.2f}x"
             del ref_out, new_out
+    if must_raise:
+        return False, "expected forward to raise, but it returned"
     if must_match:
         return True, f"{runs} runs match, max_abs_diff={max_diff:.2e}{timing}"
     if first_bad:
@@ -274,7 +315,20 @@ def check_one(idx, entry, cand_path, args):
     return False, "expected to differ, but every comparison matched"
 
 
+def check_by_harness(entry, args, work_root):
+    """The harness's own verdict on the sample (one fresh interpreter on CPU)."""
+    bench = bench_module()
+    item = dict(entry["item"], num_perf_trials=args.harness_perf_trials)
+    _, _, got, result, tail = bench.run_harness_once(item, sys.executable, "cpu", 0, work_root)
+    why = ((result or {}).get("error_message") or tail or "").strip().splitlines()
+    detail = f"harness verdict {got}" + (f" ({why[0][:200]})" if why and got != "correct" else "")
+    return got == entry["expect"], detail
+
+
 def check_entry(idx, entry, args):
+    if args.harness:
+        with tempfile.TemporaryDirectory() as d:
+            return check_by_harness(entry, args, d)
     if "path" in entry:
         return check_one(idx, entry, entry["path"], args)
     with tempfile.TemporaryDirectory() as d:  # @triton.jit needs the source in a file

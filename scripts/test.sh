@@ -24,6 +24,8 @@ fi
 "$CRUCIBLE_PYTHON" tests/harness/check_spec.py
 # No source file over 600 lines, no import circle between a crate's files.
 "$CRUCIBLE_PYTHON" scripts/check_layout.py
+# The GPU benchmark's report and workload expansion (stdlib only; the small batch's shape).
+"$CRUCIBLE_PYTHON" scripts/bench/test_bench.py
 # The harness modules' layering: no module imports one above it, judge and runner apart.
 "$CRUCIBLE_PYTHON" tests/harness/check_layers.py
 # The Python client against a live `crucible up` (the debug binary built above).

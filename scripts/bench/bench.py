@@ -9,10 +9,13 @@ Modes (each run appends one JSON object to --results; --report prints the combin
   naive     what a KernelBench loop does: one fresh `python -I -B harness.py <taskdir>` per
             evaluation, sequentially, with a private task dir (reference.py, candidate.py,
             spec.json), fd 3 as the result pipe, the reference timed again every time.
-  --report  read --results and print one table (modes as columns) with the targets.
+  --report  read --results and print one table (labels as columns) with the targets, the
+            device time by stage and the timing-quality comparisons (scripts/bench/report.py).
+            --label names a run: on/off/naive (bench-gpu.sh), or the small batch's rows
+            (bench-small.sh: naive, slots=K, precompile-off, adaptive, checks-off).
 
-While a mode runs, `nvidia-smi --query-gpu=utilization.gpu -lms 200` samples the GPU (absent
-on a CPU machine: the busy fraction is then reported as n/a).
+While a mode runs, `nvidia-smi --query-gpu=utilization.gpu,memory.used -lms 200` samples the GPU
+(absent on a CPU machine: busy fraction and memory high-water are then reported as n/a).
 
 Definitions (per evaluated task; see docs/BENCHMARKS.md, "GPU benchmark"):
   latency   end-to-end: the instant the task's verdict was final minus the instant the batch
@@ -44,6 +47,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
+
+from report import judged_ms, report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -131,11 +136,6 @@ def verdict_of(status, result):
     return "incorrect" if code == "CORRECTNESS" else (code or "?")
 
 
-def judged_ms(stage_ms):
-    s = stage_ms or {}
-    return float(s.get("correctness", 0.0)) + float(s.get("performance", 0.0))
-
-
 # ---------------------------------------------------------------------------------------------
 # GPU utilisation
 
@@ -186,7 +186,8 @@ class GpuSampler:
         utils = [u for _, u, _ in window]
         return {"samples": len(window), "util_sum": sum(utils),
                 "busy_samples": sum(u > 0 for u in utils),
-                "mem_max_mib": max(m for _, _, m in window)}
+                "mem_max_mib": max(m for _, _, m in window),
+                "mem_min_mib": min(m for _, _, m in window)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,8 +226,8 @@ def parse_ts(s):
     return t
 
 
-def request_body(it, force_refresh):
-    return {
+def request_body(it, force_refresh, timing=None):
+    body = {
         "reference_code": it["reference_code"],
         "kernel_code": it["kernel_code"],
         "backend": it["backend"],
@@ -235,6 +236,9 @@ def request_body(it, force_refresh):
         "timeout_s": it["timeout_s"],
         "force_refresh": force_refresh,
     }
+    if timing:
+        body["timing"] = {"mode": timing}
+    return body
 
 
 def queue_counters(api):
@@ -250,7 +254,7 @@ def run_crucible(args, items):
     for i in range(0, len(items), 500):
         chunk = items[i:i + 500]
         status, ans = call(args.api, "POST", "/evaluate/batch",
-                           {"tasks": [request_body(it, args.force_refresh) for it in chunk]})
+                           {"tasks": [request_body(it, args.force_refresh, args.timing) for it in chunk]})
         if status != 202:
             raise SystemExit(f"POST /evaluate/batch answered {status}: {ans}")
         task_ids += ans["task_ids"]
@@ -478,154 +482,6 @@ def run_naive(args, items):
 
 
 # ---------------------------------------------------------------------------------------------
-# report
-
-
-def pct(values, p):
-    v = sorted(x for x in values if x is not None)
-    if not v:
-        return None
-    if len(v) == 1:
-        return v[0]
-    k = (len(v) - 1) * p / 100.0
-    lo = int(k)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (k - lo)
-
-
-MODE_ORDER = ["on", "off", "naive"]
-
-
-def combine(runs):
-    """Runs of one mode (shards, in order) -> one summary."""
-    tasks = [t for r in runs for t in r["tasks"]]
-    wall = sum(r["wall_s"] for r in runs)
-    gpu_n = sum(r["gpu"].get("samples", 0) for r in runs)
-    gpu = None
-    if gpu_n:
-        gpu = {"busy": sum(r["gpu"].get("util_sum", 0) for r in runs) / gpu_n / 100.0,
-               "any": sum(r["gpu"].get("busy_samples", 0) for r in runs) / gpu_n,
-               "samples": gpu_n}
-    q = {}
-    for r in runs:
-        for k, v in r.get("queue_delta", {}).items():
-            q[k] = q.get(k, 0) + v
-    ev = [t for t in tasks if t.get("evaluated") and t.get("service_ms") is not None]
-    warm = [t for t in ev if t.get("ref_runtime_cached")]
-    answered = [t for t in tasks if t["got"] != "UNFINISHED"]
-    return {
-        "runs": len(runs), "device": runs[0].get("device"), "tasks": tasks, "n": len(tasks),
-        "answered": len(answered), "evaluated": len(ev), "wall_s": wall,
-        "per_min": len(answered) / wall * 60 if wall > 0 else None,
-        "lat50": pct([t.get("latency_ms") for t in answered], 50),
-        "lat95": pct([t.get("latency_ms") for t in answered], 95),
-        "svc50": pct([t["service_ms"] for t in ev], 50),
-        "svc_sum": sum(t["service_ms"] for t in ev if t["service_ms"] is not None),
-        "ovh50": pct([t["overhead_ms"] for t in ev], 50),
-        "ovh95": pct([t["overhead_ms"] for t in ev], 95),
-        "ovh50_warm": pct([t["overhead_ms"] for t in warm], 50), "n_warm": len(warm),
-        "judged50": pct([judged_ms(t.get("stage_ms")) for t in ev], 50),
-        "gpu": gpu, "q": q,
-        "cpu_decided": sum(bool(t.get("cpu_decided")) for t in tasks),
-        "built_pool": sum(t.get("build") == "compile_pool" for t in tasks),
-        "built_cache": sum(t.get("build") == "cache" for t in tasks),
-        "cpu50": pct([(t.get("stage_ms") or {}).get("cpu_stage") for t in tasks
-                      if (t.get("stage_ms") or {}).get("cpu_stage") is not None], 50),
-        "cached": sum(t.get("cached", False) for t in tasks),
-        "coalesced": sum(t.get("coalesced", False) for t in tasks),
-        "expected": sum(t["got"] == t["expect"] for t in tasks),
-        "complete": all(r.get("complete") for r in runs),
-        "shards": [r.get("shard") for r in runs],
-    }
-
-
-def report(results_path, show_tasks):
-    with open(results_path) as f:
-        runs = json.load(f)["runs"]
-    by_mode = {}
-    for r in runs:
-        by_mode.setdefault(r["mode"], []).append(r)
-    for mode, rs in by_mode.items():  # the latest run of each shard wins
-        latest = {}
-        for r in rs:
-            latest[r.get("shard") or "1/1"] = r
-        by_mode[mode] = [latest[k] for k in sorted(latest)]
-    modes = [m for m in MODE_ORDER if m in by_mode] + [m for m in by_mode if m not in MODE_ORDER]
-    s = {m: combine(by_mode[m]) for m in modes}
-    naive_rate = s["naive"]["per_min"] if "naive" in s else None
-
-    f0 = lambda v, p=0, suf="": "-" if v is None else f"{v:,.{p}f}{suf}"
-    ms = lambda v: "-" if v is None else (f"{v:,.0f} ms" if abs(v) < 10000 else f"{v / 1e3:,.1f} s")
-    rows = [
-        ("device", lambda x: (x["device"] or "?")[:22], ""),
-        ("evaluations answered / in workload", lambda x: f"{x['answered']}/{x['n']}", ""),
-        ("  evaluated / result cache / coalesced", lambda x: f"{x['evaluated']}/{x['cached']}/{x['coalesced']}", ""),
-        ("  verdicts as expected", lambda x: f"{x['expected']}/{x['n']}", ""),
-        ("total wall time", lambda x: f0(x["wall_s"], 1, " s") + ("" if x["runs"] == 1 else f" ({x['runs']} shards)"), ""),
-        ("evaluations per minute", lambda x: f0(x["per_min"], 1), ""),
-        ("  vs naive", lambda x: "-" if not naive_rate or x["per_min"] is None else f"{x['per_min'] / naive_rate:.2f}x",
-         ">= 4x (on)"),
-        ("end-to-end latency p50", lambda x: ms(x["lat50"]), ""),
-        ("end-to-end latency p95", lambda x: ms(x["lat95"]), ""),
-        ("  decided in the CPU stage (no GPU)", lambda x: f0(x["cpu_decided"]), ""),
-        ("device time per task p50", lambda x: ms(x["svc50"]), ""),
-        ("device time, all tasks", lambda x: ms(x["svc_sum"]), ""),
-        ("correctness+performance p50", lambda x: ms(x["judged50"]), ""),
-        ("overhead p50", lambda x: ms(x["ovh50"]), ""),
-        ("overhead p95", lambda x: ms(x["ovh95"]), ""),
-        ("overhead p50, warm (ref cached)", lambda x: ms(x["ovh50_warm"]) + (f" (n={x['n_warm']})" if x["n_warm"] else ""),
-         "<= 100 ms (on)"),
-        ("GPU busy (mean utilization.gpu)", lambda x: "n/a" if not x["gpu"] else f"{x['gpu']['busy'] * 100:.0f} %", ">= 70 % (on)"),
-        ("  samples with a kernel running", lambda x: "n/a" if not x["gpu"] else f"{x['gpu']['any'] * 100:.0f} %", ""),
-        ("CPU stage p50 (overlapped)", lambda x: ms(x["cpu50"]), ""),
-        ("CUDA builds: compile pool / build cache", lambda x: f"{x['built_pool']}/{x['built_cache']}", ""),
-        ("result cache hits (queue status)", lambda x: f0(x["q"].get("cache_hits_total")), ""),
-        ("coalesced (queue status)", lambda x: f0(x["q"].get("coalesced_total")), ""),
-        ("reference cache hits (queue status)", lambda x: f0(x["q"].get("ref_cache_hits_total")) if "ref_cache_hits_total" in x["q"] else "n/a", ""),
-        ("requeued / failed", lambda x: f"{x['q'].get('requeued_total', 0)}/{x['q'].get('failed_total', 0)}" if x["q"] else "-", "0/0"),
-    ]
-    w0 = max(len(r[0]) for r in rows) + 2
-    wc = 24
-    header = f"{'':{w0}}" + "".join(f"{m:>{wc}}" for m in modes) + f"  {'target':<16}"
-    print(header)
-    print("-" * len(header))
-    for name, fn, target in rows:
-        print(f"{name:{w0}}" + "".join(f"{fn(s[m]):>{wc}}" for m in modes) + f"  {target:<16}")
-    print("-" * len(header))
-    if "on" in s:
-        on = s["on"]
-        checks = []
-        if naive_rate and on["per_min"]:
-            ratio = on["per_min"] / naive_rate
-            checks.append(f"throughput {ratio:.2f}x naive ({'met' if ratio >= 4 else 'NOT met'}, target >= 4x)")
-        ov = on["ovh50_warm"] if on["ovh50_warm"] is not None else on["ovh50"]
-        if ov is not None:
-            checks.append(f"overhead p50 {ov:.0f} ms{' (warm)' if on['ovh50_warm'] is not None else ' (no warm task: all)'} "
-                          f"({'met' if ov <= 100 else 'NOT met'}, target <= 100 ms)")
-        if on["gpu"]:
-            checks.append(f"GPU busy {on['gpu']['busy'] * 100:.0f} % ({'met' if on['gpu']['busy'] >= 0.7 else 'NOT met'}, target >= 70 %)")
-        else:
-            checks.append("GPU busy n/a (no nvidia-smi samples)")
-        print("targets (mode on): " + "; ".join(checks))
-    for m in modes:
-        if not s[m]["complete"]:
-            print(f"WARNING: mode {m} did not finish every evaluation (deadline)")
-        bad = [t for t in s[m]["tasks"] if t["got"] != t["expect"]]
-        for t in bad[:8]:
-            print(f"  {m}: {t['label']}: expected {t['expect']}, got {t['got']}: {(t.get('error') or '')[:160]!r}")
-    if show_tasks:
-        print()
-        print(f"{'mode':6} {'task':68} {'got':12} {'lat ms':>9} {'svc ms':>9} {'judged':>8} {'ovh ms':>8} {'ref ms':>8} {'ker ms':>8} flags")
-        for m in modes:
-            for t in s[m]["tasks"]:
-                flags = ",".join(k for k in ("cached", "coalesced", "ref_runtime_cached") if t.get(k))
-                print(f"{m:6} {t['label'][:68]:68} {t['got'][:12]:12} {f0(t.get('latency_ms')):>9} {f0(t.get('service_ms')):>9} "
-                      f"{f0(judged_ms(t.get('stage_ms')) if t.get('evaluated') else None):>8} {f0(t.get('overhead_ms')):>8} "
-                      f"{f0(t.get('ref_ms'), 3):>8} {f0(t.get('ker_ms'), 3):>8} {flags}")
-    return 0
-
-
-# ---------------------------------------------------------------------------------------------
 
 
 def device_name(args):
@@ -659,6 +515,12 @@ def main():
     ap.add_argument("--limit", type=int, default=None, help="only the first N evaluations")
     ap.add_argument("--api", default="http://127.0.0.1:10907")
     ap.add_argument("--force-refresh", action="store_true", help="crucible: bypass the result cache and coalescing")
+    ap.add_argument("--timing", choices=["fixed", "adaptive"], default=None,
+                    help='crucible: put "timing": {"mode": ...} into every request (default: none)')
+    ap.add_argument("--worker-env", default="",
+                    help="the worker's extra environment (recorded: the report pairs rows by CRUCIBLE_DEVICE_SLOTS)")
+    ap.add_argument("--perf-trials", type=int, default=None, help="override every evaluation's num_perf_trials (dry runs)")
+    ap.add_argument("--select", default=None, help="I,J,...: only these evaluations (0-based, after --limit)")
     ap.add_argument("--python", default=os.environ.get("CRUCIBLE_PYTHON", "python3"), help="naive: interpreter")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="naive: harness device")
     ap.add_argument("--gpu", default="0")
@@ -666,7 +528,7 @@ def main():
     args = ap.parse_args()
 
     if args.report:
-        return report(args.results, args.tasks)
+        return report(args.results, args.tasks, args.workload)
     if not args.mode:
         ap.error("--mode or --report")
     if args.mode == "naive" and not os.path.isabs(args.python):
@@ -674,6 +536,10 @@ def main():
     items = expand_workload(args.workload, args.problems)
     if args.limit:
         items = items[: args.limit]
+    if args.select:
+        items = [items[int(i)] for i in args.select.split(",")]
+    if args.perf_trials:
+        items = [dict(it, num_perf_trials=args.perf_trials) for it in items]
     items = select_shard(items, args.shard)
     label = args.label or ("naive" if args.mode == "naive" else "on")
     print(f"bench: mode {args.mode} ({label}), {len(items)} evaluations"
@@ -682,7 +548,8 @@ def main():
     dev = device_name(args)
     run = run_crucible(args, items) if args.mode == "crucible" else run_naive(args, items)
     run.update({"mode": label, "kind": args.mode, "shard": args.shard, "device": dev,
-                "force_refresh": args.force_refresh, "workload": os.path.relpath(args.workload, REPO),
+                "force_refresh": args.force_refresh, "timing": args.timing, "worker_env": args.worker_env,
+                "workload": os.path.relpath(args.workload, REPO),
                 "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
     data = {"runs": []}

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Unit tests of the GPU benchmark's pure functions (report.py, bench.py's workload expansion).
+Run: python3 scripts/bench/test_bench.py (scripts/test.sh does). Standard library only."""
+import io
+import json
+import os
+import sys
+import tempfile
+import unittest
+from contextlib import redirect_stdout
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402
+import report  # noqa: E402
+
+
+def task(label, speedup, ker=None, expect="correct", got="correct", **kw):
+    return dict({"label": label, "expect": expect, "got": got, "speedup": speedup, "ker_ms": ker,
+                 "evaluated": True, "service_ms": 100.0, "overhead_ms": 10.0, "stage_ms": {}}, **kw)
+
+
+def run(mode, tasks, wall=60.0, worker_env="", timing=None, mem=None):
+    gpu = {"samples": 0} if mem is None else {"samples": 10, "util_sum": 500.0, "busy_samples": 5,
+                                              "mem_max_mib": mem, "mem_min_mib": 500.0}
+    return {"mode": mode, "tasks": tasks, "wall_s": wall, "gpu": gpu, "queue_delta": {},
+            "complete": True, "worker_env": worker_env, "timing": timing,
+            "workload": "scripts/bench/workload-small.json"}
+
+
+class Pure(unittest.TestCase):
+    def test_pct(self):
+        self.assertIsNone(report.pct([], 50))
+        self.assertEqual(report.pct([3.0], 95), 3.0)
+        self.assertEqual(report.pct([1, 2, 3, 4, None], 50), 2.5)
+        self.assertAlmostEqual(report.pct(list(range(101)), 95), 95.0)
+
+    def test_rel_diffs_honest_matched(self):
+        a = [task("x", 2.2), task("y", 1.0), task("w", 3.0, expect="incorrect", got="incorrect"),
+             task("z", 1.5, got="RUNTIME"), task("only-a", 1.0), task("none", None)]
+        b = [task("x", 2.0), task("y", 1.0), task("w", 1.0, expect="incorrect", got="incorrect"),
+             task("z", 1.0), task("none", 1.0)]
+        self.assertEqual(sorted(round(d, 6) for d in report.rel_diffs(a, b)), [0.0, 0.1])
+        self.assertEqual(report.rel_diffs(a, b, "ker_ms"), [])
+
+    def test_stage_totals(self):
+        ts = [task("a", 1, stage_ms={"correctness": 10.0, "performance": 5.0, "device_stage": 20.0}),
+              task("b", 1, stage_ms={"correctness": 2.5, "triton_precompile": 7.0, "weird": 1.0}),
+              task("c", 1, cached=True, stage_ms={"correctness": 1000.0})]
+        tot = report.stage_totals(ts)
+        self.assertEqual(tot, {"device_stage": 20.0, "triton_precompile": 7.0, "correctness": 12.5,
+                               "performance": 5.0, "weird": 1.0})
+        self.assertEqual(list(tot), ["device_stage", "triton_precompile", "correctness", "performance", "weird"])
+
+    def test_pairing(self):
+        labels = {"naive": 0, "slots=1": 0, "slots=4": 0, "adaptive": 0, "checks-off": 0}
+        r = lambda env: {"worker_env": env}
+        self.assertEqual(report.worker_slots(r("A=1 CRUCIBLE_DEVICE_SLOTS=4 B=2")), 4)
+        self.assertIsNone(report.worker_slots(r("")))
+        self.assertEqual(report.base_label("slots=4", r("CRUCIBLE_DEVICE_SLOTS=4"), labels), "slots=1")
+        self.assertIsNone(report.base_label("slots=1", r("CRUCIBLE_DEVICE_SLOTS=1"), labels))
+        self.assertEqual(report.base_label("adaptive", r("CRUCIBLE_DEVICE_SLOTS=4"), labels), "slots=4")
+        self.assertIsNone(report.base_label("adaptive", r("CRUCIBLE_DEVICE_SLOTS=2"), labels))
+        self.assertIsNone(report.base_label("naive", r(""), labels))
+        self.assertEqual(report.base_label("slots=1#2", r("CRUCIBLE_DEVICE_SLOTS=1"), labels), "slots=1")
+
+    def test_report_end_to_end(self):
+        runs = [run("naive", [task("x", 2.0, 1.0), task("y", 1.0, 2.0)], wall=240.0),
+                run("slots=1", [task("x", 2.0, 1.0), task("y", 1.0, 2.0)], 30.0, "CRUCIBLE_DEVICE_SLOTS=1", mem=900.0),
+                run("slots=4", [task("x", 2.1, 1.0), task("y", 1.0, 2.0)], 15.0, "CRUCIBLE_DEVICE_SLOTS=4", mem=1500.0),
+                run("adaptive", [task("x", 2.0, 1.0), task("y", 1.2, 2.0)], 10.0, "CRUCIBLE_DEVICE_SLOTS=4", "adaptive"),
+                dict(run("on", [task("x", 1.0)]), workload="scripts/bench/workload.json")]
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "results.json")
+            with open(path, "w") as f:
+                json.dump({"runs": runs}, f)
+            out = io.StringIO()
+            with redirect_stdout(out):
+                rc = report.report(path, False, "scripts/bench/workload-small.json")
+        text = out.getvalue()
+        self.assertEqual(rc, 0)
+        self.assertIn("1,500 MiB", text)
+        self.assertIn("500 MiB", text)
+        self.assertIn("best slots row slots=4 16.00x naive (met, >= 8x)", text)
+        self.assertIn("adaptive 24.00x naive (met, >= 12x)", text)
+        self.assertIn("slots=4 vs slots=1 speedups agree within 2.5 % p50", text)
+        self.assertIn("(1 runs of other workloads", text)
+
+
+class Workload(unittest.TestCase):
+    def test_small_workload_shape(self):
+        items = bench.expand_workload(os.path.join(bench.HERE, "workload-small.json"))
+        self.assertEqual(len(items), 24)
+        expects = [it["expect"] for it in items]
+        self.assertEqual((expects.count("correct"), expects.count("incorrect"), expects.count("RUNTIME")), (16, 4, 4))
+        self.assertEqual(len({it["label"] for it in items}), 24)
+        self.assertEqual(len({it["kernel_code"] for it in items}), 24)
+        for it in items:
+            self.assertIn("@triton.jit", it["kernel_code"])
+            self.assertIn("class ModelNew", it["kernel_code"])
+        self.assertEqual(len({it["problem"] for it in items}), 6)
+
+    def test_timing_field(self):
+        it = {k: 1 for k in ("reference_code", "kernel_code", "backend", "num_correct_trials",
+                             "num_perf_trials", "timeout_s")}
+        self.assertNotIn("timing", bench.request_body(it, True))
+        self.assertEqual(bench.request_body(it, True, "adaptive")["timing"], {"mode": "adaptive"})
+
+
+if __name__ == "__main__":
+    unittest.main()
