@@ -22,6 +22,8 @@ else
 fi
 "$CRUCIBLE_PYTHON" tests/harness/check_screening.py
 "$CRUCIBLE_PYTHON" tests/harness/check_spec.py
+# Adaptive timing's stopping rule and checked calls, on synthetic times.
+"$CRUCIBLE_PYTHON" tests/harness/check_timing.py
 # No source file over 600 lines, no import circle between a crate's files.
 "$CRUCIBLE_PYTHON" scripts/check_layout.py
 # The GPU benchmark's report and workload expansion (stdlib only; the small batch's shape).

@@ -44,6 +44,9 @@ pub const BEARER_SCHEME: &str = "bearer";
         crucible_shared::Verdict,
         crucible_shared::Flag,
         crucible_shared::ScreeningAction,
+        crucible_shared::TimingRequest,
+        crucible_shared::TimingMode,
+        crucible_shared::RuntimeStats,
         crucible_shared::WorkerInfo,
         crucible_shared::QueueStatus,
         crucible_shared::BatchStatus,
@@ -140,4 +143,40 @@ pub fn doc() -> utoipa::openapi::OpenApi {
         }
     }
     doc
+}
+
+#[cfg(test)]
+mod tests {
+    /// The contract shows `timing` with the bounds validation applies (`bounds.rs`) and the
+    /// statistics' new, optional fields.
+    #[test]
+    fn the_document_describes_timing() {
+        let doc = serde_json::to_value(super::doc()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let timing = &schemas["EvaluateRequest"]["properties"]["timing"];
+        assert!(timing.to_string().contains("TimingRequest"), "{timing}");
+        let t = &schemas["TimingRequest"]["properties"];
+        assert_eq!(t["target_rel_error"]["minimum"], 1e-5);
+        assert_eq!(t["target_rel_error"]["maximum"], 0.5);
+        assert_eq!(t["target_rel_error"]["default"], 1e-3);
+        assert_eq!(t["max_time_ms"]["maximum"], 600_000.0);
+        assert_eq!(t["max_time_ms"]["default"], 2000);
+        assert!(t["mode"].to_string().contains("TimingMode"), "{t}");
+        assert_eq!(
+            schemas["TimingMode"]["enum"],
+            serde_json::json!(["fixed", "adaptive"])
+        );
+        let stats = &schemas["RuntimeStats"];
+        for field in ["trials", "median_ci"] {
+            assert!(stats["properties"].get(field).is_some(), "{stats}");
+        }
+        // Optional: results from before they were reported still validate.
+        let required = stats["required"].as_array().unwrap();
+        assert!(!required.iter().any(|f| f == "trials" || f == "median_ci"));
+        assert!(
+            schemas["RolloutEvalSettings"]["properties"]
+                .get("timing")
+                .is_some()
+        );
+    }
 }

@@ -112,6 +112,27 @@ async fn rollouts_refuse_an_unknown_field() {
 }
 
 #[tokio::test]
+async fn timing_refuses_an_unknown_field_and_names_a_bound_it_breaks() {
+    let mut body = task();
+    body["timing"] = json!({"mode": "adaptive", "target": 0.01});
+    assert_refused(post("/evaluate", body).await, "target", "timing.target");
+    let mut body = task();
+    body["timing"] = json!({"mode": "adaptive", "target_rel_error": 0.9});
+    let (status, answer) = post("/evaluate", body).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert_eq!(answer["field"], "timing.target_rel_error", "{answer}");
+    let mut body = task();
+    body["timing"] = json!({"mode": "adaptive"});
+    body["num_perf_trials"] = json!(2);
+    let (status, answer) = post("/evaluate/batch", json!({"tasks": [task(), body]})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert_eq!(answer["field"], "tasks[1].num_perf_trials", "{answer}");
+    let mut body = task();
+    body["timing"] = json!({"mode": "adaptive", "max_time_ms": 500});
+    assert_eq!(post("/evaluate", body).await.0, StatusCode::ACCEPTED);
+}
+
+#[tokio::test]
 async fn admin_refuses_an_unknown_field() {
     assert_refused(
         post("/admin/tenants", json!({"name": "team-a", "max_queue": 5})).await,

@@ -5,6 +5,7 @@
 
 mod rollouts_cmd;
 mod tenants_cmd;
+mod timing_arg;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
@@ -22,6 +23,7 @@ use crucible_task_manager::{Broker, MemoryBroker, RedisBroker, RedisTarget, run_
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use timing_arg::TimingArgs;
 
 #[derive(Parser)]
 #[command(
@@ -83,6 +85,8 @@ enum Command {
         perf_trials: u32,
         #[arg(long, default_value_t = TIMEOUT_S.default)]
         timeout_s: u32,
+        #[command(flatten)]
+        timing: TimingArgs,
     },
     /// Submit one pair to a running service and wait for the verdict.
     Submit {
@@ -181,6 +185,8 @@ struct EvalArgs {
     timeout_s: Option<u32>,
     #[arg(long)]
     max_speedup: Option<f64>,
+    #[command(flatten)]
+    timing: TimingArgs,
 }
 
 impl From<EvalArgs> for RolloutEvalSettings {
@@ -190,6 +196,7 @@ impl From<EvalArgs> for RolloutEvalSettings {
             num_perf_trials: a.num_perf_trials,
             timeout_s: a.timeout_s,
             max_speedup: a.max_speedup,
+            timing: a.timing.setting(),
             ..RolloutEvalSettings::default()
         }
     }
@@ -247,12 +254,14 @@ async fn main() -> anyhow::Result<()> {
             trials,
             perf_trials,
             timeout_s,
+            timing,
         } => {
             let mut request = EvaluateRequest::new(read(&reference)?, read(&kernel)?);
             request.backend = backend.into();
             request.num_correct_trials = trials;
             request.num_perf_trials = perf_trials;
             request.timeout_s = timeout_s;
+            request.timing = timing.request();
             request.validate()?;
             let device = match (gpu, cpu) {
                 (_, true) => DeviceSlot::cpu(),

@@ -1,7 +1,8 @@
 """The judge's `performance` stage: timed calls of the candidate in the runner on inputs the
 judge rotates, checked at random; the reference timed here; the plausibility checks.
 
-Owns: PerformanceStage, a part of Evaluation, and the timing pool's limits.
+Owns: PerformanceStage, a part of Evaluation, the timing pool's limits, which calls are
+checked, and how adaptive timing (spec.timing) stops both models' timed calls.
 
 May import: trusted, errors, tensors, transport, integrity.
 """
@@ -11,8 +12,8 @@ import random
 import crucible_transport as transport
 from crucible_errors import CAUGHT, MAX_ERROR_CHARS, Verdict
 from crucible_integrity import peak_memory_bandwidth
-from crucible_tensors import (DiffStats, compare, deep_clone, outputs_match, runtime_stats,
-                              tensor_nbytes, timed_call)
+from crucible_tensors import (DiffStats, adaptive_should_stop, compare, deep_clone,
+                              outputs_match, runtime_stats, tensor_nbytes, timed_call)
 from crucible_trusted import Trusted, perf_counter_ns
 
 TIMING_POOL_MAX = 3          # distinct input sets the timed calls rotate through
@@ -20,6 +21,37 @@ LARGE_SET_BYTES = 1 << 30    # inputs + outputs above this: release cached memor
 TIMING_POOL_MEMORY = 0.35    # at most this share of device memory for the timing pool
 TIMING_CHECKS = 8            # warm-up and timed calls whose outputs are compared
 TIMING_ROTATE_SHARE = 0.1    # share of the other calls before which the inputs change too
+
+
+def checked_calls(rng, total, guaranteed):
+    """The warm-up and timed calls (indices among `total`) whose outputs are checked, drawn
+    with the judge's rng, unknown to the runner. All `total` calls are made in fixed timing
+    (`guaranteed == total`): TIMING_CHECKS drawn over them, as always. Adaptive timing may stop
+    after the first `guaranteed` calls (warm-up + its minimum): half the checks are drawn
+    among those, so every run checks some of the calls it makes, the rest over the calls it
+    may make."""
+    if guaranteed >= total:
+        return set(rng.sample(range(total), min(total, TIMING_CHECKS)))
+    early = set(rng.sample(range(guaranteed), min(guaranteed, TIMING_CHECKS // 2)))
+    late = rng.sample(range(guaranteed, total),
+                      min(total - guaranteed, TIMING_CHECKS - len(early)))
+    return early | set(late)
+
+
+def adaptive_limits(spec):
+    """The stopping rule's arguments from spec.timing, or None in fixed timing."""
+    t = spec.timing
+    if t["mode"] != "adaptive":
+        return None
+    return {"target_rel_error": t["target_rel_error"], "budget_ms": t["max_time_ms"],
+            "max_trials": spec.num_perf_trials, "min_trials": t["min_trials"]}
+
+
+def enough(adaptive, times, started_ns):
+    """Whether adaptive timing may stop after `times` (fixed timing: never early)."""
+    return adaptive is not None and adaptive_should_stop(
+        times, adaptive["target_rel_error"], (perf_counter_ns() - started_ns) / 1e6,
+        adaptive["budget_ms"], adaptive["max_trials"], adaptive["min_trials"])
 
 
 class PerformanceStage:
@@ -45,7 +77,9 @@ class PerformanceStage:
         and unknown to the runner, have their outputs compared with the reference's and their
         inputs checked unchanged. The reference is timed here in the judge the same way (unless
         the worker passed its cached timing): L2 flush, sync, start event, forward, device-wide
-        sync (work on side streams counts), end event."""
+        sync (work on side streams counts), end event. In adaptive timing (spec.timing) both
+        models' timed calls stop once adaptive_should_stop says so; the checked calls are then
+        drawn so that some fall among the calls every run makes (checked_calls)."""
         spec = self.spec
         torch = Trusted.torch
         large = self.device == "cuda" and self.set_bytes > LARGE_SET_BYTES
@@ -73,9 +107,12 @@ class PerformanceStage:
         self.ask("slot", slot=0, inputs=descs)
         content = 0
         total = spec.num_warmup + spec.num_perf_trials
-        checked = set(self.rng.sample(range(total), min(total, TIMING_CHECKS))) \
-            if self.checks else set()
+        adaptive = adaptive_limits(spec)
+        guaranteed = total if adaptive is None else \
+            spec.num_warmup + min(adaptive["min_trials"], spec.num_perf_trials)
+        checked = checked_calls(self.rng, total, guaranteed) if self.checks else set()
         cand_times, wrong_calls = [], []
+        started = None   # the first timed call's start: adaptive timing's budget runs from it
         for k in range(total):
             timed = k >= spec.num_warmup
             call = f"timed call {k - spec.num_warmup}" if timed else f"warm-up call {k}"
@@ -86,6 +123,8 @@ class PerformanceStage:
                         view.copy_(src)
                 self.sync()
             t0 = perf_counter_ns()
+            if timed and started is None:
+                started = t0
             reply = self.ask("time", slot=0, timed=timed)
             wall_ms = (perf_counter_ns() - t0) / 1e6
             ms = reply.get("ms")
@@ -113,6 +152,8 @@ class PerformanceStage:
                 if changed is not None:
                     self.add_finding("input-mutated", f"{call}: input {changed} was changed")
             del out
+            if timed and enough(adaptive, cand_times, started):
+                break
         self.ask("release")
         if wrong_calls and not self.hacks():
             raise Verdict("CORRECTNESS", "after passing all correctness trials, an output of "
@@ -150,9 +191,13 @@ class PerformanceStage:
         for k in range(spec.num_warmup):
             self._run_reference(args[k % len(args)], "reference forward failed (warm-up)")
         times = []
+        adaptive = adaptive_limits(spec)
+        started = perf_counter_ns()
         try:
             for k in range(spec.num_perf_trials):
                 times.append(timed_call(self, self.ref_model, args[k % len(args)])[0])
+                if enough(adaptive, times, started):
+                    break
         except CAUGHT as e:
             self.reference_failed(e, "reference forward failed (timed)")
         return times

@@ -22,7 +22,7 @@ SCREENING_ACTIONS = ("reject", "flag", "off")
 # HarnessSpec), so the request's defaults live in one place, the worker's; a spec without one
 # is refused rather than run on a number written twice.
 TASK_FIELDS = ("backend", "device", "num_correct_trials", "num_perf_trials", "num_warmup",
-               "measure_performance", "atol", "rtol", "seed", "max_speedup")
+               "measure_performance", "atol", "rtol", "seed", "max_speedup", "timing")
 # The worker's own fields, absent when they do not apply.
 SPEC_DEFAULTS = {
     "reference_timing": None, "screening": {}, "stage": "evaluate", "cuda_arch": None,
@@ -33,12 +33,17 @@ SPEC_DEFAULTS = {
 SELFTEST_PLACEHOLDERS = {
     "num_correct_trials": 1, "num_perf_trials": 1, "num_warmup": 0,
     "measure_performance": False, "atol": 0.0, "rtol": 0.0, "seed": 0, "max_speedup": 1.0,
+    "timing": {"mode": "fixed", "target_rel_error": 0.001, "max_time_ms": 1, "min_trials": 1},
 }
 # evaluate: the device stage; prepare: the CPU stage (import and builds, no device);
 # selftest: the worker's start-up proof that the sandbox holds on this host.
 STAGES = ("evaluate", "prepare", "selftest")
 MAX_BUILDS = 16
 RUNTIME_STATS_KEYS = ("median", "mean", "std", "min", "max")
+# What a timing may also carry (absent in timings cached before they were reported).
+RUNTIME_STATS_OPTIONAL = ("trials", "median_ci")
+TIMING_MODES = ("fixed", "adaptive")
+TIMING_KEYS = ("mode", "target_rel_error", "max_time_ms", "min_trials")
 
 
 @dataclasses.dataclass
@@ -60,6 +65,7 @@ class Spec:
     cuda_arch: Optional[str]
     prebuilt: list
     max_speedup: float
+    timing: dict
     integrity_checks: bool
     sandbox: Optional[dict]
     selftest: Optional[dict]
@@ -106,6 +112,7 @@ def parse_spec(raw):
     spec["measure_performance"] = bool(spec["measure_performance"])
     spec["integrity_checks"] = bool(spec["integrity_checks"])
     spec["reference_timing"] = reference_timing_from_spec(spec["reference_timing"])
+    spec["timing"] = timing_from_spec(spec["timing"])
     screening = spec["screening"] if spec["screening"] is not None else {}
     if not isinstance(screening, dict) or any(
             not isinstance(k, str) or v not in SCREENING_ACTIONS
@@ -120,14 +127,33 @@ def parse_spec(raw):
     return Spec(**{field.name: spec[field.name] for field in dataclasses.fields(Spec)})
 
 
+def timing_from_spec(value):
+    """spec.timing: {mode: fixed | adaptive, target_rel_error (> 0), max_time_ms (int >= 1),
+    min_trials (int >= 1)}, every key present (the request's defaults are the worker's)."""
+    if not isinstance(value, dict) or sorted(value) != sorted(TIMING_KEYS):
+        raise SetupError("spec.timing must be an object with exactly " + ", ".join(TIMING_KEYS))
+    if value["mode"] not in TIMING_MODES:
+        raise SetupError(f"spec.timing.mode must be one of {', '.join(TIMING_MODES)}")
+    target = value["target_rel_error"]
+    if type(target) not in (int, float) or not 0 < target < math.inf:
+        raise SetupError("spec.timing.target_rel_error must be a finite number > 0")
+    for key in ("max_time_ms", "min_trials"):
+        if type(value[key]) is not int or value[key] < 1:
+            raise SetupError(f"spec.timing.{key} must be an integer >= 1")
+    return dict(value, target_rel_error=float(target))
+
+
 def reference_timing_from_spec(value):
     """spec.reference_timing: null, or cached reference statistics {median, mean, std, min,
-    max} in ms (finite, >= 0, min <= max), returned as floats."""
+    max} in ms (finite, >= 0, min <= max), returned as floats, with optionally `trials` (an
+    integer >= 1) and `median_ci` ([lo, hi], finite, >= 0, lo <= hi)."""
     if value is None:
         return None
-    if not isinstance(value, dict) or sorted(value) != sorted(RUNTIME_STATS_KEYS):
+    if not isinstance(value, dict) or not set(RUNTIME_STATS_KEYS) <= set(value) or \
+            not set(value) <= set(RUNTIME_STATS_KEYS + RUNTIME_STATS_OPTIONAL):
         raise SetupError("spec.reference_timing must be null or an object with exactly "
-                         + ", ".join(RUNTIME_STATS_KEYS))
+                         + ", ".join(RUNTIME_STATS_KEYS) + " (and optionally "
+                         + ", ".join(RUNTIME_STATS_OPTIONAL) + ")")
     stats = {}
     for key in RUNTIME_STATS_KEYS:
         v = value[key]
@@ -136,6 +162,18 @@ def reference_timing_from_spec(value):
         stats[key] = float(v)
     if stats["min"] > stats["max"]:
         raise SetupError("spec.reference_timing.min exceeds its max")
+    if "trials" in value:
+        if type(value["trials"]) is not int or value["trials"] < 1:
+            raise SetupError("spec.reference_timing.trials must be an integer >= 1")
+        stats["trials"] = value["trials"]
+    if "median_ci" in value:
+        ci = value["median_ci"]
+        if not isinstance(ci, list) or len(ci) != 2 or any(
+                type(v) not in (int, float) or not 0 <= v < math.inf for v in ci) or \
+                ci[0] > ci[1]:
+            raise SetupError("spec.reference_timing.median_ci must be [lo, hi], finite, "
+                             ">= 0, lo <= hi")
+        stats["median_ci"] = [float(ci[0]), float(ci[1])]
     return stats
 
 

@@ -166,14 +166,77 @@ def _compare_values(ref, out, atol, rtol, stats, path):
 
 def runtime_stats(times_ms):
     """median/mean/std/min/max in ms; std is the population std (ddof=0), as numpy's default
-    that KernelBench reports."""
+    that KernelBench reports; `trials`, the number of times, and `median_ci`, the median's 95 %
+    interval (median_interval)."""
+    lo, hi = median_interval(times_ms)
     return {
         "median": statistics.median(times_ms),
         "mean": statistics.fmean(times_ms),
         "std": statistics.pstdev(times_ms) if len(times_ms) > 1 else 0.0,
         "min": min(times_ms),
         "max": max(times_ms),
+        "trials": len(times_ms),
+        "median_ci": [lo, hi],
     }
+
+
+# Adaptive timing's estimate of how well the median is known. The median is the figure the
+# speedup is computed from, so its own error is what decides when to stop, not the mean's
+# (kernelbot's std/sqrt(n)/mean). The asymptotic 1.2533·σ/√n holds only for normal data:
+# timings are skewed, with rare slow calls (clock ramps, preemption) that inflate σ and would
+# keep a stable median running to the cap. The distribution-free interval of the median, two
+# order statistics whose ranks come from the binomial distribution, does not care about the
+# tails; its width over 2·z is McKean and Schrader's (1984) standard error of the median, and the
+# same interval is what the result reports as `median_ci`.
+MEDIAN_CI_Z = 1.959964            # the normal quantile of a two-sided 95 % interval
+MEDIAN_CI_TAIL_DENOMINATOR = 40   # each tail's probability at most 1/40 = 2.5 %
+
+
+def median_ci_rank(n):
+    """The 1-based rank k of the median's 95 % interval [x_(k), x_(n+1-k)] of n sorted times:
+    the largest k with P(Binomial(n, 1/2) <= k - 1) <= 2.5 %, so that the interval covers the
+    true median with probability >= 95 % whatever the distribution. Below 6 times no k
+    reaches it (2^-5 > 2.5 %): then 1, the whole range [min, max]. Exact integer arithmetic,
+    O(n)."""
+    total = 1 << n
+    k, term, below = 0, 1, 0   # term = C(n, k); below = sum of C(n, j) for j < k
+    while 2 * k < n and MEDIAN_CI_TAIL_DENOMINATOR * (below + term) <= total:
+        below += term
+        k += 1
+        term = term * (n - k + 1) // k
+    return max(k, 1)
+
+
+def median_interval(times_ms):
+    """The median's distribution-free 95 % interval [lo, hi] (median_ci_rank)."""
+    ordered = sorted(times_ms)
+    k = median_ci_rank(len(ordered))
+    return ordered[k - 1], ordered[len(ordered) - k]
+
+
+def median_rel_error(times_ms):
+    """The relative standard error of the median: the interval's width over 2·z (McKean and
+    Schrader's estimator), over the median. 0 when every time is the same, inf when the
+    median is 0 but the times are not."""
+    lo, hi = median_interval(times_ms)
+    median = statistics.median(times_ms)
+    if hi == lo:
+        return 0.0
+    return (hi - lo) / (2 * MEDIAN_CI_Z) / median if median > 0 else math.inf
+
+
+def adaptive_should_stop(times_ms, target_rel_error, elapsed_ms, budget_ms, max_trials,
+                         min_trials):
+    """Adaptive timing's stopping rule, pure: whether the timed calls made so far (`times_ms`,
+    their wall time `elapsed_ms`) are enough. Never before `min_trials` calls (unless the cap
+    `max_trials` is lower), always at `max_trials`; in between, once the time budget is used
+    or the median's relative standard error is at most the target."""
+    n = len(times_ms)
+    if n >= max_trials:
+        return True
+    if n < min_trials:
+        return False
+    return elapsed_ms >= budget_ms or median_rel_error(times_ms) <= target_rel_error
 
 
 def outputs_match(ref, out, spec):

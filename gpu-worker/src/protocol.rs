@@ -395,8 +395,7 @@ fn check_result(r: &HarnessResult) -> Result<(), String> {
         return Err("non-finite or negative figure in result".to_owned());
     }
     for stats in [r.runtime_ms, r.ref_runtime_ms].into_iter().flatten() {
-        let all = [stats.median, stats.mean, stats.std, stats.min, stats.max];
-        if all.iter().any(|v| !v.is_finite() || *v < 0.0) || stats.min > stats.max {
+        if !stats.is_sane() {
             return Err("invalid runtime statistics".to_owned());
         }
     }

@@ -9,7 +9,7 @@
 
 use crate::device::DeviceSlot;
 use crate::protocol::SoftwareReport;
-use crucible_shared::{DeviceInfo, RuntimeStats, TaskSpec};
+use crucible_shared::{DeviceInfo, RuntimeStats, TaskSpec, TimingRequest};
 use sha2::{Digest, Sha256};
 
 use crucible_task_manager::KvNamespace;
@@ -20,7 +20,9 @@ pub const REF_CACHE_NAMESPACE: KvNamespace = KvNamespace::Ref;
 /// Version of the harness's timing method. Bump it whenever the way the harness times a model
 /// changes (warm-up, flush, timers, blocks, statistics): older entries then stop matching.
 /// v2: device-wide synchronize before the end event; inputs rotate through a pool.
-pub const TIMING_PROTOCOL: &str = "timing-v2";
+/// v3: adaptive timing exists (the key names the mode); the statistics carry the trial count
+/// and the median's interval (the fixed protocol's calls are unchanged).
+pub const TIMING_PROTOCOL: &str = "timing-v3";
 
 /// Warm-up calls per model before timing (`spec.json` `num_warmup`).
 pub const NUM_WARMUP: u32 = 3;
@@ -51,12 +53,15 @@ impl SoftwareVersions {
 
 /// How the reference is timed: with the software and device, everything that changes its
 /// numbers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TimingConfig {
     /// Timed calls per model (`spec.json` `num_perf_trials`).
     pub num_perf_trials: u32,
     /// Warm-up calls per model ([`NUM_WARMUP`]).
     pub num_warmup: u32,
+    /// The request's `timing`: an adaptive timing stopped by its own target and budget is not
+    /// the fixed protocol's, nor another target's.
+    pub timing: TimingRequest,
     /// [`TIMING_PROTOCOL`].
     pub protocol: &'static str,
     /// How each call is measured on this device, e.g. CUDA events after an L2 flush, or the
@@ -65,9 +70,14 @@ pub struct TimingConfig {
 }
 
 impl TimingConfig {
-    /// How a task with `num_perf_trials` is timed on `device` (`cpu_threads`: torch's thread
-    /// count on a CPU worker, `None` for its default).
-    pub fn new(num_perf_trials: u32, device: &DeviceSlot, cpu_threads: Option<u32>) -> Self {
+    /// How a task with `num_perf_trials` and `timing` is timed on `device` (`cpu_threads`:
+    /// torch's thread count on a CPU worker, `None` for its default).
+    pub fn new(
+        num_perf_trials: u32,
+        timing: TimingRequest,
+        device: &DeviceSlot,
+        cpu_threads: Option<u32>,
+    ) -> Self {
         let policy = match device {
             DeviceSlot::Gpu { .. } => "cuda-events,l2-flush".to_owned(),
             DeviceSlot::Cpu { .. } => format!(
@@ -78,6 +88,7 @@ impl TimingConfig {
         Self {
             num_perf_trials,
             num_warmup: NUM_WARMUP,
+            timing,
             protocol: TIMING_PROTOCOL,
             policy,
         }
@@ -111,6 +122,17 @@ pub fn reference_cache_key(
     field("cuda", &opt(&software.cuda));
     field("num_perf_trials", &timing.num_perf_trials.to_le_bytes());
     field("num_warmup", &timing.num_warmup.to_le_bytes());
+    // Always the mode, so a fixed and an adaptive timing never share a key; the target and
+    // budget only where they stop the timing (adaptive).
+    let t = &timing.timing;
+    field("timing_mode", t.mode.as_str().as_bytes());
+    if !t.is_fixed() {
+        field(
+            "target_rel_error",
+            &t.target_rel_error.to_bits().to_le_bytes(),
+        );
+        field("max_time_ms", &t.max_time_ms.to_le_bytes());
+    }
     field("protocol", timing.protocol.as_bytes());
     field("policy", timing.policy.as_bytes());
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
@@ -146,7 +168,7 @@ pub fn key_for(
         &device.info(),
         driver?,
         software?,
-        &TimingConfig::new(r.num_perf_trials, device, cpu_threads),
+        &TimingConfig::new(r.num_perf_trials, r.timing, device, cpu_threads),
     ))
 }
 
@@ -158,8 +180,7 @@ pub fn encode(stats: &RuntimeStats) -> String {
 /// Stats read back from the cache; `None` when they do not parse or are not sane timings.
 pub fn decode(value: &str) -> Option<RuntimeStats> {
     let s: RuntimeStats = serde_json::from_str(value).ok()?;
-    let all = [s.median, s.mean, s.std, s.min, s.max];
-    (all.iter().all(|v| v.is_finite() && *v >= 0.0) && s.min <= s.max).then_some(s)
+    s.is_sane().then_some(s)
 }
 
 #[cfg(test)]
@@ -183,7 +204,7 @@ mod tests {
     }
 
     fn timing() -> TimingConfig {
-        TimingConfig::new(100, &gpu(), None)
+        TimingConfig::new(100, TimingRequest::default(), &gpu(), None)
     }
 
     fn key(
@@ -241,6 +262,15 @@ mod tests {
         for change in [
             |t: &mut TimingConfig| t.num_perf_trials = 50,
             |t: &mut TimingConfig| t.num_warmup = 5,
+            |t: &mut TimingConfig| t.timing = TimingRequest::adaptive(),
+            |t: &mut TimingConfig| {
+                t.timing = TimingRequest::adaptive();
+                t.timing.target_rel_error = 0.01;
+            },
+            |t: &mut TimingConfig| {
+                t.timing = TimingRequest::adaptive();
+                t.timing.max_time_ms = 100;
+            },
             |t: &mut TimingConfig| t.protocol = "timing-v0",
             |t: &mut TimingConfig| t.policy = "other".into(),
         ] {
@@ -249,9 +279,10 @@ mod tests {
             variants.push(key("ref", &dev, "550.54", &software(), &t));
         }
         let cpu = DeviceSlot::Cpu { name: "x".into() };
+        let fixed = TimingRequest::default();
         assert_ne!(
-            TimingConfig::new(100, &cpu, Some(1)),
-            TimingConfig::new(100, &cpu, Some(4))
+            TimingConfig::new(100, fixed, &cpu, Some(1)),
+            TimingConfig::new(100, fixed, &cpu, Some(4))
         );
         let n = variants.len();
         variants.push(base);
@@ -277,21 +308,39 @@ mod tests {
         spec.seed = 2;
         assert_eq!(with(&spec, Some("550"), Some(&sw)), a);
         spec.request.num_perf_trials += 1;
-        assert_ne!(with(&spec, Some("550"), Some(&sw)), a);
+        let b = with(&spec, Some("550"), Some(&sw));
+        assert_ne!(b, a);
+        // An adaptive reference timing is never reused for a fixed one, nor the other way;
+        // a fixed one ignores the (unused) target and budget.
+        spec.request.timing.max_time_ms = 5;
+        assert_eq!(with(&spec, Some("550"), Some(&sw)), b);
+        spec.request.timing = TimingRequest::adaptive();
+        let adaptive = with(&spec, Some("550"), Some(&sw));
+        assert_ne!(adaptive, b);
+        spec.request.timing.target_rel_error = 0.02;
+        assert_ne!(with(&spec, Some("550"), Some(&sw)), adaptive);
         spec.request.measure_performance = false;
         assert_eq!(with(&spec, Some("550"), Some(&sw)), None);
     }
 
     #[test]
     fn stats_round_trip_and_insane_values_are_refused() {
-        let s = RuntimeStats {
-            median: 1.0,
-            mean: 1.1,
-            std: 0.1,
-            min: 0.9,
-            max: 1.5,
-        };
+        let s = RuntimeStats::new(1.0, 1.1, 0.1, 0.9, 1.5);
         assert_eq!(decode(&encode(&s)), Some(s));
+        let with_ci = RuntimeStats {
+            trials: Some(7),
+            median_ci: Some([0.95, 1.2]),
+            ..s
+        };
+        assert_eq!(decode(&encode(&with_ci)), Some(with_ci));
+        assert_eq!(
+            decode(r#"{"median":1,"mean":1,"std":0,"min":0,"max":1,"median_ci":[1,0.5]}"#),
+            None
+        );
+        assert_eq!(
+            decode(r#"{"median":1,"mean":1,"std":0,"min":0,"max":1,"trials":0}"#),
+            None
+        );
         assert_eq!(decode("garbage"), None);
         assert_eq!(
             decode(r#"{"median":1,"mean":1,"std":0,"min":2,"max":1}"#),

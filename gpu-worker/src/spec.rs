@@ -6,7 +6,7 @@
 use crate::device::DeviceSlot;
 use crate::protocol::BuiltExtension;
 use crate::reference_cache::NUM_WARMUP;
-use crucible_shared::{RuntimeStats, ScreeningAction, TaskSpec};
+use crucible_shared::{MIN_ADAPTIVE_TRIALS, RuntimeStats, ScreeningAction, TaskSpec, TimingMode};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -58,6 +58,23 @@ pub struct HarnessSpec<'a> {
     pub max_speedup: f64,
     /// Whether the harness runs its integrity checks after timing.
     pub integrity_checks: bool,
+    /// How many timed calls each model gets (the request's `timing`).
+    pub timing: HarnessTiming,
+}
+
+/// `spec.json`'s `timing`: the request's, with the least number of timed calls of adaptive
+/// timing, written only in `bounds.rs` (the harness takes it from here rather than write it
+/// again).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct HarnessTiming {
+    /// `fixed` or `adaptive`.
+    pub mode: TimingMode,
+    /// Adaptive: stop once the relative standard error of the median is at most this.
+    pub target_rel_error: f64,
+    /// Adaptive: stop once one model's timed calls have taken this much wall time, in ms.
+    pub max_time_ms: u32,
+    /// Adaptive: fewest timed calls before it may stop ([`MIN_ADAPTIVE_TRIALS`]).
+    pub min_trials: u32,
 }
 
 /// The harness's `spec.json` for `stage`.
@@ -91,6 +108,12 @@ pub fn harness_spec<'a>(
         screening: &r.screening,
         max_speedup: r.max_speedup,
         integrity_checks,
+        timing: HarnessTiming {
+            mode: r.timing.mode,
+            target_rel_error: r.timing.target_rel_error,
+            max_time_ms: r.timing.max_time_ms,
+            min_trials: MIN_ADAPTIVE_TRIALS,
+        },
     }
 }
 
@@ -117,13 +140,13 @@ mod tests {
         let plain = serde_json::to_value(plain).unwrap();
         assert_eq!(plain["reference_timing"], serde_json::Value::Null);
         assert_eq!(plain["num_warmup"], NUM_WARMUP);
-        let stats = RuntimeStats {
-            median: 2.0,
-            mean: 2.1,
-            std: 0.1,
-            min: 1.9,
-            max: 2.5,
-        };
+        // A request without `timing` asks the harness for the fixed protocol.
+        assert_eq!(
+            plain["timing"],
+            serde_json::json!({"mode": "fixed", "target_rel_error": 0.001,
+                               "max_time_ms": 2000, "min_trials": MIN_ADAPTIVE_TRIALS})
+        );
+        let stats = RuntimeStats::new(2.0, 2.1, 0.1, 1.9, 2.5);
         let inputs = Inputs {
             reference_timing: Some(stats),
             cuda_arch: None,
@@ -172,6 +195,12 @@ mod tests {
             "screening": r.screening,
             "max_speedup": r.max_speedup,
             "integrity_checks": integrity_checks,
+            "timing": {
+                "mode": r.timing.mode,
+                "target_rel_error": r.timing.target_rel_error,
+                "max_time_ms": r.timing.max_time_ms,
+                "min_trials": MIN_ADAPTIVE_TRIALS,
+            },
         })
     }
 
@@ -196,6 +225,11 @@ mod tests {
         request.atol = 0.5;
         request.rtol = 0.25;
         request.max_speedup = 8.0;
+        request.timing = crucible_shared::TimingRequest {
+            mode: TimingMode::Adaptive,
+            target_rel_error: 0.005,
+            max_time_ms: 750,
+        };
         request.screening.insert(
             "dynamic-code".into(),
             crucible_shared::ScreeningAction::Flag,
@@ -206,13 +240,7 @@ mod tests {
             name: "H100".into(),
         };
         let cpu = DeviceSlot::Cpu { name: "x".into() };
-        let stats = RuntimeStats {
-            median: 2.0,
-            mean: 2.5,
-            std: 0.25,
-            min: 1.5,
-            max: 3.0,
-        };
+        let stats = RuntimeStats::new(2.0, 2.5, 0.25, 1.5, 3.0);
         let full = Inputs {
             reference_timing: Some(stats),
             cuda_arch: Some("9.0".into()),
@@ -299,6 +327,12 @@ mod tests {
                 "screening": {"dynamic-code": "flag"},
                 "max_speedup": 8.0,
                 "integrity_checks": true,
+                "timing": {
+                    "mode": "adaptive",
+                    "target_rel_error": 0.005,
+                    "max_time_ms": 750,
+                    "min_trials": 3,
+                },
             })
         );
     }

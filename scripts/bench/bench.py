@@ -379,7 +379,9 @@ def run_harness_once(it, python, device, gpu, work_root):
     spec = {"backend": it["backend"], "device": device,
             "num_correct_trials": it["num_correct_trials"], "num_perf_trials": it["num_perf_trials"],
             "num_warmup": 3, "measure_performance": True, "atol": 0.01, "rtol": 0.01, "seed": 42,
-            "max_speedup": 10.0}
+            "max_speedup": 10.0,
+            "timing": {"mode": "fixed", "target_rel_error": 0.001, "max_time_ms": 2000,
+                       "min_trials": 3}}
     with open(os.path.join(taskdir, "spec.json"), "w") as f:
         json.dump(spec, f)
     os.mkdir(os.path.join(taskdir, "tmp"))

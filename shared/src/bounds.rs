@@ -129,3 +129,43 @@ pub(crate) fn max_speedup_schema() -> utoipa::openapi::Object {
         "A speedup above this is flagged `implausible-speedup` (not trusted silently).",
     )
 }
+
+/// `timing.target_rel_error`: the relative standard error of the median at which adaptive
+/// timing stops. kernelbot stops at 0.1 % (of the mean), hence the default; below 1e-5 no
+/// GPU clock is that steady, above 0.5 the median means little.
+pub const TARGET_REL_ERROR: Bounds<f64> = Bounds {
+    default: 1e-3,
+    min: 1e-5,
+    max: 0.5,
+};
+/// `timing.max_time_ms`: wall time adaptive timing may spend on one model's timed calls.
+pub const MAX_TIME_MS: Bounds<u32> = Bounds {
+    default: 2000,
+    min: 1,
+    max: 600_000,
+};
+/// Fewest timed calls adaptive timing makes before it may stop: fewer cannot show a spread,
+/// so `num_perf_trials` must be at least this with `timing.mode` `adaptive`. The worker passes
+/// it to the harness (`spec.json` `timing.min_trials`): it is written only here.
+pub const MIN_ADAPTIVE_TRIALS: u32 = 3;
+
+pub(crate) fn default_target_rel_error() -> f64 {
+    TARGET_REL_ERROR.default
+}
+pub(crate) fn default_max_time_ms() -> u32 {
+    MAX_TIME_MS.default
+}
+pub(crate) fn target_rel_error_schema() -> utoipa::openapi::Object {
+    TARGET_REL_ERROR.schema(
+        false,
+        "Adaptive timing stops once the relative standard error of the median is at most \
+         this (0.001 = 0.1 %).",
+    )
+}
+pub(crate) fn max_time_ms_schema() -> utoipa::openapi::Object {
+    MAX_TIME_MS.schema(
+        true,
+        "Adaptive timing stops once one model's timed calls have taken this much wall time, \
+         in ms.",
+    )
+}

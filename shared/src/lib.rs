@@ -14,11 +14,13 @@ pub mod sandbox;
 pub mod status;
 pub mod task;
 pub mod tenant;
+pub mod timing;
 pub mod worker;
 
 pub use bounds::{
     Bounds, CORRECT_TRIALS, MAX_BATCH_TASKS, MAX_CODE_BYTES, MAX_IDEMPOTENCY_KEY_BYTES,
-    MAX_SCREENING_RULES, MAX_SPEEDUP, PERF_TRIALS, TIMEOUT_S, TOLERANCE,
+    MAX_SCREENING_RULES, MAX_SPEEDUP, MAX_TIME_MS, MIN_ADAPTIVE_TRIALS, PERF_TRIALS,
+    TARGET_REL_ERROR, TIMEOUT_S, TOLERANCE,
 };
 pub use config::{BrokerConfig, ConfigError};
 pub use error::{ApiError, ApiErrorCode};
@@ -35,4 +37,5 @@ pub use tenant::{
     BUILTIN_TENANT_NAME, CreateTenantRequest, CreatedTenant, DeletedTenant, TenantCounts,
     TenantInfo, TenantList,
 };
+pub use timing::{TimingMode, TimingRequest};
 pub use worker::{WorkerInfo, WorkerState};

@@ -9,6 +9,7 @@ use crate::bounds::{
     perf_trials_schema, rtol_schema, timeout_s_schema,
 };
 use crate::error::ApiError;
+use crate::timing::TimingRequest;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -151,6 +152,11 @@ pub struct EvaluateRequest {
     /// keep their defaults; see docs/harness-protocol.md, "Screening").
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub screening: BTreeMap<String, ScreeningAction>,
+    /// How many timed calls each model gets: left out, the fixed KernelBench protocol
+    /// (`num_perf_trials` calls); `{"mode": "adaptive"}` stops early once the median is known
+    /// well enough (docs/harness-protocol.md, "Adaptive timing").
+    #[serde(default, skip_serializing_if = "TimingRequest::is_default")]
+    pub timing: TimingRequest,
 }
 
 /// What static screening does with a rule's findings.
@@ -185,6 +191,7 @@ impl EvaluateRequest {
             max_speedup: default_max_speedup(),
             force_refresh: default_false(),
             screening: BTreeMap::new(),
+            timing: TimingRequest::default(),
         }
     }
 
@@ -227,6 +234,16 @@ impl EvaluateRequest {
             field("screening", rule.as_bytes());
             field("screening_action", action);
         }
+        // Only adaptive timing changes what is measured: fixed requests keep the keys they had
+        // before `timing` existed, whatever unused numbers they carry.
+        if !self.timing.is_fixed() {
+            field("timing_mode", self.timing.mode.as_str().as_bytes());
+            field(
+                "timing_target_rel_error",
+                &self.timing.target_rel_error.to_bits().to_le_bytes(),
+            );
+            field("timing_max_time_ms", &self.timing.max_time_ms.to_le_bytes());
+        }
         h.finalize().iter().map(|b| format!("{b:02x}")).collect()
     }
 
@@ -243,6 +260,7 @@ impl EvaluateRequest {
         )?;
         validate_range(&field("num_perf_trials"), self.num_perf_trials, PERF_TRIALS)?;
         validate_range(&field("timeout_s"), self.timeout_s, TIMEOUT_S)?;
+        self.timing.validate(prefix, self.num_perf_trials)?;
         validate_tolerance(&field("atol"), self.atol)?;
         validate_tolerance(&field("rtol"), self.rtol)?;
         let Bounds { min, max, .. } = MAX_SPEEDUP;
@@ -449,6 +467,7 @@ mod tests {
             (Box::new(|r| r.rtol = 1e-3), "rtol"),
             (Box::new(|r| r.timeout_s = 301), "timeout_s"),
             (Box::new(|r| r.seed = Some(7)), "seed"),
+            (Box::new(|r| r.timing = TimingRequest::adaptive()), "timing"),
             (
                 Box::new(|r| {
                     r.screening
@@ -462,6 +481,15 @@ mod tests {
             mutate(&mut req);
             assert_ne!(req.result_cache_key(), base, "{field} must change the key");
         }
+        // Within adaptive timing, its target and budget count too.
+        let mut adaptive = valid();
+        adaptive.timing = TimingRequest::adaptive();
+        let mut tighter = adaptive.clone();
+        tighter.timing.target_rel_error = 1e-4;
+        let mut longer = adaptive.clone();
+        longer.timing.max_time_ms = 9000;
+        assert_ne!(adaptive.result_cache_key(), tighter.result_cache_key());
+        assert_ne!(adaptive.result_cache_key(), longer.result_cache_key());
         let mut seeded = valid();
         seeded.seed = Some(7);
         let mut other_seed = valid();
@@ -475,6 +503,11 @@ mod tests {
                 "idempotency_key",
             ),
             (Box::new(|r| r.force_refresh = true), "force_refresh"),
+            // Unused in fixed mode: the same measurement.
+            (
+                Box::new(|r| r.timing.max_time_ms = 7),
+                "fixed timing's budget",
+            ),
         ];
         for (mutate, field) in excluded {
             let mut req = valid();

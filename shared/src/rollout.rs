@@ -62,6 +62,10 @@ pub struct RolloutEvalSettings {
     pub num_correct_trials: Option<u32>,
     /// Timed trials for reference and candidate (1-1000).
     pub num_perf_trials: Option<u32>,
+    /// How many timed calls each model gets (`fixed` or `adaptive`; as `/evaluate`'s
+    /// `timing`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<crate::timing::TimingRequest>,
     /// Time the candidate (only when it is correct); without timings `speed` scores 0.
     pub measure_performance: Option<bool>,
     /// Absolute tolerance of the output comparison.
@@ -184,6 +188,9 @@ impl RolloutEvalSettings {
         }
         if let Some(v) = self.num_perf_trials {
             r.num_perf_trials = v;
+        }
+        if let Some(v) = self.timing {
+            r.timing = v;
         }
         if let Some(v) = self.measure_performance {
             r.measure_performance = v;

@@ -173,6 +173,50 @@ pub struct RuntimeStats {
     pub min: f64,
     /// Slowest trial.
     pub max: f64,
+    /// Timed calls the figures are over: `num_perf_trials` in fixed timing, what adaptive
+    /// timing needed (absent in results from before it was reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trials: Option<u32>,
+    /// A distribution-free 95 % confidence interval `[lo, hi]` of the median: two order
+    /// statistics of the trials chosen by the binomial distribution (below 6 trials no pair
+    /// reaches 95 %: then `[min, max]`). Absent in results from before it was reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_ci: Option<[f64; 2]>,
+}
+
+impl RuntimeStats {
+    /// Statistics with no trial count or interval (cached or old figures, tests).
+    pub fn new(median: f64, mean: f64, std: f64, min: f64, max: f64) -> Self {
+        Self {
+            median,
+            mean,
+            std,
+            min,
+            max,
+            trials: None,
+            median_ci: None,
+        }
+    }
+
+    /// Whether these could be timings: every figure finite and >= 0, `min <= max`, at least
+    /// one trial, an interval with `lo <= hi`. The one check of statistics a child reported
+    /// and of those read back from the reference cache.
+    pub fn is_sane(&self) -> bool {
+        let ci = self.median_ci.unwrap_or([self.min, self.max]);
+        let all = [
+            self.median,
+            self.mean,
+            self.std,
+            self.min,
+            self.max,
+            ci[0],
+            ci[1],
+        ];
+        all.iter().all(|v| v.is_finite() && *v >= 0.0)
+            && self.min <= self.max
+            && ci[0] <= ci[1]
+            && self.trials != Some(0)
+    }
 }
 
 /// Where the timings were taken. CPU timings are labelled and never mixed with GPU timings.
@@ -374,6 +418,46 @@ pub struct SubmitResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runtime_stats_without_trials_or_interval_still_parse() {
+        let old: RuntimeStats =
+            serde_json::from_str(r#"{"median":1,"mean":1.1,"std":0.1,"min":0.9,"max":1.5}"#)
+                .unwrap();
+        assert_eq!(old, RuntimeStats::new(1.0, 1.1, 0.1, 0.9, 1.5));
+        assert!(old.is_sane());
+        // Left out again when absent: old readers see the shape they know.
+        assert!(!serde_json::to_string(&old).unwrap().contains("trials"));
+        let new = RuntimeStats {
+            trials: Some(12),
+            median_ci: Some([0.95, 1.05]),
+            ..old
+        };
+        let json = serde_json::to_string(&new).unwrap();
+        assert!(
+            json.contains(r#""trials":12,"median_ci":[0.95,1.05]"#),
+            "{json}"
+        );
+        assert_eq!(serde_json::from_str::<RuntimeStats>(&json).unwrap(), new);
+        assert!(new.is_sane());
+        for insane in [
+            RuntimeStats {
+                trials: Some(0),
+                ..new
+            },
+            RuntimeStats {
+                median_ci: Some([1.1, 1.0]),
+                ..new
+            },
+            RuntimeStats {
+                median_ci: Some([f64::NAN, 1.0]),
+                ..new
+            },
+            RuntimeStats { min: 2.0, ..new },
+        ] {
+            assert!(!insane.is_sane(), "{insane:?}");
+        }
+    }
 
     fn flag(rule: &str, severity: &str) -> Flag {
         Flag {

@@ -16,7 +16,9 @@ from crucible_spec import parse_spec  # noqa: E402
 
 TASK = {"backend": "triton", "device": "cpu", "num_correct_trials": 5, "num_perf_trials": 100,
         "num_warmup": 3, "measure_performance": True, "atol": 0.01, "rtol": 0.01, "seed": 42,
-        "max_speedup": 10.0, "stage": "prepare"}
+        "max_speedup": 10.0, "stage": "prepare",
+        "timing": {"mode": "fixed", "target_rel_error": 0.001, "max_time_ms": 2000,
+                   "min_trials": 3}}
 
 
 def refused(raw, words):
@@ -33,7 +35,24 @@ spec = parse_spec(dict(TASK))
 assert (spec.num_perf_trials, spec.stage, spec.screening, spec.prebuilt) == (100, "prepare", {}, [])
 refused({k: v for k, v in TASK.items() if k != "num_perf_trials"}, ["lacks", "num_perf_trials"])
 refused(dict(TASK, num_perf_trial=7), ["unknown", "num_perf_trial"])
+# timing: every key required, the mode one of two, the numbers in range.
+assert parse_spec(dict(TASK)).timing["mode"] == "fixed"
+adaptive = dict(TASK["timing"], mode="adaptive", target_rel_error=1)
+assert parse_spec(dict(TASK, timing=adaptive)).timing["target_rel_error"] == 1.0
+refused({k: v for k, v in TASK.items() if k != "timing"}, ["lacks", "timing"])
+refused(dict(TASK, timing=dict(TASK["timing"], mode="auto")), ["timing.mode"])
+refused(dict(TASK, timing=dict(TASK["timing"], target_rel_error=0)), ["target_rel_error"])
+refused(dict(TASK, timing=dict(TASK["timing"], min_trials=0)), ["min_trials"])
+refused(dict(TASK, timing={"mode": "fixed"}), ["timing", "min_trials"])
+# reference_timing: the five figures, optionally the trial count and the median's interval.
+FIVE = {"median": 1.0, "mean": 1.1, "std": 0.1, "min": 0.9, "max": 1.5}
+assert parse_spec(dict(TASK, reference_timing=FIVE)).reference_timing == FIVE
+full = dict(FIVE, trials=7, median_ci=[0.95, 1.2])
+assert parse_spec(dict(TASK, reference_timing=full)).reference_timing == full
+refused(dict(TASK, reference_timing=dict(FIVE, trials=0)), ["trials"])
+refused(dict(TASK, reference_timing=dict(FIVE, median_ci=[2, 1])), ["median_ci"])
+refused(dict(TASK, reference_timing=dict(FIVE, p99=3)), ["reference_timing"])
 selftest = parse_spec({"stage": "selftest", "device": "cpu", "backend": "triton",
                        "selftest": {"tcp": ["127.0.0.1", 1]}})
 assert selftest.stage == "selftest"
-print("spec: 4 checks passed")
+print("spec: 16 checks passed")

@@ -426,19 +426,48 @@ async fn candidates_of_one_problem_time_the_reference_once() {
         "{fourth}"
     );
 
+    // The statistics say how many calls were timed: every one in fixed timing.
+    let trials = &body["num_perf_trials"];
+    assert_eq!(&first["runtime_ms"]["trials"], trials, "{first}");
+    assert_eq!(&first["ref_runtime_ms"]["trials"], trials, "{first}");
+    let ci = first["runtime_ms"]["median_ci"].as_array().unwrap();
+    assert!(
+        ci[0].as_f64() <= first["runtime_ms"]["median"].as_f64(),
+        "{first}"
+    );
+    assert!(
+        first["runtime_ms"]["median"].as_f64() <= ci[1].as_f64(),
+        "{first}"
+    );
+
+    // An adaptive timing is never served a fixed one's reference timing (a miss that times the
+    // reference again), and then serves adaptive requests with the same target and budget.
+    let adaptive = |n: u32| {
+        let mut b = sample(n, false);
+        b["timing"] = json!({"mode": "adaptive", "target_rel_error": 0.05, "max_time_ms": 100});
+        b
+    };
+    let fifth = run(adaptive(5)).await;
+    assert_eq!(fifth["ref_runtime_cached"], false, "{fifth}");
+    let made = fifth["runtime_ms"]["trials"].as_u64().unwrap();
+    assert!((3..=trials.as_u64().unwrap()).contains(&made), "{fifth}");
+    let sixth = run(adaptive(6)).await;
+    assert_eq!(sixth["ref_runtime_cached"], true, "{sixth}");
+    assert_eq!(sixth["ref_runtime_ms"], fifth["ref_runtime_ms"], "{sixth}");
+
     let (_, queue) = api.get("/queue/status").await;
     assert_eq!(
         (
             &queue["ref_cache_hits_total"],
             &queue["ref_cache_misses_total"]
         ),
-        (&json!(2), &json!(1)),
+        (&json!(3), &json!(2)),
         "{queue}"
     );
     let metrics = api.metrics_text().await;
     assert!(
-        metrics.contains(r#"crucible_reference_cache_lookups{outcome="hit"} 2"#)
-            && metrics.contains(r#"crucible_reference_cache_lookups{outcome="miss"} 1"#),
+        metrics.contains(r#"crucible_reference_cache_lookups{outcome="hit"} 3"#)
+            && metrics.contains(r#"crucible_reference_cache_lookups{outcome="miss"} 2"#),
         "{metrics}"
     );
 }
@@ -477,6 +506,9 @@ async fn openapi_docs_health_and_metrics_are_real() {
         ("EvalResult", "ref_runtime_cached"),
         ("EvalResult", "problem_hash"),
         ("EvaluateRequest", "problem"),
+        ("EvaluateRequest", "timing"),
+        ("TimingRequest", "target_rel_error"),
+        ("RuntimeStats", "median_ci"),
         ("Rollout", "completion"),
         ("RolloutResult", "feedback"),
         ("RolloutResultsPage", "cursor"),

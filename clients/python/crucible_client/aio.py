@@ -40,6 +40,7 @@ from .types import (
     Rollout,
     RolloutResult,
     TaskView,
+    Timing,
 )
 
 
@@ -133,10 +134,11 @@ class AsyncClient(_Base):
         backend: Backend = "triton",
         wait: float = 30.0,
         timeout: float | None = None,
+        timing: Timing | str | None = None,
         **opts: Any,
     ) -> TaskView:
         """See ``Client.evaluate``."""
-        body = _evaluate_body(reference_code, kernel_code, problem, backend, opts)
+        body = _evaluate_body(reference_code, kernel_code, problem, backend, opts, timing)
         deadline = _deadline(timeout)
         first = _poll_wait(_check_wait(wait), deadline, "evaluation")
         view = await self._request(

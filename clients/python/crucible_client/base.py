@@ -22,6 +22,7 @@ from .types import (
     ProblemRef,
     Profile,
     Rollout,
+    Timing,
     Weights,
 )
 
@@ -105,16 +106,29 @@ def problem_ref(problem: ProblemLike) -> ProblemRef:
     return {"level": int(level), "id": int(pid)}
 
 
+def timing_body(timing: Timing | str | None) -> Timing | None:
+    """A request's ``timing`` from ``"fixed"`` / ``"adaptive"`` (the server's defaults for the
+    rest) or a ``Timing`` mapping, passed on as it is; None leaves the field out (fixed)."""
+    if timing is None:
+        return None
+    if isinstance(timing, str):
+        return {"mode": timing}  # type: ignore[typeddict-item]
+    return dict(timing)  # type: ignore[return-value]
+
+
 def _evaluate_body(
     reference_code: str | None,
     kernel_code: str,
     problem: ProblemLike | None,
     backend: Backend,
     opts: Mapping[str, Any],
+    timing: Timing | str | None = None,
 ) -> dict[str, Any]:
     if (problem is None) == (reference_code is None):
         raise ValueError("give exactly one of reference_code and problem")
     body: dict[str, Any] = {"kernel_code": kernel_code, "backend": backend, **opts}
+    if timing is not None:
+        body["timing"] = timing_body(timing)
     if problem is not None:
         body["problem"] = problem_ref(problem)
     else:

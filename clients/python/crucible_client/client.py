@@ -40,6 +40,7 @@ from .types import (
     Rollout,
     RolloutResult,
     TaskView,
+    Timing,
 )
 
 
@@ -141,6 +142,7 @@ class Client(_Base):
         backend: Backend = "triton",
         wait: float = 30.0,
         timeout: float | None = None,
+        timing: Timing | str | None = None,
         **opts: Any,
     ) -> TaskView:
         """Evaluates one kernel against ``reference_code`` or a registry ``problem`` and
@@ -150,9 +152,12 @@ class Client(_Base):
         ``opts`` are the other ``POST /evaluate`` fields (``num_correct_trials``,
         ``num_perf_trials``, ``timeout_s``, ``priority``, ``seed``, ...). Each long-poll
         waits up to ``wait`` seconds; ``timeout`` bounds the whole call (TimeoutError; the
-        task goes on) and None leaves it to the server's own task timeouts.
+        task goes on) and None leaves it to the server's own task timeouts. ``timing`` is
+        ``"adaptive"`` (stop timing once the median is known to 0.1 %, at most 2 s of timed
+        calls per model), a ``Timing`` mapping with its own ``target_rel_error`` and
+        ``max_time_ms``, or None: the fixed ``num_perf_trials`` calls (KernelBench's protocol).
         """
-        body = _evaluate_body(reference_code, kernel_code, problem, backend, opts)
+        body = _evaluate_body(reference_code, kernel_code, problem, backend, opts, timing)
         deadline = _deadline(timeout)
         first = _poll_wait(_check_wait(wait), deadline, "evaluation")
         view = self._request("POST", "/evaluate", params={"wait": first}, json=body, wait_s=first)

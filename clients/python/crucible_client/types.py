@@ -51,6 +51,33 @@ class Weights(TypedDict, total=False):
     speedup_cap: float
 
 
+TimingMode = Literal["fixed", "adaptive"]
+
+
+class Timing(TypedDict, total=False):
+    """A request's ``timing``: ``fixed`` (every ``num_perf_trials`` call, KernelBench's
+    protocol; the default) or ``adaptive`` (3 to ``num_perf_trials`` timed calls, stopping once
+    the median's relative standard error is at most ``target_rel_error`` (0.001) or the timed
+    calls took ``max_time_ms`` (2000))."""
+
+    mode: TimingMode
+    target_rel_error: float
+    max_time_ms: int
+
+
+class RuntimeStats(TypedDict, total=False):
+    """Timing statistics in ms; ``trials`` (the timed calls made) and ``median_ci`` (the
+    median's 95 % interval ``[lo, hi]``) are absent in results from older servers."""
+
+    median: float
+    mean: float
+    std: float
+    min: float
+    max: float
+    trials: int
+    median_ci: list[float]
+
+
 class EvalSettings(TypedDict, total=False):
     """The ``eval`` settings of a rollout batch; absent ones keep the server's defaults."""
 
@@ -62,6 +89,7 @@ class EvalSettings(TypedDict, total=False):
     timeout_s: int
     priority: Priority
     max_speedup: float
+    timing: Timing
 
 
 class _RolloutRequired(TypedDict):
@@ -89,6 +117,8 @@ class EvalResult(TypedDict, total=False):
     trials_passed: int
     trials_total: int
     speedup: float | None
+    runtime_ms: RuntimeStats | None
+    ref_runtime_ms: RuntimeStats | None
     error_code: str | None
     error_message: str | None
     flags: list[dict[str, Any]]

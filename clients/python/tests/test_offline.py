@@ -234,6 +234,33 @@ def test_evaluate_polls_the_task_until_it_finishes():
     ]
 
 
+def test_evaluate_passes_timing_and_leaves_it_out_by_default():
+    bodies = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(200, json={"task_id": "t1", "status": "done", "result": {}})
+
+    with client(handler) as c:
+        c.evaluate("ref", kernel_code="ker")
+        c.evaluate("ref", kernel_code="ker", timing="adaptive")
+        c.evaluate(
+            "ref",
+            kernel_code="ker",
+            timing={"mode": "adaptive", "target_rel_error": 0.01, "max_time_ms": 500},
+        )
+
+    async def main() -> None:
+        async with async_client(handler) as c:
+            await c.evaluate("ref", kernel_code="ker", timing="adaptive")
+
+    asyncio.run(main())
+    assert "timing" not in bodies[0]
+    assert bodies[1]["timing"] == {"mode": "adaptive"}
+    assert bodies[2]["timing"] == {"mode": "adaptive", "target_rel_error": 0.01, "max_time_ms": 500}
+    assert bodies[3]["timing"] == {"mode": "adaptive"}
+
+
 def test_evaluate_gives_up_at_its_timeout():
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(202, json={"task_id": "t1", "status": "queued"})

@@ -1,0 +1,102 @@
+"""Adaptive timing's pure parts, fed synthetic times (no device, no torch call): the median's
+interval and its relative standard error, the stopping rule (constant times stop at the
+minimum, noisy ones run to the cap, the budget stops early, never before the minimum), and
+the checked calls (fixed timing draws them as before; adaptive timing always checks some of
+the calls every run makes). Run by scripts/test.sh; exit 1 on the first failure."""
+import importlib.util
+import math
+import os
+import random
+import statistics
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HARNESS = os.path.join(REPO, "gpu-worker", "harness", "harness.py")
+
+# Loading the entry point registers every harness module as crucible_<name>.
+entry = importlib.util.spec_from_file_location("crucible_harness_entry", HARNESS)
+entry.loader.exec_module(importlib.util.module_from_spec(entry))
+from crucible_judge_performance import TIMING_CHECKS, checked_calls  # noqa: E402
+from crucible_tensors import (adaptive_should_stop, median_ci_rank, median_interval,  # noqa: E402
+                              median_rel_error, runtime_stats)
+
+MIN, CAP, TARGET, BUDGET = 3, 100, 1e-3, 2000.0
+checks = 0
+
+
+def check(cond, what):
+    global checks
+    assert cond, what
+    checks += 1
+
+
+def run(times, target=TARGET, budget_ms=BUDGET, per_call_ms=0.0, cap=CAP, min_trials=MIN):
+    """How many of `times` the rule lets run, each call taking `per_call_ms` of wall time."""
+    made = []
+    for t in times[:cap]:
+        made.append(t)
+        if adaptive_should_stop(made, target, per_call_ms * len(made), budget_ms, cap,
+                                min_trials):
+            break
+    return len(made)
+
+
+# The interval's ranks: the exact binomial ones (known values of the sign-test table).
+check([median_ci_rank(n) for n in (1, 2, 5)] == [1, 1, 1], "below 6 times: [min, max]")
+check(median_ci_rank(6) == 1 and median_ci_rank(9) == 2 and median_ci_rank(10) == 2,
+      "ranks for 6, 9, 10")
+check(median_ci_rank(20) == 6 and median_ci_rank(100) == 40, "ranks for 20, 100")
+for n in (6, 17, 50, 333, 1000):   # coverage >= 95 %, and the next rank would not be
+    k = median_ci_rank(n)
+    tail = sum(math.comb(n, j) for j in range(k)) / 2 ** n
+    worse = sum(math.comb(n, j) for j in range(k + 1)) / 2 ** n
+    check(tail <= 0.025 < worse, f"rank {k} of {n} is the widest 95 % one")
+check(median_interval([5.0, 1.0, 3.0]) == (1.0, 5.0), "3 times: the whole range")
+
+# Constant times stop at the minimum; one call alone never does.
+check(run([1.0] * CAP) == MIN, "constant times stop at the minimum")
+check(not adaptive_should_stop([1.0, 1.0], TARGET, 0.0, BUDGET, CAP, MIN), "2 < minimum")
+check(median_rel_error([1.0] * 5) == 0.0, "no spread, no error")
+
+# Noisy times (5 % spread) never reach 0.1 %: they run to the cap.
+rng = random.Random(1)
+noisy = [1.0 + rng.gauss(0, 0.05) for _ in range(CAP)]
+check(run(noisy) == CAP, "noisy times run to the cap")
+check(median_rel_error(noisy) > TARGET, "their median is not known to 0.1 %")
+
+# The budget stops early, but never before the minimum.
+check(run(noisy, per_call_ms=100.0, budget_ms=1000.0) == 10, "the budget stops at 10 calls")
+check(run(noisy, per_call_ms=5000.0, budget_ms=1.0) == MIN, "not before the minimum")
+
+# A steady kernel with a few slow outliers stops early: the median's error ignores the tail
+# that would keep the mean's (or 1.2533 sigma / sqrt(n)) running.
+steady = [1.0 + rng.gauss(0, 0.0005) for _ in range(CAP)]
+for i in (3, 11, 29):
+    steady[i] = 3.0
+stopped = run(steady, target=1e-4)
+check(MIN < stopped < CAP, f"steady times with outliers stop early ({stopped})")
+made = steady[:stopped]
+sigma_se = 1.2533 * statistics.pstdev(made) / math.sqrt(len(made)) / statistics.median(made)
+check(sigma_se > 100 * 1e-4, "where the normal approximation would not have stopped")
+
+# A looser target stops sooner; a cap below the minimum is still a cap.
+check(run(noisy, target=0.05) < CAP, "a 5 % target stops noisy times early")
+check(run([1.0] * 10, cap=2, min_trials=3) == 2, "the cap wins over the minimum")
+
+# The statistics reported.
+stats = runtime_stats([1.0, 2.0, 3.0, 4.0, 100.0, 2.5])
+check(stats["trials"] == 6 and stats["median_ci"] == [1.0, 100.0], "trials, interval of 6")
+check(stats["median_ci"][0] <= stats["median"] <= stats["median_ci"][1], "median inside")
+
+# Checked calls: fixed timing draws exactly as it always did; adaptive timing checks half
+# among the calls every run makes (warm-up + minimum), the rest over the others.
+total = 3 + 100
+check(checked_calls(random.Random(5), total, total)
+      == set(random.Random(5).sample(range(total), TIMING_CHECKS)), "fixed draws unchanged")
+for seed in range(50):
+    picked = checked_calls(random.Random(seed), total, 6)
+    check(len(picked) == TIMING_CHECKS, "as many checks as fixed timing")
+    check(len([k for k in picked if k < 6]) == TIMING_CHECKS // 2, "half in the first 6")
+check(checked_calls(random.Random(0), 5, 5) == set(range(5)), "few calls: all checked")
+check(len(checked_calls(random.Random(0), 8, 6)) == 6, "4 early, 2 late: all there are")
+
+print(f"timing: {checks} checks passed")
