@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """What other processes on the GPU do to a timing: one process times small kernels the way the
 harness does (L2 flush, sync, start event, forward, end event, sync) while N neighbours hold
-CUDA contexts and are idle, stopped (SIGSTOP, as parked children are), busy on the CPU, or
-busy on the GPU. Prints the median kernel time per scenario, twice each, interleaved.
+CUDA contexts and are stopped (SIGSTOP, as parked children are) or busy on the GPU, each with
+and without the harness's clock warm-up before the timed calls (after 0.3 s of idling, as a
+child waiting at its gate). Prints the median kernel time per scenario, twice each,
+interleaved.
 
 Run on the GPU machine: python3 scripts/bench/contexts.py [neighbours] [trials]
 """
@@ -65,7 +67,17 @@ def stop(pids):
         os.waitpid(pid, 0)
 
 
-def timing_child(out_w):
+def warm(ms):
+    """The harness's clock warm-up (judge_performance.warm_clocks)."""
+    a = torch.ones(2048, 2048, device="cuda")
+    t0 = time.perf_counter()
+    while (time.perf_counter() - t0) * 1e3 < ms:
+        for _ in range(8):
+            a = torch.mm(a, a).clamp_(-1.0, 1.0)
+        torch.cuda.synchronize()
+
+
+def timing_child(out_w, warm_ms):
     """Times in a fresh CUDA context of its own, as a task child would."""
     flush = torch.empty(64 << 20, dtype=torch.int32, device="cuda")
     x = torch.randn(256, 4093, device="cuda")
@@ -76,6 +88,10 @@ def timing_child(out_w):
         times = []
         for _ in range(10):
             fn()
+        torch.cuda.synchronize()
+        time.sleep(0.3)   # as a child waiting at its gate: the GPU idles
+        if warm_ms:
+            warm(warm_ms)
         for _ in range(TRIALS):
             flush.zero_()
             torch.cuda.synchronize()
@@ -90,14 +106,14 @@ def timing_child(out_w):
     os.write(out_w, ("; ".join(results)).encode())
 
 
-def timed(mode):
+def timed(mode, warm_ms):
     pids = start(mode, NEIGHBOURS) if mode != "alone" else []
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(r)
         try:
-            timing_child(w)
+            timing_child(w, warm_ms)
         finally:
             os._exit(0)
     os.close(w)
@@ -115,8 +131,10 @@ def timed(mode):
 def main():
     print(f"{NEIGHBOURS} neighbours, {TRIALS} timed calls each, median of the timed call")
     for round_ in (1, 2):
-        for mode in ("alone", "idle", "stopped", "cpu", "gpu"):
-            print(f"round {round_} {mode:8s} {timed(mode)}", flush=True)
+        for mode in ("alone", "stopped", "gpu"):
+            for warm_ms in (0, 50):
+                print(f"round {round_} {mode:8s} warm {warm_ms:3d} ms {timed(mode, warm_ms)}",
+                      flush=True)
 
 
 if __name__ == "__main__":
