@@ -22,6 +22,8 @@ else
 fi
 "$CRUCIBLE_PYTHON" tests/harness/check_screening.py
 "$CRUCIBLE_PYTHON" tests/harness/check_spec.py
+# The CPU stage's Triton dry run: its cache entries are the ones Triton's JIT looks up.
+"$CRUCIBLE_PYTHON" tests/harness/check_triton_aot.py
 # No source file over 600 lines, no import circle between a crate's files.
 "$CRUCIBLE_PYTHON" scripts/check_layout.py
 # The harness modules' layering: no module imports one above it, judge and runner apart.
