@@ -17,8 +17,12 @@
 //! temporary name and renamed into place (readers see all of it or nothing), builds of one key
 //! are serialised by an advisory lock on `.locks/<key>`, and at most `slots` builds run at
 //! once on the node, each holding a lock on one of `.slots/<i>`.
+//!
+//! A Triton candidate's kernels, compiled by its CPU stage's dry run, are kept the same way:
+//! an entry keyed by [`triton_entry_key`] whose files are Triton cache files, installed into
+//! the device stage's `cache/triton/` (where its JIT finds them) and checked like builds.
 
-use crate::protocol::BuiltExtension;
+use crate::protocol::{BuiltExtension, check_triton_file};
 use crate::reference_cache::SoftwareVersions;
 use nix::fcntl::{Flock, FlockArg, OFlag, OpenHow, ResolveFlag, openat2};
 use nix::sys::stat::Mode;
@@ -36,6 +40,11 @@ pub const BUILD_PROTOCOL: &str = "build-v1";
 /// The broker's key-value namespace of entry digests.
 pub const BUILD_CACHE_NAMESPACE: crucible_task_manager::KvNamespace =
     crucible_task_manager::KvNamespace::Build;
+/// Version of what decides a Triton precompile entry (the harness's dry run,
+/// `triton_aot.py`): bump it when the dry run changes what it compiles.
+pub const TRITON_PREBUILD_PROTOCOL: &str = "triton-aot-v1";
+/// Largest Triton cache file accepted from a child (a cubin is kilobytes to a few MiB).
+const MAX_TRITON_FILE_BYTES: u64 = 64 << 20;
 /// How long the broker keeps an entry's digests (an entry without them is rebuilt).
 pub const BUILD_RECORD_TTL: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 /// Largest built file accepted from a child.
@@ -61,14 +70,44 @@ pub fn entry_key(candidate_source: &str, software: &SoftwareVersions, cuda_arch:
     format!("{:x}", h.finalize())
 }
 
+/// The cache key of a Triton candidate's precompiled kernels: sha256 over
+/// [`TRITON_PREBUILD_PROTOCOL`], the Triton and torch versions, the target architecture, the
+/// reference (its inputs decide the kernels' specialisations) and the whole candidate source.
+/// `None` without a Triton version (nothing to key the compiler on).
+pub fn triton_entry_key(
+    candidate_source: &str,
+    reference_source: &str,
+    software: &SoftwareVersions,
+    cuda_arch: &str,
+) -> Option<String> {
+    let triton = software.triton.as_deref()?;
+    let mut h = Sha256::new();
+    for part in [
+        TRITON_PREBUILD_PROTOCOL,
+        triton,
+        software.torch.as_deref().unwrap_or("-"),
+        cuda_arch,
+        reference_source,
+        candidate_source,
+    ] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    Some(format!("{:x}", h.finalize()))
+}
+
 /// What an entry holds: the extensions in the harness's terms, each file a flat name inside
-/// the entry (`<i>.so`).
+/// the entry (`<i>.so`), and Triton cache files (`t<i>`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
     /// [`BUILD_PROTOCOL`] when the entry was stored: an entry of another protocol is never reused.
     pub protocol: String,
     /// The extensions, their `file` renamed to the entry's flat names.
     pub builds: Vec<BuiltExtension>,
+    /// Triton cache files as the device stage's task directory has them
+    /// (`cache/triton/<entry>/<file>`), stored in the entry as `t<i>`.
+    #[serde(default)]
+    pub triton: Vec<String>,
 }
 
 /// An entry found in the cache.
@@ -134,6 +173,11 @@ impl BuildCache {
                 .builds
                 .iter()
                 .any(|b| !is_flat_name(&b.file) || !dir.join(&b.file).is_file())
+            || manifest
+                .triton
+                .iter()
+                .enumerate()
+                .any(|(i, path)| !check_triton_file(path) || !dir.join(triton_name(i)).is_file())
         {
             return None;
         }
@@ -147,38 +191,63 @@ impl BuildCache {
         })
     }
 
-    /// Copies an entry's files into `task_dir/prebuilt/` (a copy, so the child cannot change
-    /// the cache) and returns the builds as `spec.prebuilt` names them. Each copy must have
-    /// the digest the entry was stored with (`InvalidData` otherwise: the entry was changed).
+    /// Copies an entry's files into the task directory (a copy, so the child cannot change
+    /// the cache): extensions into `prebuilt/`, returned as `spec.prebuilt` names them, Triton
+    /// cache files to their own paths under `cache/triton/`. Each copy must have the digest
+    /// the entry was stored with (`InvalidData` otherwise: the entry was changed). Called on a
+    /// directory no child has seen yet, so nothing in it can be a planted link.
     pub fn install(
         &self,
         entry: &CachedBuild,
         digests: &[String],
         task_dir: &Path,
     ) -> io::Result<Vec<BuiltExtension>> {
-        if digests.len() != entry.manifest.builds.len() {
+        let installed = Self::install_files(entry, digests, task_dir);
+        if installed.is_err() {
+            // Nothing of a refused entry stays behind: Triton would find a file in
+            // cache/triton whether or not the spec names it.
+            for dir in ["prebuilt", "cache/triton"] {
+                let _ = fs::remove_dir_all(task_dir.join(dir));
+            }
+        }
+        installed
+    }
+
+    fn install_files(
+        entry: &CachedBuild,
+        digests: &[String],
+        task_dir: &Path,
+    ) -> io::Result<Vec<BuiltExtension>> {
+        let m = &entry.manifest;
+        if digests.len() != m.builds.len() + m.triton.len() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "build cache entry does not match its record",
             ));
         }
-        let target = task_dir.join("prebuilt");
-        fs::create_dir(&target)?;
+        let (build_digests, triton_digests) = digests.split_at(m.builds.len());
         let mut out = Vec::new();
-        for (build, expected) in entry.manifest.builds.iter().zip(digests) {
-            let dest = target.join(&build.file);
-            let mut src = File::open(entry.dir.join(&build.file))?;
-            let mut dst = new_file(&dest)?;
-            if copy_hashing(&mut src, &mut dst)? != *expected {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("{} changed since it was stored", build.file),
-                ));
-            }
+        if !m.builds.is_empty() {
+            fs::create_dir(task_dir.join("prebuilt"))?;
+        }
+        for (build, expected) in m.builds.iter().zip(build_digests) {
+            let file = format!("prebuilt/{}", build.file);
+            copy_checked(
+                &entry.dir.join(&build.file),
+                &task_dir.join(&file),
+                expected,
+            )?;
             out.push(BuiltExtension {
-                file: format!("prebuilt/{}", build.file),
+                file,
                 ..build.clone()
             });
+        }
+        for (i, (path, expected)) in m.triton.iter().zip(triton_digests).enumerate() {
+            let dest = task_dir.join(path);
+            if let Some(parent) = dest.parent() {
+                fs::create_dir_all(parent)?;
+            }
+            copy_checked(&entry.dir.join(triton_name(i)), &dest, expected)?;
         }
         Ok(out)
     }
@@ -201,6 +270,63 @@ impl BuildCache {
         builds: &[BuiltExtension],
         replace: bool,
     ) -> io::Result<CachedBuild> {
+        let files: Vec<(&str, String, u64)> = builds
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (b.file.as_str(), format!("{i}.so"), MAX_FILE_BYTES))
+            .collect();
+        let manifest = Manifest {
+            protocol: BUILD_PROTOCOL.to_owned(),
+            builds: builds
+                .iter()
+                .zip(&files)
+                .map(|(b, (_, name, _))| BuiltExtension {
+                    file: name.clone(),
+                    ..b.clone()
+                })
+                .collect(),
+            triton: Vec::new(),
+        };
+        self.store(key, task_dir, &files, manifest, replace)
+    }
+
+    /// Stores the Triton cache files a prepare child's dry run wrote (`cache/triton/...`,
+    /// as [`check_triton_file`] allows) as the entry for `key`, like [`Self::publish`].
+    pub fn publish_triton(
+        &self,
+        key: &str,
+        task_dir: &Path,
+        files: &[String],
+        replace: bool,
+    ) -> io::Result<CachedBuild> {
+        if let Some(bad) = files.iter().find(|f| !check_triton_file(f)) {
+            return Err(io::Error::other(format!(
+                "malformed triton cache file {bad:?}"
+            )));
+        }
+        let sources: Vec<(&str, String, u64)> = files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.as_str(), triton_name(i), MAX_TRITON_FILE_BYTES))
+            .collect();
+        let manifest = Manifest {
+            protocol: BUILD_PROTOCOL.to_owned(),
+            builds: Vec::new(),
+            triton: files.to_vec(),
+        };
+        self.store(key, task_dir, &sources, manifest, replace)
+    }
+
+    /// Copies `files` (path in the task directory, flat name in the entry, largest size
+    /// accepted) into a new entry with `manifest`; digests in the order of `files`.
+    fn store(
+        &self,
+        key: &str,
+        task_dir: &Path,
+        files: &[(&str, String, u64)],
+        manifest: Manifest,
+        replace: bool,
+    ) -> io::Result<CachedBuild> {
         if !is_key(key) {
             return Err(io::Error::other("malformed build cache key"));
         }
@@ -215,37 +341,23 @@ impl BuildCache {
             OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
             Mode::empty(),
         )?;
-        let mut stored = Vec::new();
         let mut digests = Vec::new();
-        for (i, build) in builds.iter().enumerate() {
+        for (path, name, max) in files {
             let how = OpenHow::new()
                 .flags(OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
                 .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
-            let fd = openat2(&base, build.file.as_str(), how)?;
+            let fd = openat2(&base, *path, how)?;
             let mut src = File::from(fd);
             let meta = src.metadata()?;
-            if !meta.is_file() || meta.len() > MAX_FILE_BYTES {
+            if !meta.is_file() || meta.len() > *max {
                 return Err(io::Error::other(format!(
-                    "built file {} is not a regular file of at most {MAX_FILE_BYTES} bytes",
-                    build.file
+                    "built file {path} is not a regular file of at most {max} bytes"
                 )));
             }
-            let name = format!("{i}.so");
-            let mut dst = new_file(&tmp.path().join(&name))?;
-            digests.push(copy_hashing(
-                &mut (&mut src).take(MAX_FILE_BYTES),
-                &mut dst,
-            )?);
+            let mut dst = new_file(&tmp.path().join(name))?;
+            digests.push(copy_hashing(&mut (&mut src).take(*max), &mut dst)?);
             dst.sync_all()?;
-            stored.push(BuiltExtension {
-                file: name,
-                ..build.clone()
-            });
         }
-        let manifest = Manifest {
-            protocol: BUILD_PROTOCOL.to_owned(),
-            builds: stored,
-        };
         let mut f = new_file(&tmp.path().join(MANIFEST))?;
         f.write_all(&serde_json::to_vec(&manifest).map_err(io::Error::other)?)?;
         f.sync_all()?;
@@ -351,6 +463,24 @@ fn uuid_like() -> String {
 
 fn now() -> std::time::SystemTime {
     std::time::SystemTime::now()
+}
+
+/// The flat name of an entry's `i`th Triton cache file.
+fn triton_name(i: usize) -> String {
+    format!("t{i}")
+}
+
+/// Copies an entry's file to a new file `dest`, which must end up with the digest `expected`.
+fn copy_checked(src: &Path, dest: &Path, expected: &str) -> io::Result<()> {
+    let mut src_file = File::open(src)?;
+    let mut dst = new_file(dest)?;
+    if copy_hashing(&mut src_file, &mut dst)? != expected {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} changed since it was stored", src.display()),
+        ));
+    }
+    Ok(())
 }
 
 /// Copies `src` to `dst` and returns the sha256 (hex) of the bytes copied.

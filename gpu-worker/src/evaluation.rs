@@ -31,9 +31,12 @@ pub struct StageInputs {
     /// The wall-clock time left to this stage of the task's one budget (`crate::budget`);
     /// `None`: all of `timeout_s` (the task's first or only stage).
     pub budget: Option<Duration>,
+    /// The CPU stage dry-runs a Triton candidate to compile its kernels for `cuda_arch`.
+    pub triton_precompile: bool,
 }
 
-/// A build cache entry to install into the task directory, and how it came to be.
+/// A build cache entry to install into the task directory (CUDA extensions, or a Triton
+/// candidate's compiled kernels), and how it came to be.
 #[derive(Debug, Clone)]
 pub struct Prebuilt {
     /// The cache the entry lives in.
@@ -96,7 +99,7 @@ fn task_stage_dir(
             },
             None => Vec::new(),
         };
-        let harness = harness_spec(
+        let mut harness = harness_spec(
             spec,
             &cfg.device,
             stage,
@@ -105,6 +108,7 @@ fn task_stage_dir(
             &prebuilt,
             cfg.integrity_checks,
         );
+        harness.triton_precompile = inputs.triton_precompile;
         serde_json::to_value(harness).map_err(std::io::Error::other)
     };
     stage_dir(cfg, label, fill, |path| {
