@@ -182,7 +182,7 @@ class SetupStage:
         source = self.check_source()
         self.screen(source)
         self.candidate_loaded = True
-        precompile = self.spec.triton_precompile and self.spec.backend == "triton" \
+        precompile = self.spec.triton_precompile is not None and self.spec.backend == "triton" \
             and triton_aot.capability_of(self.spec.cuda_arch) is not None
         reply = self.ask("prepare", triton_arch=self.spec.cuda_arch if precompile else None)
         self._end_stage()
@@ -252,10 +252,11 @@ class SetupStage:
                 descs.append({"value": base64.b64encode(pickle.dumps(x)).decode("ascii")})
         # A dry run that hangs in native code (the runner's own alarm cannot interrupt it)
         # must not spend the stage's deadline: the runner is stopped, the stage goes on.
-        self.runner.sock.settimeout(triton_aot.DRY_RUN_SECONDS + 15)
+        seconds = self.spec.triton_precompile
+        self.runner.sock.settimeout(2 * seconds + 5)
         try:
             reply = self.runner.call(
-                "precompile", seed=self.spec.seed, inputs=descs,
+                "precompile", seed=self.spec.seed, inputs=descs, seconds=seconds,
                 init=base64.b64encode(pickle.dumps(init)).decode("ascii"))
         except OSError as e:   # socket.timeout included
             return 0, f"no answer from the candidate's process: {type(e).__name__}"

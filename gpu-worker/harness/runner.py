@@ -298,7 +298,7 @@ class Runner:
             model = model_new(*init)
             return model.eval() if isinstance(model, torch.nn.Module) else model
 
-        kernels, stopped = aot.dry_run(torch, build, inputs)
+        kernels, stopped = aot.dry_run(torch, build, inputs, int(msg.get("seconds") or 1))
         return {"kernels": kernels, "stopped": stopped}
 
     def op_selftest(self, msg):

@@ -32,8 +32,6 @@ import stat
 MAX_CACHE_FILES = 256
 MAX_CACHE_FILE_BYTES = 64 << 20
 MAX_CACHE_BYTES = 256 << 20
-# A dry run that takes longer than this is cut short (its time is the task's budget).
-DRY_RUN_SECONDS = 30
 # Most kernel specialisations one dry run compiles (an autotuner compiles every config).
 MAX_KERNELS = 64
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
@@ -144,16 +142,18 @@ class TritonPrecompile:
             raise _Stop(f"more than {MAX_KERNELS} kernel launches")
         self.kernels += 1
 
-    def dry_run(self, torch, build, inputs):
+    def dry_run(self, torch, build, inputs, seconds):
         """Builds the candidate's model (`build()`) and calls it once on `inputs` (CPU
-        tensors) with launches compiling instead of running. Returns (kernel entries written, why it stopped or
-        None). Never raises for the candidate's doing."""
+        tensors) with launches compiling instead of running, for at most `seconds` (the
+        worker's share of the task's budget, which the dry run is charged to). Returns
+        (kernel entries written, why it stopped or None). Never raises for the candidate's
+        doing."""
         if not self.installed:
             return 0, self.error or "not installed"
         before = set(_entries(self.cache_dir))
         stopped = None
         previous = signal.signal(signal.SIGALRM, _alarm)
-        signal.alarm(DRY_RUN_SECONDS)
+        signal.alarm(max(1, int(seconds)))
         self.active = True
         self.driver.set_active(_TargetDriver(self.target))
         try:
@@ -176,7 +176,7 @@ class TritonPrecompile:
 
 
 def _alarm(signum, frame):
-    raise _Stop(f"dry run longer than {DRY_RUN_SECONDS} s")
+    raise _Stop("the dry run ran out of time")
 
 
 def _entries(cache_dir):

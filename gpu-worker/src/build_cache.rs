@@ -611,6 +611,136 @@ mod tests {
     }
 
     #[test]
+    fn the_triton_key_covers_code_reference_triton_torch_and_target() {
+        let mut sw = sw("2.11.0");
+        let base = triton_entry_key("cand", "ref", &sw, "9.0").unwrap();
+        assert!(is_key(&base));
+        assert_eq!(
+            Some(&base),
+            triton_entry_key("cand", "ref", &sw, "9.0").as_ref()
+        );
+        assert_ne!(
+            Some(&base),
+            triton_entry_key("cand ", "ref", &sw, "9.0").as_ref()
+        );
+        assert_ne!(
+            Some(&base),
+            triton_entry_key("cand", "ref2", &sw, "9.0").as_ref()
+        );
+        assert_ne!(
+            Some(&base),
+            triton_entry_key("cand", "ref", &sw, "10.0").as_ref()
+        );
+        // Never the key of the same source's CUDA builds.
+        assert_ne!(base, entry_key("cand", &sw, "9.0"));
+        sw.triton = Some("3.9.0".into());
+        assert_ne!(
+            Some(&base),
+            triton_entry_key("cand", "ref", &sw, "9.0").as_ref()
+        );
+        sw.torch = Some("2.12.0".into());
+        let other_torch = triton_entry_key("cand", "ref", &sw, "9.0").unwrap();
+        sw.torch = Some("2.11.0".into());
+        assert_ne!(
+            other_torch,
+            triton_entry_key("cand", "ref", &sw, "9.0").unwrap()
+        );
+        sw.triton = None;
+        assert_eq!(triton_entry_key("cand", "ref", &sw, "9.0"), None);
+    }
+
+    /// A dry run's files as the child leaves them: `cache/triton/<entry>/<file>`.
+    fn triton_task() -> (tempfile::TempDir, Vec<String>) {
+        let task = tempfile::tempdir().unwrap();
+        let entry = task.path().join("cache/triton/ABC123");
+        fs::create_dir_all(&entry).unwrap();
+        fs::write(entry.join("__grp__k.json"), b"{\"child_paths\": {}}").unwrap();
+        fs::write(entry.join("k.cubin"), b"cubin-bytes").unwrap();
+        let files = vec![
+            "cache/triton/ABC123/__grp__k.json".to_owned(),
+            "cache/triton/ABC123/k.cubin".to_owned(),
+        ];
+        (task, files)
+    }
+
+    #[test]
+    fn triton_files_are_stored_and_installed_where_the_jit_looks() {
+        let root = tempfile::tempdir().unwrap();
+        let cache = BuildCache::open(root.path(), 1, 10).unwrap();
+        let (task, files) = triton_task();
+        let key = "7a".repeat(32);
+        let entry = cache
+            .publish_triton(&key, task.path(), &files, false)
+            .unwrap();
+        assert_eq!(entry.manifest.triton, files);
+        let digests = entry.digests.clone().unwrap();
+        assert_eq!(digests.len(), 2);
+        // Found again without the digests of the process that stored it.
+        let found = cache.lookup(&key).unwrap();
+        let gpu_dir = tempfile::tempdir().unwrap();
+        fs::create_dir(gpu_dir.path().join("cache")).unwrap();
+        let builds = cache.install(&found, &digests, gpu_dir.path()).unwrap();
+        assert!(builds.is_empty());
+        assert!(!gpu_dir.path().join("prebuilt").exists());
+        assert_eq!(
+            fs::read(gpu_dir.path().join("cache/triton/ABC123/k.cubin")).unwrap(),
+            b"cubin-bytes"
+        );
+
+        // The entry changed behind the broker's back: nothing of it reaches the next task.
+        fs::write(found.dir.join("t1"), b"planted").unwrap();
+        let other = tempfile::tempdir().unwrap();
+        fs::create_dir(other.path().join("cache")).unwrap();
+        let refused = cache.install(&found, &digests, other.path()).unwrap_err();
+        assert_eq!(refused.kind(), io::ErrorKind::InvalidData);
+        assert!(!other.path().join("cache/triton").exists());
+        // A record of another length is refused the same way.
+        let short = cache
+            .install(&found, &digests[..1], other.path())
+            .unwrap_err();
+        assert_eq!(short.kind(), io::ErrorKind::InvalidData);
+    }
+
+    #[test]
+    fn triton_files_are_opened_without_links_and_within_bounds() {
+        let root = tempfile::tempdir().unwrap();
+        let cache = BuildCache::open(root.path(), 1, 10).unwrap();
+        let (task, mut files) = triton_task();
+        let outside = tempfile::tempdir().unwrap();
+        fs::write(outside.path().join("secret"), b"secret").unwrap();
+        let entry = task.path().join("cache/triton/ABC123");
+        std::os::unix::fs::symlink(outside.path().join("secret"), entry.join("k.ptx")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), task.path().join("cache/triton/LINK")).unwrap();
+        let key = "7b".repeat(32);
+        for bad in [
+            "cache/triton/ABC123/k.ptx",
+            "cache/triton/LINK/secret",
+            "cache/triton/../../etc/passwd",
+            "cache/triton/ABC123",
+            "build/x.so",
+        ] {
+            let mut with = files.clone();
+            with.push(bad.to_owned());
+            assert!(
+                cache
+                    .publish_triton(&key, task.path(), &with, false)
+                    .is_err(),
+                "{bad} must be refused"
+            );
+            assert!(cache.lookup(&key).is_none());
+        }
+        // Larger than any cubin: refused rather than copied.
+        let big = File::create(entry.join("big.cubin")).unwrap();
+        big.set_len(MAX_TRITON_FILE_BYTES + 1).unwrap();
+        files.push("cache/triton/ABC123/big.cubin".to_owned());
+        assert!(
+            cache
+                .publish_triton(&key, task.path(), &files, false)
+                .is_err()
+        );
+    }
+
+    #[test]
     fn publish_refuses_links_planted_by_the_child() {
         let root = tempfile::tempdir().unwrap();
         let cache = BuildCache::open(root.path(), 1, 10).unwrap();

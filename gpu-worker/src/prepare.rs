@@ -438,6 +438,73 @@ mod tests {
     }
 
     #[test]
+    fn a_prepared_line_carries_only_plain_triton_cache_files() {
+        let line = |files: &[&str]| {
+            format!(
+                r#"{{"event":"prepared","builds":[],"import_error":null,"triton_cache":{},"triton_kernels":2,"triton_stopped":null}}"#,
+                serde_json::to_string(files).unwrap()
+            )
+        };
+        let good = [
+            "cache/triton/ABC_12-x/__grp__k.json",
+            "cache/triton/ABC_12-x/k.cubin",
+        ];
+        let o = outcome(&[SETUP, LOAD, &line(&good)], ExitKind::Code(0), None);
+        match classify_prepare(&o, &ctx()) {
+            PrepareVerdict::Prepared(p) => {
+                assert_eq!(p.triton_cache, good);
+                assert_eq!(p.triton_kernels, 2);
+            }
+            other => panic!("{other:?}"),
+        }
+        for bad in [
+            "cache/triton/../x/k.cubin",
+            "cache/triton/ABC/../../k",
+            "/etc/passwd",
+            "cache/triton/k.cubin",
+            "cache/triton/A/B/k.cubin",
+            "cache/triton/.hidden/k",
+            "cache/triton/A/.k",
+            "build/A/k.cubin",
+            "cache/triton/A/k cubin",
+        ] {
+            let o = outcome(&[SETUP, LOAD, &line(&[bad])], ExitKind::Code(0), None);
+            assert!(
+                matches!(
+                    classify_prepare(&o, &ctx()),
+                    PrepareVerdict::Inconclusive(_)
+                ),
+                "{bad} accepted"
+            );
+        }
+        let many: Vec<String> = (0..=crate::protocol::MAX_TRITON_FILES)
+            .map(|i| format!("cache/triton/A/f{i}"))
+            .collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let o = outcome(&[SETUP, LOAD, &line(&many)], ExitKind::Code(0), None);
+        assert!(matches!(
+            classify_prepare(&o, &ctx()),
+            PrepareVerdict::Inconclusive(_)
+        ));
+    }
+
+    #[test]
+    fn a_limit_hit_in_the_dry_run_is_never_final() {
+        const PRECOMPILE: &str = r#"{"event":"stage","stage":"precompile"}"#;
+        for reason in [KillReason::Timeout, KillReason::Memory] {
+            let o = outcome(
+                &[SETUP, LOAD, PRECOMPILE],
+                ExitKind::Signal(9),
+                Some(reason),
+            );
+            assert!(matches!(
+                classify_prepare(&o, &ctx()),
+                PrepareVerdict::Inconclusive(_)
+            ));
+        }
+    }
+
+    #[test]
     fn limits_hit_while_importing_are_final_and_before_it_are_not() {
         let o = outcome(
             &[SETUP, LOAD],

@@ -58,11 +58,11 @@ pub struct HarnessSpec<'a> {
     pub max_speedup: f64,
     /// Whether the harness runs its integrity checks after timing.
     pub integrity_checks: bool,
-    /// Whether the CPU stage dry-runs a Triton candidate to compile its kernels for
-    /// `cuda_arch` (`CRUCIBLE_TRITON_PRECOMPILE`); written only when set, so every other
-    /// spec keeps its shape.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub triton_precompile: bool,
+    /// The seconds the CPU stage may spend on a dry run of a Triton candidate that compiles
+    /// its kernels for `cuda_arch` (`CRUCIBLE_TRITON_PRECOMPILE`); written only when set, so
+    /// every other spec keeps its shape.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub triton_precompile: Option<u64>,
 }
 
 /// The harness's `spec.json` for `stage`.
@@ -96,7 +96,7 @@ pub fn harness_spec<'a>(
         screening: &r.screening,
         max_speedup: r.max_speedup,
         integrity_checks,
-        triton_precompile: false,
+        triton_precompile: None,
     }
 }
 

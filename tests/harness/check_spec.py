@@ -33,7 +33,10 @@ spec = parse_spec(dict(TASK))
 assert (spec.num_perf_trials, spec.stage, spec.screening, spec.prebuilt) == (100, "prepare", {}, [])
 refused({k: v for k, v in TASK.items() if k != "num_perf_trials"}, ["lacks", "num_perf_trials"])
 refused(dict(TASK, num_perf_trial=7), ["unknown", "num_perf_trial"])
+assert parse_spec(dict(TASK, triton_precompile=30)).triton_precompile == 30
+assert parse_spec(dict(TASK)).triton_precompile is None
+refused(dict(TASK, triton_precompile=True), ["triton_precompile"])
 selftest = parse_spec({"stage": "selftest", "device": "cpu", "backend": "triton",
                        "selftest": {"tcp": ["127.0.0.1", 1]}})
 assert selftest.stage == "selftest"
-print("spec: 4 checks passed")
+print("spec: 7 checks passed")

@@ -30,7 +30,7 @@ import run_harness  # noqa: E402
 PYTHON = os.environ.get("CRUCIBLE_PYTHON", run_harness.DEFAULT_PYTHON)
 CASES = os.path.join(HERE, "triton_aot")
 PROBLEM = os.path.join(CASES, "problem.py")
-SPEC = {"stage": "prepare", "device": "cuda", "cuda_arch": "9.0", "triton_precompile": True}
+SPEC = {"stage": "prepare", "device": "cuda", "cuda_arch": "9.0", "triton_precompile": 60}
 
 # Run in a fresh interpreter (never the harness): Triton's own JIT, an sm_90 target, the
 # compiler's stages made to raise, so only a cache hit can succeed.
