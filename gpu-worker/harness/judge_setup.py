@@ -227,8 +227,10 @@ class SetupStage:
         if stopped:
             sys.stderr.write(f"crucible harness: triton dry run stopped after {kernels} "
                              f"kernel(s): {stopped}\n")
-        cache = os.path.join(self.taskdir, "cache", "triton")
-        files = triton_aot.cache_files(self.taskdir, cache) if kernels else []
+        # Listed whatever the runner said (it may have died after writing some): the worker
+        # checks every file, and an entry only ever serves this candidate and reference.
+        files = triton_aot.cache_files(self.taskdir, os.path.join(self.taskdir, "cache",
+                                                                  "triton"))
         return {"triton_cache": files, "triton_kernels": kernels,
                 "triton_stopped": None if stopped is None else str(stopped)[:500]}
 

@@ -154,6 +154,8 @@ class TritonPrecompile:
         stopped = None
         previous = signal.signal(signal.SIGALRM, _alarm)
         signal.alarm(max(1, int(seconds)))
+        # Put back as it was afterwards: making the default driver again would ask CUDA.
+        saved = getattr(self.driver, "_active", None)
         self.active = True
         self.driver.set_active(_TargetDriver(self.target))
         try:
@@ -165,12 +167,7 @@ class TritonPrecompile:
             self.active = False
             signal.alarm(0)
             signal.signal(signal.SIGALRM, previous)
-            try:
-                self.driver.reset_active()
-            except Exception:
-                # No GPU here: the default driver cannot be made; leave none active, the
-                # next use makes it again.
-                self.driver._active = None
+            self.driver._active = saved
         written = len(set(_entries(self.cache_dir)) - before)
         return written, stopped
 
