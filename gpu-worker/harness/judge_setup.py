@@ -28,9 +28,6 @@ from crucible_tensors import (FLUSH_BYTES, as_call_args, cpu_model_name, seed_al
 from crucible_trusted import (PR_SET_DUMPABLE, Trusted, capture_trusted, flush_std,
                               perf_counter_ns, prctl)
 
-# Inputs larger than this are not made on the CPU for a dry run (triton_aot.py).
-MAX_DRY_RUN_INPUT_BYTES = 1 << 30
-
 
 class RunnerGone(Exception):
     """The runner process ended (crash, exit) while the judge waited on it."""
@@ -239,15 +236,24 @@ class SetupStage:
         ref = import_file(REFERENCE_MODULE, self.ref_path)
         seed_all(self.spec.seed, "cpu")
         init = as_call_args(ref.get_init_inputs())
+        # Their size first, as meta tensors (no memory): small inputs are then made on the
+        # CPU with the task's seed, large ones go to the runner as meta tensors.
         seed_all(self.spec.seed, "cpu")
-        inputs = as_call_args(ref.get_inputs())
-        size = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
-        if size > MAX_DRY_RUN_INPUT_BYTES:
-            return 0, f"inputs of {size} bytes are too large for a dry run on the cpu"
+        with torch.device("meta"):
+            inputs = as_call_args(ref.get_inputs())
+        tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+        meta = sum(x.numel() * x.element_size() for x in tensors) > \
+            triton_aot.MAX_CPU_INPUT_BYTES
+        if not meta or any(x.device.type != "meta" for x in tensors):
+            seed_all(self.spec.seed, "cpu")
+            inputs = as_call_args(ref.get_inputs())
+            meta = False
         exporter = transport.Exporter(torch, self.xfer_dir, "aot")
         descs = []
         for x in inputs:
-            if isinstance(x, torch.Tensor):
+            if isinstance(x, torch.Tensor) and meta:
+                descs.append({"meta": triton_aot.describe_meta(torch, x)})
+            elif isinstance(x, torch.Tensor):
                 desc, _ = exporter.export(x.detach().cpu(), shared_file=True)
                 descs.append({"tensor": desc})
             else:
@@ -258,7 +264,7 @@ class SetupStage:
         self.runner.sock.settimeout(2 * seconds + 5)
         try:
             reply = self.runner.call(
-                "precompile", seed=self.spec.seed, inputs=descs, seconds=seconds,
+                "precompile", seed=self.spec.seed, inputs=descs, seconds=seconds, meta=meta,
                 init=base64.b64encode(pickle.dumps(init)).decode("ascii"))
         except OSError as e:   # socket.timeout included
             return 0, f"no answer from the candidate's process: {type(e).__name__}"

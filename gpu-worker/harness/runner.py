@@ -27,7 +27,7 @@ from crucible_integrity import (THREAD_STARTERS, WATCHED, lookup, overlaps, prec
                                 storage_span)
 from crucible_tensors import (FLUSH_BYTES, flatten, seed_all, set_cpu_threads, timed_call,
                               to_device)
-from crucible_triton_aot import TritonPrecompile
+from crucible_triton_aot import TritonPrecompile, meta_tensor
 from crucible_trusted import (PR_SET_PDEATHSIG, Trusted, capture_trusted, finite_or_none,
                               flush_std, os_exit, perf_counter_ns, prctl, sync_device)
 
@@ -291,14 +291,17 @@ class Runner:
             return {"kernels": 0, "stopped": "nothing to precompile"}
         torch = Trusted.torch
         init = pickle.loads(base64.b64decode(msg["init"]))
-        inputs = self.import_inputs(msg["inputs"])
+        meta = bool(msg.get("meta"))
+        inputs = [meta_tensor(torch, d["meta"]) if "meta" in d else self.import_inputs([d])[0]
+                  for d in msg["inputs"]]
         seed_all(msg["seed"], "cpu")
 
         def build():
             model = model_new(*init)
             return model.eval() if isinstance(model, torch.nn.Module) else model
 
-        kernels, stopped = aot.dry_run(torch, build, inputs, int(msg.get("seconds") or 1))
+        kernels, stopped = aot.dry_run(torch, build, inputs, int(msg.get("seconds") or 1),
+                                       meta=meta)
         return {"kernels": kernels, "stopped": stopped}
 
     def op_selftest(self, msg):

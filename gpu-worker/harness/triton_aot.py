@@ -13,12 +13,19 @@ and writes the same entry. A CPU tensor's data_ptr stands in for the device's (b
 allocators align to far more than 16 bytes); a specialisation that differs on the device is
 a cache miss there and JITs as before, never a different verdict.
 
+Inputs larger than MAX_CPU_INPUT_BYTES (KernelBench's level 1 makes gigabytes) are made
+and passed as meta tensors instead: shapes, strides and dtypes without memory, whose data_ptr
+is the storage offset in bytes (a base of 0: as aligned as the device's allocations); the
+model is then built, and the forward run, with meta as the default device, so torch's ops
+between launches only infer shapes.
+
 Everything is best effort: the first exception (a `.cuda()` in the forward, a
 `torch.cuda` query, a kernel Triton cannot compile) ends the dry run and is reported as why
 it stopped; the device stage judges the candidate as if nothing had happened.
 
 Owns: TritonPrecompile (the interception, installed before the candidate is imported, and
-the dry run), capability_of(), cache_files() (what the judge reports to the worker).
+the dry run), capability_of(), cache_files() (what the judge reports to the worker),
+describe_meta()/meta_tensor() (meta inputs between the judge and the runner).
 
 May import: nothing of the harness (Triton is the candidate's, imported here only once
 the candidate's process exists).
@@ -34,6 +41,8 @@ MAX_CACHE_FILE_BYTES = 64 << 20
 MAX_CACHE_BYTES = 256 << 20
 # Most kernel specialisations one dry run compiles (an autotuner compiles every config).
 MAX_KERNELS = 64
+# Inputs up to this size are made on the CPU with their values; larger ones as meta tensors.
+MAX_CPU_INPUT_BYTES = 256 << 20
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
 
 
@@ -142,10 +151,11 @@ class TritonPrecompile:
             raise _Stop(f"more than {MAX_KERNELS} kernel launches")
         self.kernels += 1
 
-    def dry_run(self, torch, build, inputs, seconds):
+    def dry_run(self, torch, build, inputs, seconds, meta=False):
         """Builds the candidate's model (`build()`) and calls it once on `inputs` (CPU
         tensors) with launches compiling instead of running, for at most `seconds` (the
-        worker's share of the task's budget, which the dry run is charged to). Returns
+        worker's share of the task's budget, which the dry run is charged to); with `meta`,
+        under meta as the default device (the inputs are meta tensors). Returns
         (kernel entries written, why it stopped or None). Never raises for the candidate's
         doing."""
         if not self.installed:
@@ -159,7 +169,7 @@ class TritonPrecompile:
         self.active = True
         self.driver.set_active(_TargetDriver(self.target))
         try:
-            with torch.no_grad():
+            with torch.no_grad(), (torch.device("meta") if meta else _nothing()):
                 build()(*inputs)
         except BaseException as e:   # the candidate's code: anything ends the dry run
             stopped = f"{type(e).__name__}: {e}"[:500]
@@ -170,6 +180,31 @@ class TritonPrecompile:
             self.driver._active = saved
         written = len(set(_entries(self.cache_dir)) - before)
         return written, stopped
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def describe_meta(torch, t):
+    """A meta tensor as the judge sends it: shape, stride, storage offset, dtype."""
+    return {"shape": list(t.shape), "stride": list(t.stride()),
+            "offset": int(t.storage_offset()), "dtype": str(t.dtype).replace("torch.", "")}
+
+
+def meta_tensor(torch, d):
+    """The runner's meta tensor for describe_meta()'s description (no memory behind it)."""
+    dtype = getattr(torch, str(d["dtype"]), None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {d['dtype']!r}"[:100])
+    shape = [int(x) for x in d["shape"]]
+    stride = [int(x) for x in d["stride"]]
+    base = torch.empty(0, dtype=dtype, device="meta")
+    return base.as_strided(shape, stride, int(d["offset"]))
 
 
 def _alarm(signum, frame):
