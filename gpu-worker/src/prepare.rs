@@ -231,7 +231,12 @@ pub async fn prepare(
         }
         PrepareVerdict::Prepared(p) => p,
     };
-    if let Some(ms) = prepared.stage_ms.get("triton_precompile") {
+    // The child's own clock: kept only when it is a plausible duration.
+    if let Some(ms) = prepared
+        .stage_ms
+        .get("triton_precompile")
+        .filter(|ms| ms.is_finite() && **ms >= 0.0)
+    {
         ready.stage_ms.insert("triton_precompile".into(), *ms);
     }
     if inputs.triton_precompile {
