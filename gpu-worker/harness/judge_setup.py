@@ -275,6 +275,9 @@ class SetupStage:
                 pass
         if not isinstance(reply, dict) or reply.get("error"):
             return 0, str(reply.get("error") if isinstance(reply, dict) else reply)
+        if reply.get("helpers"):
+            sys.stderr.write(f"crucible harness: triton's driver helpers are left to the "
+                             f"device stage: {str(reply['helpers'])[:300]}\n")
         kernels = reply.get("kernels")
         kernels = kernels if type(kernels) is int and 0 <= kernels <= 4096 else 0
         stopped = reply.get("stopped")

@@ -302,7 +302,7 @@ class Runner:
 
         kernels, stopped = aot.dry_run(torch, build, inputs, int(msg.get("seconds") or 1),
                                        meta=meta)
-        return {"kernels": kernels, "stopped": stopped}
+        return {"kernels": kernels, "stopped": stopped, "helpers": aot.helpers_error}
 
     def op_selftest(self, msg):
         """The worker's start-up check: tries what the sandbox must refuse (selftest.py)."""

@@ -19,6 +19,12 @@ is the storage offset in bytes (a base of 0: as aligned as the device's allocati
 model is then built, and the forward run, with meta as the default device, so torch's ops
 between launches only infer shapes.
 
+Triton's driver helpers, which the device stage would otherwise build with the host compiler
+before its first launch, are built here too when the node allows it (libcuda present, a GPU
+or not): `cuda_utils` and, where Triton builds one per signature (3.6), each kernel's
+launcher; both are cached by the hash of their C source, so the device finds them the same
+way. A helper that cannot be built here is left to the device stage.
+
 Everything is best effort: the first exception (a `.cuda()` in the forward, a
 `torch.cuda` query, a kernel Triton cannot compile) ends the dry run and is reported as why
 it stopped; the device stage judges the candidate as if nothing had happened.
@@ -55,8 +61,9 @@ def capability_of(cuda_arch):
     return int(m.group(1)) * 10 + int(m.group(2))
 
 
-class _Stop(Exception):
-    """Ends a dry run (its time or kernel budget is spent)."""
+class _Stop(BaseException):
+    """Ends a dry run (its time or kernel budget is spent); a BaseException, so that neither
+    the candidate's `except Exception` nor a helper's build swallows it."""
 
 
 class _TargetDriver:
@@ -93,6 +100,8 @@ class TritonPrecompile:
         self.kernels = 0
         self.installed = False
         self.error = None
+        # Why Triton's driver helpers could not be built here (then they are not tried again).
+        self.helpers_error = None
 
     def install(self):
         """Patches JITFunction.run and Autotuner.run before the candidate is imported (so
@@ -124,7 +133,9 @@ class TritonPrecompile:
             aot.before_compile()
             # warmup=True: specialise and compile exactly as a launch would, then return
             # without launching (there is no device to launch on).
-            return jit_run(fn, *args, grid=grid, warmup=True, **kwargs)
+            kernel = jit_run(fn, *args, grid=grid, warmup=True, **kwargs)
+            aot.build_helpers(kernel)
+            return kernel
 
         def tune(tuner, *args, **kwargs):
             if not aot.active:
@@ -145,6 +156,18 @@ class TritonPrecompile:
         autotuner.Autotuner.run = tune
         self.installed = True
         return True
+
+    def build_helpers(self, kernel):
+        """cuda_utils and the kernel's launcher, into the cache (see the module's doc)."""
+        if self.helpers_error is not None:
+            return
+        try:
+            from triton.backends.nvidia import driver as nvidia
+            nvidia.CudaUtils()
+            if hasattr(kernel, "src") and hasattr(kernel, "metadata"):
+                nvidia.CudaLauncher(kernel.src, kernel.metadata)
+        except Exception as e:   # no libcuda here, a Triton without these: the device builds
+            self.helpers_error = f"{type(e).__name__}: {e}"[:300]
 
     def before_compile(self):
         if self.kernels >= MAX_KERNELS:
@@ -211,9 +234,13 @@ def _alarm(signum, frame):
     raise _Stop("the dry run ran out of time")
 
 
-def _entries(cache_dir):
+_HELPER = re.compile(r"^(cuda_utils|__triton_launcher)\.[A-Za-z0-9_.\-]+\.so$")
+
+
+def _entries(cache_dir, helpers=False):
     """The complete entries in a Triton cache directory (a `__grp__*.json` file is written
-    last, when every file of the entry is in place)."""
+    last, when every file of the entry is in place), and with `helpers` the driver helpers'
+    (one shared object each, renamed into place whole)."""
     try:
         dirs = os.listdir(cache_dir)
     except OSError:
@@ -224,7 +251,8 @@ def _entries(cache_dir):
             names = os.listdir(os.path.join(cache_dir, d))
         except OSError:
             continue
-        if any(n.startswith("__grp__") and n.endswith(".json") for n in names):
+        if any(n.startswith("__grp__") and n.endswith(".json") for n in names) or (
+                helpers and len(names) == 1 and _HELPER.match(names[0])):
             found.append(d)
     return found
 
@@ -235,7 +263,7 @@ def cache_files(taskdir, cache_dir):
     pass them is left out whole). The worker checks all of it again."""
     out, total = [], 0
     root = os.path.relpath(cache_dir, taskdir)
-    for d in sorted(_entries(cache_dir)):
+    for d in sorted(_entries(cache_dir, helpers=True)):
         if not _NAME.match(d) or os.path.islink(os.path.join(cache_dir, d)):
             continue
         entry, size = [], 0
