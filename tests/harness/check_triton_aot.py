@@ -95,7 +95,9 @@ def check_entries():
         assert p["triton_kernels"] == 3, p   # one plain kernel, two autotune configs
         files = p["triton_cache"]
         entries = {f.split("/")[2] for f in files}
-        assert len(entries) == 3 and all(f.startswith("cache/triton/") for f in files), files
+        # Kernel entries; a node with libcuda also has Triton's driver helpers listed.
+        kernels = {f.split("/")[2] for f in files if f.split("/")[3].startswith("__grp__")}
+        assert len(kernels) == 3 and all(f.startswith("cache/triton/") for f in files), files
         assert any(f.endswith(".cubin") for f in files), files
         assert "triton_precompile" in p["stage_ms"], p["stage_ms"]
         cache = os.path.join(taskdir, "cache", "triton")
