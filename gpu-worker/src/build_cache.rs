@@ -45,6 +45,8 @@ pub const BUILD_CACHE_NAMESPACE: crucible_task_manager::KvNamespace =
 pub const TRITON_PREBUILD_PROTOCOL: &str = "triton-aot-v1";
 /// Largest Triton cache file accepted from a child (a cubin is kilobytes to a few MiB).
 const MAX_TRITON_FILE_BYTES: u64 = 64 << 20;
+/// Largest sum of one entry's Triton cache files (the harness stops listing there too).
+const MAX_TRITON_BYTES: u64 = 256 << 20;
 /// How long the broker keeps an entry's digests (an entry without them is rebuilt).
 pub const BUILD_RECORD_TTL: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 /// Largest built file accepted from a child.
@@ -287,7 +289,7 @@ impl BuildCache {
                 .collect(),
             triton: Vec::new(),
         };
-        self.store(key, task_dir, &files, manifest, replace)
+        self.store(key, task_dir, &files, manifest, u64::MAX, replace)
     }
 
     /// Stores the Triton cache files a prepare child's dry run wrote (`cache/triton/...`,
@@ -314,17 +316,19 @@ impl BuildCache {
             builds: Vec::new(),
             triton: files.to_vec(),
         };
-        self.store(key, task_dir, &sources, manifest, replace)
+        self.store(key, task_dir, &sources, manifest, MAX_TRITON_BYTES, replace)
     }
 
     /// Copies `files` (path in the task directory, flat name in the entry, largest size
-    /// accepted) into a new entry with `manifest`; digests in the order of `files`.
+    /// accepted) into a new entry with `manifest`, at most `max_total` bytes in all; digests
+    /// in the order of `files`.
     fn store(
         &self,
         key: &str,
         task_dir: &Path,
         files: &[(&str, String, u64)],
         manifest: Manifest,
+        max_total: u64,
         replace: bool,
     ) -> io::Result<CachedBuild> {
         if !is_key(key) {
@@ -342,18 +346,26 @@ impl BuildCache {
             Mode::empty(),
         )?;
         let mut digests = Vec::new();
-        for (path, name, max) in files {
+        // Every file opened and measured before any is copied: a list over its bounds costs
+        // nothing to refuse.
+        let mut total = 0u64;
+        let mut sources = Vec::new();
+        for (path, _, max) in files {
             let how = OpenHow::new()
                 .flags(OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
                 .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
-            let fd = openat2(&base, *path, how)?;
-            let mut src = File::from(fd);
+            let src = File::from(openat2(&base, *path, how)?);
             let meta = src.metadata()?;
-            if !meta.is_file() || meta.len() > *max {
+            total = total.saturating_add(meta.len());
+            if !meta.is_file() || meta.len() > *max || total > max_total {
                 return Err(io::Error::other(format!(
-                    "built file {path} is not a regular file of at most {max} bytes"
+                    "built file {path} is not a regular file of at most {max} bytes, \
+                     or passes the entry's {max_total}"
                 )));
             }
+            sources.push(src);
+        }
+        for ((_, name, max), mut src) in files.iter().zip(sources) {
             let mut dst = new_file(&tmp.path().join(name))?;
             digests.push(copy_hashing(&mut (&mut src).take(*max), &mut dst)?);
             dst.sync_all()?;
@@ -729,6 +741,20 @@ mod tests {
             );
             assert!(cache.lookup(&key).is_none());
         }
+        // More than an entry may hold in all: refused.
+        let many: Vec<String> = (0..5)
+            .map(|i| {
+                let name = format!("part{i}.cubin");
+                let f = File::create(entry.join(&name)).unwrap();
+                f.set_len(MAX_TRITON_FILE_BYTES).unwrap();
+                format!("cache/triton/ABC123/{name}")
+            })
+            .collect();
+        assert!(
+            cache
+                .publish_triton(&key, task.path(), &many, false)
+                .is_err()
+        );
         // Larger than any cubin: refused rather than copied.
         let big = File::create(entry.join("big.cubin")).unwrap();
         big.set_len(MAX_TRITON_FILE_BYTES + 1).unwrap();
