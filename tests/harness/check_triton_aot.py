@@ -11,6 +11,8 @@
    up on arguments like the forward's through the ordinary JITFunction/Autotuner path, with
    the compiler's pipeline made to raise: every lookup must be a cache hit (no new entry, no
    compile).
+   The same holds for a dry run on meta tensors (how inputs over 256 MiB are passed): their
+   data_ptr of 0 specialises like a device allocation.
 3. A candidate whose forward needs a GPU, and one that kills its own process during the dry
    run, still end the stage with a `prepared` line (no verdict, no import error): the dry run
    only stops.
@@ -22,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -69,6 +72,27 @@ print(json.dumps({"before": before, "after": sorted(os.listdir(cache)),
 """
 
 
+# A dry run on meta inputs, straight through triton_aot.py (the harness passes meta tensors
+# only for inputs over 256 MiB; the specialisation is the point here, not the size).
+META_DRY_RUN = r"""
+import importlib.util, os, sys
+import torch
+spec = importlib.util.spec_from_file_location("crucible_triton_aot", sys.argv[2])
+aot_module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(aot_module)
+aot = aot_module.TritonPrecompile("9.0", os.environ["TRITON_CACHE_DIR"])
+assert aot.install(), aot.error
+spec = importlib.util.spec_from_file_location("candidate", sys.argv[1])
+cand = importlib.util.module_from_spec(spec)
+sys.modules["candidate"] = cand
+spec.loader.exec_module(cand)
+inputs = [aot_module.meta_tensor(torch, aot_module.describe_meta(torch, torch.empty(4096,
+          device="meta"))) for _ in range(2)]
+kernels, stopped = aot.dry_run(torch, lambda: cand.ModelNew(2.0), inputs, 60, meta=True)
+assert (kernels, stopped) == (3, None), (kernels, stopped)
+"""
+
+
 def ptxas_missing():
     code = ("import os, triton; p = os.path.join(os.path.dirname(triton.__file__), 'backends',"
             " 'nvidia', 'bin', 'ptxas'); print(p if os.access(p, os.X_OK) else '')")
@@ -113,6 +137,27 @@ def check_entries():
         shutil.rmtree(taskdir, ignore_errors=True)
 
 
+def check_meta_entries():
+    cache = tempfile.mkdtemp(prefix="crucible-aot-meta-")
+    try:
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": cache,
+               "TRITON_CACHE_DIR": cache}
+        candidate = os.path.join(CASES, "candidate.py")
+        module = os.path.join(run_harness.REPO, "gpu-worker", "harness", "triton_aot.py")
+        d = subprocess.run([PYTHON, "-I", "-c", META_DRY_RUN, candidate, module],
+                           capture_output=True, text=True, env=env, timeout=300)
+        assert d.returncode == 0, f"meta dry run failed:\n{d.stderr[-3000:]}"
+        written = sorted(os.listdir(cache))
+        v = subprocess.run([PYTHON, "-I", "-c", VERIFY, candidate], capture_output=True,
+                           text=True, env=env, timeout=300)
+        assert v.returncode == 0, f"the JIT missed the meta dry run's entries:\n" \
+                                  f"{v.stderr[-3000:]}"
+        seen = json.loads(v.stdout.strip().splitlines()[-1])
+        assert seen["before"] == seen["after"] == written, seen
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
 def check_breakers():
     for name, spec, why in (
             ("candidate_needs_gpu.py", None, "RuntimeError"),
@@ -132,6 +177,8 @@ def main():
     else:
         version = check_entries()
         print(f"triton_aot: dry run entries hit by triton {version}'s own JIT for cuda:90")
+        check_meta_entries()
+        print("triton_aot: so are a dry run's on meta tensors")
     check_breakers()
     print("triton_aot: a dry run that breaks leaves the cpu stage's verdict alone")
 
