@@ -150,6 +150,38 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_dry_run_is_named_only_when_asked_for() {
+        let spec = TaskSpec {
+            request: crucible_shared::EvaluateRequest::new("a", "b"),
+            seed: 7,
+        };
+        let gpu = DeviceSlot::Gpu {
+            index: 0,
+            name: "H100".into(),
+        };
+        let mut typed = harness_spec(
+            &spec,
+            &gpu,
+            HarnessStage::Prepare,
+            None,
+            Some("9.0"),
+            &[],
+            true,
+        );
+        assert!(
+            serde_json::to_value(&typed)
+                .unwrap()
+                .get("triton_precompile")
+                .is_none()
+        );
+        typed.triton_precompile = Some(30);
+        assert_eq!(
+            serde_json::to_value(&typed).unwrap()["triton_precompile"],
+            30
+        );
+    }
+
     /// The `json!` the spec was written with before `HarnessSpec`, kept verbatim as the
     /// reference the typed spec must match.
     fn old_json_spec(
