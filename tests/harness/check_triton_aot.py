@@ -13,9 +13,10 @@
    compile).
    The same holds for a dry run on meta tensors (how inputs over 256 MiB are passed): their
    data_ptr of 0 specialises like a device allocation.
-3. A candidate whose forward needs a GPU, and one that kills its own process during the dry
-   run, still end the stage with a `prepared` line (no verdict, no import error): the dry run
-   only stops.
+3. A candidate whose forward needs a GPU, one that kills its own process during the dry run,
+   one that loops (the runner's time limit) and one that also ignores that limit (the judge
+   stops waiting) still end the stage with a `prepared` line (no verdict, no import error):
+   the dry run only stops.
 Parts 1-2 need ptxas (shipped in Triton's wheel); without it they are skipped with the reason.
 Exit 0 when everything checked holds, 1 otherwise.
 """
@@ -162,7 +163,11 @@ def check_breakers():
     for name, spec, why in (
             ("candidate_needs_gpu.py", None, "RuntimeError"),
             ("candidate_exits.py", {"screening": {"threads-processes": "off"}},
-             "process ended")):
+             "process ended"),
+            ("candidate_hangs.py", {"triton_precompile": 2}, "out of time"),
+            ("candidate_ignores_alarm.py", {"triton_precompile": 2,
+                                            "screening": {"threads-processes": "off"}},
+             "no answer")):
         r = prepare(os.path.join(CASES, name), spec)
         shutil.rmtree(r["taskdir"], ignore_errors=True)
         p = r["prepared"]
