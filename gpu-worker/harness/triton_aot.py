@@ -45,8 +45,9 @@ import stat
 MAX_CACHE_FILES = 256
 MAX_CACHE_FILE_BYTES = 64 << 20
 MAX_CACHE_BYTES = 256 << 20
-# Most kernel specialisations one dry run compiles (an autotuner compiles every config).
-MAX_KERNELS = 64
+# Most launches one dry run goes through (a launch Triton has compiled already costs nothing;
+# what compiling costs is bounded by the dry run's time).
+MAX_LAUNCHES = 4096
 # Inputs up to this size are made on the CPU with their values; larger ones as meta tensors.
 MAX_CPU_INPUT_BYTES = 256 << 20
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
@@ -97,7 +98,7 @@ class TritonPrecompile:
         self.capability = capability_of(cuda_arch)
         self.cache_dir = cache_dir
         self.active = False
-        self.kernels = 0
+        self.launches = 0
         self.installed = False
         self.error = None
         # Why Triton's driver helpers could not be built here (then they are not tried again).
@@ -170,9 +171,9 @@ class TritonPrecompile:
             self.helpers_error = f"{type(e).__name__}: {e}"[:300]
 
     def before_compile(self):
-        if self.kernels >= MAX_KERNELS:
-            raise _Stop(f"more than {MAX_KERNELS} kernel launches")
-        self.kernels += 1
+        if self.launches >= MAX_LAUNCHES:
+            raise _Stop(f"more than {MAX_LAUNCHES} kernel launches")
+        self.launches += 1
 
     def dry_run(self, torch, build, inputs, seconds, meta=False):
         """Builds the candidate's model (`build()`) and calls it once on `inputs` (CPU
