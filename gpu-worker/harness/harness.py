@@ -26,7 +26,7 @@ import sys
 
 MODULES = (
     "trusted", "errors", "channel", "spec", "tensors", "transport", "sandbox", "screen",
-    "selftest", "builds", "integrity", "judge_setup", "judge_load", "judge_correctness",
+    "selftest", "builds", "integrity", "triton_aot", "judge_setup", "judge_load", "judge_correctness",
     "judge_performance", "runner", "judge",
 )
 

@@ -5,22 +5,29 @@ Owns: SetupStage (a part of Evaluation: reading the typed spec, importing torch,
 the trusted functions, describing the device, forking the runner and checking its sandbox),
 and RunnerLink, the judge's end of the runner.
 
-May import: trusted, errors, channel, spec, tensors, transport, sandbox, selftest. Never the
-runner: RunnerLink is handed the runner's entry point by harness.py.
+May import: trusted, errors, channel, spec, tensors, transport, sandbox, selftest, builds,
+triton_aot. Never the runner: RunnerLink is handed the runner's entry point by harness.py.
 """
+import base64
 import os
+import pickle
 import platform
 import random
 import signal
+import sys
 
 import crucible_sandbox as sandbox
 import crucible_selftest as selftest
 import crucible_transport as transport
+import crucible_triton_aot as triton_aot
+from crucible_builds import REFERENCE_MODULE, import_file
 from crucible_channel import emit
-from crucible_errors import MAX_ERROR_CHARS, SetupError, Verdict
+from crucible_errors import CAUGHT, MAX_ERROR_CHARS, SetupError, Verdict
 from crucible_spec import MAX_BUILDS, read_spec
-from crucible_tensors import FLUSH_BYTES, cpu_model_name, set_cpu_threads, triton_version
-from crucible_trusted import PR_SET_DUMPABLE, Trusted, capture_trusted, flush_std, prctl
+from crucible_tensors import (FLUSH_BYTES, as_call_args, cpu_model_name, seed_all,
+                              set_cpu_threads, triton_version)
+from crucible_trusted import (PR_SET_DUMPABLE, Trusted, capture_trusted, flush_std,
+                              perf_counter_ns, prctl)
 
 
 class RunnerGone(Exception):
@@ -194,8 +201,15 @@ class SetupStage:
         source = self.check_source()
         self.screen(source)
         self.candidate_loaded = True
-        reply = self.ask("prepare")
+        precompile = self.spec.triton_precompile is not None and self.spec.backend == "triton" \
+            and triton_aot.capability_of(self.spec.cuda_arch) is not None
+        reply = self.ask("prepare", triton_arch=self.spec.cuda_arch if precompile else None)
         self._end_stage()
+        aot = {}
+        if precompile and not reply.get("build_failure") and reply.get("import_error") is None:
+            self.begin("precompile")
+            aot = self.precompile()
+            self._end_stage()
         self.runner.stop()
         if reply.get("build_failure"):
             raise Verdict("COMPILATION", str(reply["build_failure"])[:MAX_ERROR_CHARS],
@@ -211,7 +225,85 @@ class SetupStage:
               "import_error": None if import_error is None else str(import_error)[
                   :MAX_ERROR_CHARS],
               "stage_ms": self.stage_ms, "software": self.result["software"],
-              "flags": self.result["flags"]})
+              "flags": self.result["flags"], **aot})
+
+    def precompile(self):
+        """The dry run (triton_aot.py): the reference's init inputs and inputs, made here on
+        the CPU with the task's seed, go to the runner, which calls the candidate once with
+        Triton's launches compiling for the device instead of running. Best effort: whatever
+        goes wrong (the reference needs a GPU, the candidate crashes or hangs) only ends the
+        dry run; the stage goes on to its `prepared` line and the device stage judges. Returns
+        the `prepared` fields: the cache files written, the kernels compiled, why it stopped."""
+        started = perf_counter_ns()
+        kernels, stopped = 0, None
+        try:
+            kernels, stopped = self.dry_run()
+        except RunnerGone:
+            stopped = f"the candidate's process ended (wait status {self.runner.reap()})"
+        except CAUGHT as e:   # the reference's code, the transport
+            stopped = f"{type(e).__name__}: {e}"
+        self.stage_ms["triton_precompile"] = (perf_counter_ns() - started) / 1e6
+        if stopped:
+            sys.stderr.write(f"crucible harness: triton dry run stopped after {kernels} "
+                             f"kernel(s): {stopped}\n")
+        # Listed whatever the runner said (it may have died after writing some): the worker
+        # checks every file, and an entry only ever serves this candidate and reference.
+        files = triton_aot.cache_files(self.taskdir, os.path.join(self.taskdir, "cache",
+                                                                  "triton"))
+        return {"triton_cache": files, "triton_kernels": kernels,
+                "triton_stopped": None if stopped is None else str(stopped)[:500]}
+
+    def dry_run(self):
+        torch = Trusted.torch
+        ref = import_file(REFERENCE_MODULE, self.ref_path)
+        seed_all(self.spec.seed, "cpu")
+        init = as_call_args(ref.get_init_inputs())
+        # Their size first, as meta tensors (no memory): small inputs are then made on the
+        # CPU with the task's seed, large ones go to the runner as meta tensors.
+        seed_all(self.spec.seed, "cpu")
+        with torch.device("meta"):
+            inputs = as_call_args(ref.get_inputs())
+        tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+        meta = sum(x.numel() * x.element_size() for x in tensors) > \
+            triton_aot.MAX_CPU_INPUT_BYTES
+        if not meta or any(x.device.type != "meta" for x in tensors):
+            seed_all(self.spec.seed, "cpu")
+            inputs = as_call_args(ref.get_inputs())
+            meta = False
+        exporter = transport.Exporter(torch, self.xfer_dir, "aot")
+        descs = []
+        for x in inputs:
+            if isinstance(x, torch.Tensor) and meta:
+                descs.append({"meta": triton_aot.describe_meta(torch, x)})
+            elif isinstance(x, torch.Tensor):
+                desc, _ = exporter.export(x.detach().cpu(), shared_file=True)
+                descs.append({"tensor": desc})
+            else:
+                descs.append({"value": base64.b64encode(pickle.dumps(x)).decode("ascii")})
+        # A dry run that hangs in native code (the runner's own alarm cannot interrupt it)
+        # must not spend the stage's deadline: the runner is stopped, the stage goes on.
+        seconds = self.spec.triton_precompile
+        self.runner.sock.settimeout(2 * seconds + 5)
+        try:
+            reply = self.runner.call(
+                "precompile", seed=self.spec.seed, inputs=descs, seconds=seconds, meta=meta,
+                init=base64.b64encode(pickle.dumps(init)).decode("ascii"))
+        except OSError as e:   # socket.timeout included
+            return 0, f"no answer from the candidate's process: {type(e).__name__}"
+        finally:
+            try:
+                self.runner.sock.settimeout(None)
+            except OSError:
+                pass
+        if not isinstance(reply, dict) or reply.get("error"):
+            return 0, str(reply.get("error") if isinstance(reply, dict) else reply)
+        if reply.get("helpers"):
+            sys.stderr.write(f"crucible harness: triton's driver helpers are left to the "
+                             f"device stage: {str(reply['helpers'])[:300]}\n")
+        kernels = reply.get("kernels")
+        kernels = kernels if type(kernels) is int and 0 <= kernels <= 4096 else 0
+        stopped = reply.get("stopped")
+        return kernels, None if stopped is None else str(stopped)
 
     def selftest(self):
         """The worker's start-up proof (no reference, no candidate): the runner tries what its

@@ -9,7 +9,7 @@ Owns: runner_main(), Runner (one op_* method per request), the per-request integ
 that must run beside the candidate, and the kernel counting of a profiled forward.
 
 May import: trusted, errors, channel (only the gate's fd number, to close it), tensors,
-transport, sandbox, selftest, builds, integrity. Never a judge module.
+transport, sandbox, selftest, builds, integrity, triton_aot. Never a judge module.
 """
 import base64
 import os
@@ -27,6 +27,7 @@ from crucible_integrity import (THREAD_STARTERS, WATCHED, lookup, overlaps, prec
                                 storage_span)
 from crucible_tensors import (FLUSH_BYTES, flatten, seed_all, set_cpu_threads, timed_call,
                               to_device)
+from crucible_triton_aot import TritonPrecompile, meta_tensor
 from crucible_trusted import (PR_SET_PDEATHSIG, Trusted, capture_trusted, finite_or_none,
                               flush_std, os_exit, perf_counter_ns, prctl, sync_device)
 
@@ -259,8 +260,13 @@ class Runner:
     def op_prepare(self, msg):
         """The CPU stage's import: builds load_inline extensions into the task directory and
         reports them, a compiler failure, or what else the import raised (for the device stage
-        to judge)."""
+        to judge). With `triton_arch`, Triton's launches are intercepted first (before the
+        candidate can keep the originals) for the dry run of `precompile`."""
         self.builds.install()
+        if msg.get("triton_arch"):
+            self.aot = TritonPrecompile(msg["triton_arch"], os.path.join(
+                self.taskdir, "cache", "triton"))
+            self.aot.install()
         import_error = None
         try:
             import_file(CANDIDATE_MODULE, self.cand_path)
@@ -272,6 +278,31 @@ class Runner:
                                    "load_inline failed to build")
         return {"builds": self.builds.builds, "build_failure": failure,
                 "import_error": import_error}
+
+    def op_precompile(self, msg):
+        """The CPU stage's dry run (triton_aot.py): ModelNew(*init) called once on the judge's
+        CPU inputs with every Triton launch compiled for the device instead of run. Best
+        effort: it reports how many kernel entries it wrote and why it stopped, never a
+        verdict."""
+        aot = getattr(self, "aot", None)
+        module = sys.modules.get(CANDIDATE_MODULE)
+        model_new = getattr(module, "ModelNew", None)
+        if aot is None or model_new is None:
+            return {"kernels": 0, "stopped": "nothing to precompile"}
+        torch = Trusted.torch
+        init = pickle.loads(base64.b64decode(msg["init"]))
+        meta = bool(msg.get("meta"))
+        inputs = [meta_tensor(torch, d["meta"]) if "meta" in d else self.import_inputs([d])[0]
+                  for d in msg["inputs"]]
+        seed_all(msg["seed"], "cpu")
+
+        def build():
+            model = model_new(*init)
+            return model.eval() if isinstance(model, torch.nn.Module) else model
+
+        kernels, stopped = aot.dry_run(torch, build, inputs, int(msg.get("seconds") or 1),
+                                       meta=meta)
+        return {"kernels": kernels, "stopped": stopped, "helpers": aot.helpers_error}
 
     def op_selftest(self, msg):
         """The worker's start-up check: tries what the sandbox must refuse (selftest.py)."""

@@ -27,6 +27,7 @@ TASK_FIELDS = ("backend", "device", "num_correct_trials", "num_perf_trials", "nu
 SPEC_DEFAULTS = {
     "reference_timing": None, "screening": {}, "stage": "evaluate", "cuda_arch": None,
     "prebuilt": [], "integrity_checks": True, "sandbox": None, "selftest": None,
+    "triton_precompile": None,
 }
 # The self-test runs no task: its spec names only the device and backend, and the task's
 # numbers are placeholders no stage of it reads.
@@ -67,6 +68,7 @@ class Spec:
     max_speedup: float
     timing: dict
     integrity_checks: bool
+    triton_precompile: Optional[int]
     sandbox: Optional[dict]
     selftest: Optional[dict]
 
@@ -111,6 +113,9 @@ def parse_spec(raw):
         raise SetupError("spec.max_speedup must be a number >= 1")
     spec["measure_performance"] = bool(spec["measure_performance"])
     spec["integrity_checks"] = bool(spec["integrity_checks"])
+    aot = spec["triton_precompile"]
+    if aot is not None and (type(aot) is not int or not 1 <= aot <= 3600):
+        raise SetupError("spec.triton_precompile must be null or the dry run's seconds (1-3600)")
     spec["reference_timing"] = reference_timing_from_spec(spec["reference_timing"])
     spec["timing"] = timing_from_spec(spec["timing"])
     screening = spec["screening"] if spec["screening"] is not None else {}

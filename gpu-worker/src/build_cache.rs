@@ -17,8 +17,12 @@
 //! temporary name and renamed into place (readers see all of it or nothing), builds of one key
 //! are serialised by an advisory lock on `.locks/<key>`, and at most `slots` builds run at
 //! once on the node, each holding a lock on one of `.slots/<i>`.
+//!
+//! A Triton candidate's kernels, compiled by its CPU stage's dry run, are kept the same way:
+//! an entry keyed by [`triton_entry_key`] whose files are Triton cache files, installed into
+//! the device stage's `cache/triton/` (where its JIT finds them) and checked like builds.
 
-use crate::protocol::BuiltExtension;
+use crate::protocol::{BuiltExtension, check_triton_file};
 use crate::reference_cache::SoftwareVersions;
 use nix::fcntl::{Flock, FlockArg, OFlag, OpenHow, ResolveFlag, openat2};
 use nix::sys::stat::Mode;
@@ -36,6 +40,13 @@ pub const BUILD_PROTOCOL: &str = "build-v1";
 /// The broker's key-value namespace of entry digests.
 pub const BUILD_CACHE_NAMESPACE: crucible_task_manager::KvNamespace =
     crucible_task_manager::KvNamespace::Build;
+/// Version of what decides a Triton precompile entry (the harness's dry run,
+/// `triton_aot.py`): bump it when the dry run changes what it compiles.
+pub const TRITON_PREBUILD_PROTOCOL: &str = "triton-aot-v1";
+/// Largest Triton cache file accepted from a child (a cubin is kilobytes to a few MiB).
+const MAX_TRITON_FILE_BYTES: u64 = 64 << 20;
+/// Largest sum of one entry's Triton cache files (the harness stops listing there too).
+const MAX_TRITON_BYTES: u64 = 256 << 20;
 /// How long the broker keeps an entry's digests (an entry without them is rebuilt).
 pub const BUILD_RECORD_TTL: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 /// Largest built file accepted from a child.
@@ -61,14 +72,44 @@ pub fn entry_key(candidate_source: &str, software: &SoftwareVersions, cuda_arch:
     format!("{:x}", h.finalize())
 }
 
+/// The cache key of a Triton candidate's precompiled kernels: sha256 over
+/// [`TRITON_PREBUILD_PROTOCOL`], the Triton and torch versions, the target architecture, the
+/// reference (its inputs decide the kernels' specialisations) and the whole candidate source.
+/// `None` without a Triton version (nothing to key the compiler on).
+pub fn triton_entry_key(
+    candidate_source: &str,
+    reference_source: &str,
+    software: &SoftwareVersions,
+    cuda_arch: &str,
+) -> Option<String> {
+    let triton = software.triton.as_deref()?;
+    let mut h = Sha256::new();
+    for part in [
+        TRITON_PREBUILD_PROTOCOL,
+        triton,
+        software.torch.as_deref().unwrap_or("-"),
+        cuda_arch,
+        reference_source,
+        candidate_source,
+    ] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    Some(format!("{:x}", h.finalize()))
+}
+
 /// What an entry holds: the extensions in the harness's terms, each file a flat name inside
-/// the entry (`<i>.so`).
+/// the entry (`<i>.so`), and Triton cache files (`t<i>`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
     /// [`BUILD_PROTOCOL`] when the entry was stored: an entry of another protocol is never reused.
     pub protocol: String,
     /// The extensions, their `file` renamed to the entry's flat names.
     pub builds: Vec<BuiltExtension>,
+    /// Triton cache files as the device stage's task directory has them
+    /// (`cache/triton/<entry>/<file>`), stored in the entry as `t<i>`.
+    #[serde(default)]
+    pub triton: Vec<String>,
 }
 
 /// An entry found in the cache.
@@ -134,6 +175,11 @@ impl BuildCache {
                 .builds
                 .iter()
                 .any(|b| !is_flat_name(&b.file) || !dir.join(&b.file).is_file())
+            || manifest
+                .triton
+                .iter()
+                .enumerate()
+                .any(|(i, path)| !check_triton_file(path) || !dir.join(triton_name(i)).is_file())
         {
             return None;
         }
@@ -147,38 +193,63 @@ impl BuildCache {
         })
     }
 
-    /// Copies an entry's files into `task_dir/prebuilt/` (a copy, so the child cannot change
-    /// the cache) and returns the builds as `spec.prebuilt` names them. Each copy must have
-    /// the digest the entry was stored with (`InvalidData` otherwise: the entry was changed).
+    /// Copies an entry's files into the task directory (a copy, so the child cannot change
+    /// the cache): extensions into `prebuilt/`, returned as `spec.prebuilt` names them, Triton
+    /// cache files to their own paths under `cache/triton/`. Each copy must have the digest
+    /// the entry was stored with (`InvalidData` otherwise: the entry was changed). Called on a
+    /// directory no child has seen yet, so nothing in it can be a planted link.
     pub fn install(
         &self,
         entry: &CachedBuild,
         digests: &[String],
         task_dir: &Path,
     ) -> io::Result<Vec<BuiltExtension>> {
-        if digests.len() != entry.manifest.builds.len() {
+        let installed = Self::install_files(entry, digests, task_dir);
+        if installed.is_err() {
+            // Nothing of a refused entry stays behind: Triton would find a file in
+            // cache/triton whether or not the spec names it.
+            for dir in ["prebuilt", "cache/triton"] {
+                let _ = fs::remove_dir_all(task_dir.join(dir));
+            }
+        }
+        installed
+    }
+
+    fn install_files(
+        entry: &CachedBuild,
+        digests: &[String],
+        task_dir: &Path,
+    ) -> io::Result<Vec<BuiltExtension>> {
+        let m = &entry.manifest;
+        if digests.len() != m.builds.len() + m.triton.len() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "build cache entry does not match its record",
             ));
         }
-        let target = task_dir.join("prebuilt");
-        fs::create_dir(&target)?;
+        let (build_digests, triton_digests) = digests.split_at(m.builds.len());
         let mut out = Vec::new();
-        for (build, expected) in entry.manifest.builds.iter().zip(digests) {
-            let dest = target.join(&build.file);
-            let mut src = File::open(entry.dir.join(&build.file))?;
-            let mut dst = new_file(&dest)?;
-            if copy_hashing(&mut src, &mut dst)? != *expected {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("{} changed since it was stored", build.file),
-                ));
-            }
+        if !m.builds.is_empty() {
+            fs::create_dir(task_dir.join("prebuilt"))?;
+        }
+        for (build, expected) in m.builds.iter().zip(build_digests) {
+            let file = format!("prebuilt/{}", build.file);
+            copy_checked(
+                &entry.dir.join(&build.file),
+                &task_dir.join(&file),
+                expected,
+            )?;
             out.push(BuiltExtension {
-                file: format!("prebuilt/{}", build.file),
+                file,
                 ..build.clone()
             });
+        }
+        for (i, (path, expected)) in m.triton.iter().zip(triton_digests).enumerate() {
+            let dest = task_dir.join(path);
+            if let Some(parent) = dest.parent() {
+                fs::create_dir_all(parent)?;
+            }
+            copy_checked(&entry.dir.join(triton_name(i)), &dest, expected)?;
         }
         Ok(out)
     }
@@ -201,6 +272,65 @@ impl BuildCache {
         builds: &[BuiltExtension],
         replace: bool,
     ) -> io::Result<CachedBuild> {
+        let files: Vec<(&str, String, u64)> = builds
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (b.file.as_str(), format!("{i}.so"), MAX_FILE_BYTES))
+            .collect();
+        let manifest = Manifest {
+            protocol: BUILD_PROTOCOL.to_owned(),
+            builds: builds
+                .iter()
+                .zip(&files)
+                .map(|(b, (_, name, _))| BuiltExtension {
+                    file: name.clone(),
+                    ..b.clone()
+                })
+                .collect(),
+            triton: Vec::new(),
+        };
+        self.store(key, task_dir, &files, manifest, u64::MAX, replace)
+    }
+
+    /// Stores the Triton cache files a prepare child's dry run wrote (`cache/triton/...`,
+    /// as [`check_triton_file`] allows) as the entry for `key`, like [`Self::publish`].
+    pub fn publish_triton(
+        &self,
+        key: &str,
+        task_dir: &Path,
+        files: &[String],
+        replace: bool,
+    ) -> io::Result<CachedBuild> {
+        if let Some(bad) = files.iter().find(|f| !check_triton_file(f)) {
+            return Err(io::Error::other(format!(
+                "malformed triton cache file {bad:?}"
+            )));
+        }
+        let sources: Vec<(&str, String, u64)> = files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.as_str(), triton_name(i), MAX_TRITON_FILE_BYTES))
+            .collect();
+        let manifest = Manifest {
+            protocol: BUILD_PROTOCOL.to_owned(),
+            builds: Vec::new(),
+            triton: files.to_vec(),
+        };
+        self.store(key, task_dir, &sources, manifest, MAX_TRITON_BYTES, replace)
+    }
+
+    /// Copies `files` (path in the task directory, flat name in the entry, largest size
+    /// accepted) into a new entry with `manifest`, at most `max_total` bytes in all; digests
+    /// in the order of `files`.
+    fn store(
+        &self,
+        key: &str,
+        task_dir: &Path,
+        files: &[(&str, String, u64)],
+        manifest: Manifest,
+        max_total: u64,
+        replace: bool,
+    ) -> io::Result<CachedBuild> {
         if !is_key(key) {
             return Err(io::Error::other("malformed build cache key"));
         }
@@ -215,37 +345,31 @@ impl BuildCache {
             OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
             Mode::empty(),
         )?;
-        let mut stored = Vec::new();
         let mut digests = Vec::new();
-        for (i, build) in builds.iter().enumerate() {
+        // Every file opened and measured before any is copied: a list over its bounds costs
+        // nothing to refuse.
+        let mut total = 0u64;
+        let mut sources = Vec::new();
+        for (path, _, max) in files {
             let how = OpenHow::new()
                 .flags(OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
                 .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
-            let fd = openat2(&base, build.file.as_str(), how)?;
-            let mut src = File::from(fd);
+            let src = File::from(openat2(&base, *path, how)?);
             let meta = src.metadata()?;
-            if !meta.is_file() || meta.len() > MAX_FILE_BYTES {
+            total = total.saturating_add(meta.len());
+            if !meta.is_file() || meta.len() > *max || total > max_total {
                 return Err(io::Error::other(format!(
-                    "built file {} is not a regular file of at most {MAX_FILE_BYTES} bytes",
-                    build.file
+                    "built file {path} is not a regular file of at most {max} bytes, \
+                     or passes the entry's {max_total}"
                 )));
             }
-            let name = format!("{i}.so");
-            let mut dst = new_file(&tmp.path().join(&name))?;
-            digests.push(copy_hashing(
-                &mut (&mut src).take(MAX_FILE_BYTES),
-                &mut dst,
-            )?);
-            dst.sync_all()?;
-            stored.push(BuiltExtension {
-                file: name,
-                ..build.clone()
-            });
+            sources.push(src);
         }
-        let manifest = Manifest {
-            protocol: BUILD_PROTOCOL.to_owned(),
-            builds: stored,
-        };
+        for ((_, name, max), mut src) in files.iter().zip(sources) {
+            let mut dst = new_file(&tmp.path().join(name))?;
+            digests.push(copy_hashing(&mut (&mut src).take(*max), &mut dst)?);
+            dst.sync_all()?;
+        }
         let mut f = new_file(&tmp.path().join(MANIFEST))?;
         f.write_all(&serde_json::to_vec(&manifest).map_err(io::Error::other)?)?;
         f.sync_all()?;
@@ -353,6 +477,24 @@ fn now() -> std::time::SystemTime {
     std::time::SystemTime::now()
 }
 
+/// The flat name of an entry's `i`th Triton cache file.
+fn triton_name(i: usize) -> String {
+    format!("t{i}")
+}
+
+/// Copies an entry's file to a new file `dest`, which must end up with the digest `expected`.
+fn copy_checked(src: &Path, dest: &Path, expected: &str) -> io::Result<()> {
+    let mut src_file = File::open(src)?;
+    let mut dst = new_file(dest)?;
+    if copy_hashing(&mut src_file, &mut dst)? != expected {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} changed since it was stored", src.display()),
+        ));
+    }
+    Ok(())
+}
+
 /// Copies `src` to `dst` and returns the sha256 (hex) of the bytes copied.
 fn copy_hashing(src: &mut impl Read, dst: &mut File) -> io::Result<String> {
     let mut hasher = Sha256::new();
@@ -400,147 +542,4 @@ fn is_flat_name(s: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sw(torch: &str) -> SoftwareVersions {
-        SoftwareVersions {
-            torch: Some(torch.into()),
-            triton: Some("3.6.0".into()),
-            cuda: Some("13.0".into()),
-        }
-    }
-
-    fn ext(name: &str, file: &str) -> BuiltExtension {
-        BuiltExtension {
-            name: name.into(),
-            key: "ab".repeat(32),
-            file: file.into(),
-            python_module: true,
-        }
-    }
-
-    #[test]
-    fn the_key_covers_source_torch_cuda_and_architecture() {
-        let base = entry_key("src", &sw("2.11.0"), "9.0");
-        assert_eq!(base, entry_key("src", &sw("2.11.0"), "9.0"));
-        assert!(is_key(&base));
-        assert_ne!(base, entry_key("src ", &sw("2.11.0"), "9.0"));
-        assert_ne!(base, entry_key("src", &sw("2.12.0"), "9.0"));
-        assert_ne!(base, entry_key("src", &sw("2.11.0"), "8.0"));
-        let mut other_cuda = sw("2.11.0");
-        other_cuda.cuda = Some("12.8".into());
-        assert_ne!(base, entry_key("src", &other_cuda, "9.0"));
-    }
-
-    #[test]
-    fn publish_copies_regular_files_and_install_hands_out_copies() {
-        let root = tempfile::tempdir().unwrap();
-        let cache = BuildCache::open(root.path(), 2, 10).unwrap();
-        let task = tempfile::tempdir().unwrap();
-        fs::create_dir_all(task.path().join("build/k1")).unwrap();
-        fs::write(task.path().join("build/k1/ext.so"), b"ELF-bytes").unwrap();
-        let key = "cd".repeat(32);
-        assert!(cache.lookup(&key).is_none());
-        let entry = cache
-            .publish(&key, task.path(), &[ext("ext", "build/k1/ext.so")], false)
-            .unwrap();
-        assert_eq!(entry.manifest.builds[0].file, "0.so");
-        let digests = entry.digests.clone().expect("digests of what was stored");
-        let gpu_dir = tempfile::tempdir().unwrap();
-        let installed = cache.install(&entry, &digests, gpu_dir.path()).unwrap();
-        assert_eq!(installed[0].file, "prebuilt/0.so");
-        assert_eq!(
-            fs::read(gpu_dir.path().join("prebuilt/0.so")).unwrap(),
-            b"ELF-bytes"
-        );
-        // The child's copy is its own: changing it leaves the cache alone.
-        fs::write(gpu_dir.path().join("prebuilt/0.so"), b"tampered").unwrap();
-        let again = cache.lookup(&key).unwrap();
-        assert_eq!(fs::read(again.dir.join("0.so")).unwrap(), b"ELF-bytes");
-
-        // Someone with the worker's uid changes the entry itself: the next copy is refused.
-        fs::write(again.dir.join("0.so"), b"planted").unwrap();
-        let other_dir = tempfile::tempdir().unwrap();
-        let refused = cache
-            .install(&again, &digests, other_dir.path())
-            .unwrap_err();
-        assert_eq!(refused.kind(), io::ErrorKind::InvalidData);
-        fs::write(again.dir.join("0.so"), b"ELF-bytes").unwrap();
-
-        // A second store keeps the first entry; a forced rebuild replaces it.
-        fs::write(task.path().join("build/k1/ext.so"), b"rebuilt").unwrap();
-        let kept = cache
-            .publish(&key, task.path(), &[ext("ext", "build/k1/ext.so")], false)
-            .unwrap();
-        assert_eq!(fs::read(kept.dir.join("0.so")).unwrap(), b"ELF-bytes");
-        let replaced = cache
-            .publish(&key, task.path(), &[ext("ext", "build/k1/ext.so")], true)
-            .unwrap();
-        assert_eq!(fs::read(replaced.dir.join("0.so")).unwrap(), b"rebuilt");
-    }
-
-    #[test]
-    fn publish_refuses_links_planted_by_the_child() {
-        let root = tempfile::tempdir().unwrap();
-        let cache = BuildCache::open(root.path(), 1, 10).unwrap();
-        let task = tempfile::tempdir().unwrap();
-        let outside = tempfile::tempdir().unwrap();
-        fs::write(outside.path().join("secret"), b"secret").unwrap();
-        fs::create_dir_all(task.path().join("build")).unwrap();
-        std::os::unix::fs::symlink(
-            outside.path().join("secret"),
-            task.path().join("build/ext.so"),
-        )
-        .unwrap();
-        std::os::unix::fs::symlink(outside.path(), task.path().join("build/dir")).unwrap();
-        for file in ["build/ext.so", "build/dir/secret"] {
-            let key = "ef".repeat(32);
-            assert!(
-                cache
-                    .publish(&key, task.path(), &[ext("ext", file)], false)
-                    .is_err(),
-                "{file} must not be followed"
-            );
-            assert!(cache.lookup(&key).is_none());
-        }
-    }
-
-    #[test]
-    fn entries_beyond_the_cap_are_pruned_oldest_first() {
-        let root = tempfile::tempdir().unwrap();
-        let cache = BuildCache::open(root.path(), 1, 2).unwrap();
-        let task = tempfile::tempdir().unwrap();
-        fs::create_dir_all(task.path().join("build")).unwrap();
-        fs::write(task.path().join("build/e.so"), b"x").unwrap();
-        let keys: Vec<String> = ["01", "02", "03"].iter().map(|k| k.repeat(32)).collect();
-        for (i, key) in keys.iter().enumerate() {
-            cache
-                .publish(key, task.path(), &[ext("e", "build/e.so")], false)
-                .unwrap();
-            // Distinct, ordered use times without sleeping.
-            let t = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1000 + i as u64);
-            File::open(root.path().join(key).join(MANIFEST))
-                .unwrap()
-                .set_modified(t)
-                .unwrap();
-        }
-        cache.prune();
-        assert!(cache.lookup(&keys[0]).is_none());
-        assert!(cache.lookup(&keys[1]).is_some());
-        assert!(cache.lookup(&keys[2]).is_some());
-    }
-
-    #[tokio::test]
-    async fn slots_bound_concurrent_builds() {
-        let root = tempfile::tempdir().unwrap();
-        let cache = BuildCache::open(root.path(), 2, 10).unwrap();
-        let a = cache.slot().await.unwrap();
-        let _b = cache.slot().await.unwrap();
-        let third = tokio::time::timeout(Duration::from_millis(300), cache.slot()).await;
-        assert!(third.is_err(), "a third slot while two are held");
-        drop(a);
-        let c = tokio::time::timeout(Duration::from_secs(10), cache.slot()).await;
-        assert!(c.is_ok(), "a slot frees up when a build ends");
-    }
-}
+mod tests;

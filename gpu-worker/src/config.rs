@@ -57,6 +57,10 @@ pub struct WorkerConfig {
     /// The OS boundary around every child (settings, and once proven, the layers in force);
     /// shared by the clones of this configuration.
     pub sandbox: Arc<Sandbox>,
+    /// Compile a Triton candidate's kernels in its CPU stage, by a dry run of its forward,
+    /// and hand them to the device stage through the build cache (`CRUCIBLE_TRITON_PRECOMPILE`,
+    /// on by default; needs the compile pool and a GPU's architecture).
+    pub triton_precompile: bool,
 }
 
 impl WorkerConfig {
@@ -67,7 +71,8 @@ impl WorkerConfig {
     /// `CRUCIBLE_COMPILE_JOBS` (default half the cores), `CRUCIBLE_BUILD_CACHE` (directory),
     /// `CRUCIBLE_BUILD_CACHE_ENTRIES`, `CRUCIBLE_PREFETCH` (default 4 with the pool, else 0),
     /// `CRUCIBLE_INTEGRITY_CHECKS` (0 only to measure their cost), `CRUCIBLE_DEVICE_SLOTS`
-    /// (default [`default_device_slots`] of the cores and the GPU's memory), and the sandbox's
+    /// (default [`default_device_slots`] of the cores and the GPU's memory),
+    /// `CRUCIBLE_TRITON_PRECOMPILE` (0 turns the CPU stage's Triton compiles off), and the sandbox's
     /// (`CRUCIBLE_SANDBOX*`, see [`SandboxSettings::from_lookup`]).
     pub fn from_lookup(
         device: DeviceSlot,
@@ -157,6 +162,7 @@ impl WorkerConfig {
             build_cache_entries,
             prefetch,
             integrity_checks: switch("CRUCIBLE_INTEGRITY_CHECKS").unwrap_or(true),
+            triton_precompile: switch("CRUCIBLE_TRITON_PRECOMPILE").unwrap_or(true),
             sandbox: Arc::new(Sandbox::new(SandboxSettings::from_lookup(&lookup)?)),
         })
     }

@@ -31,9 +31,12 @@ pub struct StageInputs {
     /// The wall-clock time left to this stage of the task's one budget (`crate::budget`);
     /// `None`: all of `timeout_s` (the task's first or only stage).
     pub budget: Option<Duration>,
+    /// The CPU stage dry-runs a Triton candidate to compile its kernels for `cuda_arch`.
+    pub triton_precompile: bool,
 }
 
-/// A build cache entry to install into the task directory, and how it came to be.
+/// A build cache entry to install into the task directory (CUDA extensions, or a Triton
+/// candidate's compiled kernels), and how it came to be.
 #[derive(Debug, Clone)]
 pub struct Prebuilt {
     /// The cache the entry lives in.
@@ -96,7 +99,7 @@ fn task_stage_dir(
             },
             None => Vec::new(),
         };
-        let harness = harness_spec(
+        let mut harness = harness_spec(
             spec,
             &cfg.device,
             stage,
@@ -105,6 +108,9 @@ fn task_stage_dir(
             &prebuilt,
             cfg.integrity_checks,
         );
+        harness.triton_precompile = inputs
+            .triton_precompile
+            .then(|| dry_run_seconds(stage_deadline(spec, inputs)));
         serde_json::to_value(harness).map_err(std::io::Error::other)
     };
     stage_dir(cfg, label, fill, |path| {
@@ -113,6 +119,16 @@ fn task_stage_dir(
             .transpose()
     })
 }
+
+/// What a CPU stage's Triton dry run may take of `budget` (the task's, which it is charged
+/// to): a quarter, at most [`MAX_DRY_RUN`], so a short `timeout_s` keeps most of its time for
+/// the device.
+fn dry_run_seconds(budget: Duration) -> u64 {
+    (budget / 4).min(MAX_DRY_RUN).as_secs().max(1)
+}
+
+/// The longest dry run of a CPU stage (an autotuned kernel compiles once per config).
+const MAX_DRY_RUN: Duration = Duration::from_secs(30);
 
 /// The deadline of a stage's child: what is left of the task's budget.
 fn stage_deadline(spec: &TaskSpec, inputs: &StageInputs) -> Duration {
@@ -262,4 +278,16 @@ pub async fn evaluate_local(cfg: &WorkerConfig, spec: &TaskSpec) -> std::io::Res
         result.problem_hash = Some(crucible_shared::problem_hash(&spec.request.reference_code));
     }
     Ok(classified)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dry_run_takes_a_bounded_share_of_the_budget() {
+        assert_eq!(dry_run_seconds(Duration::from_secs(300)), 30);
+        assert_eq!(dry_run_seconds(Duration::from_secs(40)), 10);
+        assert_eq!(dry_run_seconds(Duration::from_secs(2)), 1);
+    }
 }

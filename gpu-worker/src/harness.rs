@@ -20,9 +20,10 @@ pub const TEMPLATE_FILE: &str = "template.py";
 /// `transport.py` (messages and tensors between the judge and the candidate's process),
 /// `sandbox.py` (entering the sandbox plan), `screen.py` (static screening before the
 /// candidate is imported), `selftest.py` (the start-up probes), `builds.py` (load_inline),
-/// `integrity.py`, the judge's stages (`judge_*.py`), `runner.py` (everything that runs in the
+/// `integrity.py`, `triton_aot.py` (the CPU stage's dry run that compiles Triton kernels ahead),
+/// the judge's stages (`judge_*.py`), `runner.py` (everything that runs in the
 /// candidate's process) and `judge.py`.
-pub const HARNESS_MODULES: [(&str, &str); 17] = [
+pub const HARNESS_MODULES: [(&str, &str); 18] = [
     ("trusted.py", include_str!("../harness/trusted.py")),
     ("errors.py", include_str!("../harness/errors.py")),
     ("channel.py", include_str!("../harness/channel.py")),
@@ -34,6 +35,7 @@ pub const HARNESS_MODULES: [(&str, &str); 17] = [
     ("selftest.py", include_str!("../harness/selftest.py")),
     ("builds.py", include_str!("../harness/builds.py")),
     ("integrity.py", include_str!("../harness/integrity.py")),
+    ("triton_aot.py", include_str!("../harness/triton_aot.py")),
     ("judge_setup.py", include_str!("../harness/judge_setup.py")),
     ("judge_load.py", include_str!("../harness/judge_load.py")),
     (

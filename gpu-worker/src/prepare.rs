@@ -5,6 +5,13 @@
 //! the node-wide [`BuildCache`]. A candidate whose build is cached skips the child entirely
 //! (unless `force_refresh`, which rebuilds and replaces the entry).
 //!
+//! A Triton candidate (with `CRUCIBLE_TRITON_PRECOMPILE` on) gets a dry run of its forward on
+//! CPU tensors in the same child, compiling each kernel it launches for the device's target
+//! (the harness's `triton_aot.py`); the worker stores the Triton cache files in the build
+//! cache under a key of its own ([`triton_entry_key`]) and installs checked copies into the
+//! device stage's `cache/triton/`, where the JIT finds them instead of compiling while the
+//! device waits. A kernel the dry run missed is compiled there as before.
+//!
 //! Final here (the task never takes the device): `SYNTAX`, `SCREENED`, a compiler failure
 //! (`COMPILATION`, with the compiler's message), and a child that blew a limit while importing
 //! (timeout, output, memory, processes). Anything else the import raised on the CPU is left to
@@ -13,7 +20,7 @@
 
 use crate::build_cache::{
     BUILD_CACHE_NAMESPACE, BUILD_RECORD_TTL, BuildCache, CachedBuild, decode_digests,
-    encode_digests, entry_key,
+    encode_digests, entry_key, triton_entry_key,
 };
 use crate::config::WorkerConfig;
 use crate::evaluation::{Prebuilt, StageInputs, run_prepare_child};
@@ -42,8 +49,8 @@ pub struct Ready {
     /// The extensions the CPU stage built or found in the cache; `None`: the device stage builds
     /// whatever the candidate needs.
     pub prebuilt: Option<Prebuilt>,
-    /// Worker-side times of the CPU stage (`cpu_stage`, `build_cache`), merged into the
-    /// result's `stage_ms`.
+    /// Worker-side times of the CPU stage (`cpu_stage`, `build_cache` or `triton_cache`, and
+    /// the harness's `triton_precompile`), merged into the result's `stage_ms`.
     pub stage_ms: BTreeMap<String, f64>,
     /// How long the CPU stage's child ran: charged to the task's budget (`crate::budget`).
     pub cpu_used: Duration,
@@ -157,11 +164,14 @@ pub async fn prepare(
         // A CPU worker answers CUDA candidates UNSUPPORTED without building anything.
         return Ok(PrepareEnd::Ready(Box::new(ready)));
     }
-    let cache = ctx.cache.filter(|_| cuda);
+    let triton = spec.request.backend == Backend::Triton && ctx.cfg.triton_precompile;
+    let cache = ctx.cache.filter(|_| cuda || triton);
     let key = match (cache, ctx.cuda_arch, &ctx.software) {
-        (Some(_), Some(arch), Some(sw)) => Some(entry_key(&spec.request.kernel_code, sw, arch)),
+        (Some(_), Some(arch), Some(sw)) => stage_key(spec, sw, arch),
         _ => None,
     };
+    // Where the CPU stage's time goes in `stage_ms` when the cache answers.
+    let hit_ms = if cuda { "build_cache" } else { "triton_cache" };
     // Held until this task's build is stored: a twin on another worker waits, then hits.
     let mut _key_lock = None;
     let refresh = spec.request.force_refresh;
@@ -175,7 +185,7 @@ pub async fn prepare(
                 break;
             }
             if let Some((entry, digests)) = verified(cache, ctx.broker, key).await {
-                ready.stage_ms.insert("build_cache".into(), ms(started));
+                ready.stage_ms.insert(hit_ms.into(), ms(started));
                 ready.prebuilt = Some(Prebuilt {
                     cache: cache.clone(),
                     entry,
@@ -188,13 +198,15 @@ pub async fn prepare(
             stale = cache.lookup(key).is_some();
         }
     }
-    // Only builds take one of the node's compile slots; the rest of the stage is light.
+    // Only builds and dry runs take one of the node's compile slots; the rest is light.
     let _slot = match cache {
         Some(cache) => Some(cache.slot().await?),
         None => None,
     };
     let inputs = StageInputs {
         cuda_arch: ctx.cuda_arch.map(str::to_owned),
+        // Compiled kernels need somewhere to go: the cache, and a target to compile for.
+        triton_precompile: triton && cache.is_some() && ctx.cuda_arch.is_some(),
         ..StageInputs::default()
     };
     let child_started = Instant::now();
@@ -219,59 +231,106 @@ pub async fn prepare(
         }
         PrepareVerdict::Prepared(p) => p,
     };
-    if let (Some(cache), Some(arch), false) = (cache, ctx.cuda_arch, prepared.builds.is_empty()) {
-        // Keyed by the versions this very child reported (the worker may not know them yet).
-        let software = prepared
-            .software
-            .as_ref()
-            .and_then(SoftwareVersions::from_report);
-        if let Some(sw) = software {
-            let key = entry_key(&spec.request.kernel_code, &sw, arch);
-            let stored = cache.publish(&key, dir.path(), &prepared.builds, stale);
-            let digests = match &stored {
-                Ok(CachedBuild {
-                    digests: Some(d), ..
-                }) => {
-                    if let Some(broker) = ctx.broker
-                        && let Err(e) = broker
-                            .kv_put(
-                                BUILD_CACHE_NAMESPACE,
-                                &key,
-                                &encode_digests(d),
-                                BUILD_RECORD_TTL,
-                            )
-                            .await
-                    {
-                        tracing::warn!(task = label, error = %e, "could not record the build's digests");
-                    }
-                    Some(d.clone())
-                }
-                // Stored by another process first: its record is in the broker.
-                Ok(_) => verified(cache, ctx.broker, &key).await.map(|(_, d)| d),
-                Err(_) => None,
-            };
-            match (stored, digests) {
-                (Ok(entry), Some(digests)) => {
-                    ready.prebuilt = Some(Prebuilt {
-                        cache: cache.clone(),
-                        entry,
-                        digests,
-                        source: BuildSource::CompilePool,
-                    })
-                }
-                (Ok(_), None) => {
-                    tracing::warn!(
-                        task = label,
-                        "build stored without a record, the device stage builds again"
-                    )
-                }
-                (Err(e), _) => {
-                    tracing::warn!(task = label, error = %e, "could not store the build, the device stage builds again")
-                }
-            }
-        }
+    // The child's own clock: kept only when it is a plausible duration.
+    if let Some(ms) = prepared
+        .stage_ms
+        .get("triton_precompile")
+        .filter(|ms| ms.is_finite() && **ms >= 0.0)
+    {
+        ready.stage_ms.insert("triton_precompile".into(), *ms);
+    }
+    if inputs.triton_precompile {
+        tracing::info!(
+            task = label,
+            kernels = prepared.triton_kernels,
+            files = prepared.triton_cache.len(),
+            stopped = prepared.triton_stopped.as_deref().unwrap_or(""),
+            "triton dry run done"
+        );
+    }
+    let has_files = if cuda {
+        !prepared.builds.is_empty()
+    } else {
+        !prepared.triton_cache.is_empty()
+    };
+    // Keyed by the versions this very child reported (the worker may not know them yet).
+    let software = prepared
+        .software
+        .as_ref()
+        .and_then(SoftwareVersions::from_report);
+    if let (Some(cache), Some(arch), Some(sw), true) = (cache, ctx.cuda_arch, software, has_files)
+        && let Some(key) = stage_key(spec, &sw, arch)
+    {
+        let stored = if cuda {
+            cache.publish(&key, dir.path(), &prepared.builds, stale)
+        } else {
+            cache.publish_triton(&key, dir.path(), &prepared.triton_cache, stale)
+        };
+        ready.prebuilt = record(ctx, cache, &key, stored, label).await;
     }
     Ok(PrepareEnd::Ready(Box::new(ready)))
+}
+
+/// The build cache key of what `spec`'s CPU stage hands over: its CUDA extensions, or its
+/// Triton kernels (which also depend on the reference's inputs). `None`: nothing to key on.
+fn stage_key(spec: &TaskSpec, sw: &SoftwareVersions, arch: &str) -> Option<String> {
+    let r = &spec.request;
+    match r.backend {
+        Backend::Cuda => Some(entry_key(&r.kernel_code, sw, arch)),
+        Backend::Triton => triton_entry_key(&r.kernel_code, &r.reference_code, sw, arch),
+    }
+}
+
+/// Records a stored entry's digests in the broker and returns it for the device stage; `None`
+/// (the device stage builds or compiles itself) when it could not be stored or recorded.
+async fn record(
+    ctx: &PrepareContext<'_>,
+    cache: &BuildCache,
+    key: &str,
+    stored: std::io::Result<CachedBuild>,
+    label: &str,
+) -> Option<Prebuilt> {
+    let digests = match &stored {
+        Ok(CachedBuild {
+            digests: Some(d), ..
+        }) => {
+            if let Some(broker) = ctx.broker
+                && let Err(e) = broker
+                    .kv_put(
+                        BUILD_CACHE_NAMESPACE,
+                        key,
+                        &encode_digests(d),
+                        BUILD_RECORD_TTL,
+                    )
+                    .await
+            {
+                tracing::warn!(task = label, error = %e, "could not record the build's digests");
+            }
+            Some(d.clone())
+        }
+        // Stored by another process first: its record is in the broker.
+        Ok(_) => verified(cache, ctx.broker, key).await.map(|(_, d)| d),
+        Err(_) => None,
+    };
+    match (stored, digests) {
+        (Ok(entry), Some(digests)) => Some(Prebuilt {
+            cache: cache.clone(),
+            entry,
+            digests,
+            source: BuildSource::CompilePool,
+        }),
+        (Ok(_), None) => {
+            tracing::warn!(
+                task = label,
+                "build stored without a record, the device stage builds again"
+            );
+            None
+        }
+        (Err(e), _) => {
+            tracing::warn!(task = label, error = %e, "could not store the build, the device stage builds again");
+            None
+        }
+    }
 }
 
 fn ms(since: Instant) -> f64 {
@@ -381,6 +440,73 @@ mod tests {
             classify_prepare(&o, &ctx()),
             PrepareVerdict::Inconclusive(_)
         ));
+    }
+
+    #[test]
+    fn a_prepared_line_carries_only_plain_triton_cache_files() {
+        let line = |files: &[&str]| {
+            format!(
+                r#"{{"event":"prepared","builds":[],"import_error":null,"triton_cache":{},"triton_kernels":2,"triton_stopped":null}}"#,
+                serde_json::to_string(files).unwrap()
+            )
+        };
+        let good = [
+            "cache/triton/ABC_12-x/__grp__k.json",
+            "cache/triton/ABC_12-x/k.cubin",
+        ];
+        let o = outcome(&[SETUP, LOAD, &line(&good)], ExitKind::Code(0), None);
+        match classify_prepare(&o, &ctx()) {
+            PrepareVerdict::Prepared(p) => {
+                assert_eq!(p.triton_cache, good);
+                assert_eq!(p.triton_kernels, 2);
+            }
+            other => panic!("{other:?}"),
+        }
+        for bad in [
+            "cache/triton/../x/k.cubin",
+            "cache/triton/ABC/../../k",
+            "/etc/passwd",
+            "cache/triton/k.cubin",
+            "cache/triton/A/B/k.cubin",
+            "cache/triton/.hidden/k",
+            "cache/triton/A/.k",
+            "build/A/k.cubin",
+            "cache/triton/A/k cubin",
+        ] {
+            let o = outcome(&[SETUP, LOAD, &line(&[bad])], ExitKind::Code(0), None);
+            assert!(
+                matches!(
+                    classify_prepare(&o, &ctx()),
+                    PrepareVerdict::Inconclusive(_)
+                ),
+                "{bad} accepted"
+            );
+        }
+        let many: Vec<String> = (0..=crate::protocol::MAX_TRITON_FILES)
+            .map(|i| format!("cache/triton/A/f{i}"))
+            .collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let o = outcome(&[SETUP, LOAD, &line(&many)], ExitKind::Code(0), None);
+        assert!(matches!(
+            classify_prepare(&o, &ctx()),
+            PrepareVerdict::Inconclusive(_)
+        ));
+    }
+
+    #[test]
+    fn a_limit_hit_in_the_dry_run_is_never_final() {
+        const PRECOMPILE: &str = r#"{"event":"stage","stage":"precompile"}"#;
+        for reason in [KillReason::Timeout, KillReason::Memory] {
+            let o = outcome(
+                &[SETUP, LOAD, PRECOMPILE],
+                ExitKind::Signal(9),
+                Some(reason),
+            );
+            assert!(matches!(
+                classify_prepare(&o, &ctx()),
+                PrepareVerdict::Inconclusive(_)
+            ));
+        }
     }
 
     #[test]

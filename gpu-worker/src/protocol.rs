@@ -120,6 +120,42 @@ pub struct Prepared {
     /// Static screening findings on the candidate (as [`HarnessResult::flags`]).
     #[serde(default)]
     pub flags: Vec<Flag>,
+    /// The Triton cache files the dry run wrote, relative to the task directory (each
+    /// `cache/triton/<entry>/<file>`, at most [`MAX_TRITON_FILES`]); checked by
+    /// [`check_triton_file`], opened without following links.
+    #[serde(default)]
+    pub triton_cache: Vec<String>,
+    /// Kernel specialisations the dry run compiled.
+    #[serde(default)]
+    pub triton_kernels: u32,
+    /// Why the dry run stopped before the forward's end, if it did (for the worker's log).
+    #[serde(default)]
+    pub triton_stopped: Option<String>,
+}
+
+/// Most Triton cache files one CPU stage may hand over.
+pub const MAX_TRITON_FILES: usize = 256;
+
+/// Where a dry run's Triton cache files live in a task directory (`TRITON_CACHE_DIR`).
+pub const TRITON_CACHE_PREFIX: &str = "cache/triton/";
+
+/// A Triton cache file as a child may name it: `cache/triton/<entry>/<file>`, two plain
+/// components (letters, digits, `_`, `-`, `.`, not starting with a dot), nothing else.
+pub fn check_triton_file(path: &str) -> bool {
+    let plain = |c: &str| {
+        !c.is_empty()
+            && c.len() <= 128
+            && !c.starts_with('.')
+            && c.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+    };
+    match path.strip_prefix(TRITON_CACHE_PREFIX) {
+        Some(rest) => {
+            let parts: Vec<&str> = rest.split('/').collect();
+            parts.len() == 2 && parts.iter().all(|c| plain(c))
+        }
+        None => false,
+    }
 }
 
 /// A stage of the harness, as its `{"event": "stage"}` lines name it (docs/harness-protocol.md).
@@ -137,6 +173,8 @@ pub enum Stage {
     LoadCandidate,
     /// The runner builds `ModelNew` from the init inputs, as the judge built `Model`.
     Instantiate,
+    /// The CPU stage's dry run: the candidate's Triton kernels compiled for the device.
+    Precompile,
     /// The correctness trials.
     Correctness,
     /// The counted forward after the correctness trials.
@@ -151,12 +189,13 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage with its name on the wire.
-    const NAMES: [(Stage, &'static str); 10] = [
+    const NAMES: [(Stage, &'static str); 11] = [
         (Stage::Setup, "setup"),
         (Stage::LoadReference, "load_reference"),
         (Stage::Standby, "standby"),
         (Stage::LoadCandidate, "load_candidate"),
         (Stage::Instantiate, "instantiate"),
+        (Stage::Precompile, "precompile"),
         (Stage::Correctness, "correctness"),
         (Stage::Profile, "profile"),
         (Stage::TimingGate, "timing_gate"),
@@ -378,6 +417,14 @@ fn check_prepared(p: &Prepared) -> Result<(), String> {
     }
     if p.flags.len() > MAX_FLAGS {
         return Err("oversized screening flags".to_owned());
+    }
+    if p.triton_cache.len() > MAX_TRITON_FILES
+        || !p.triton_cache.iter().all(|f| check_triton_file(f))
+    {
+        return Err("malformed triton cache list".to_owned());
+    }
+    if p.triton_stopped.as_ref().is_some_and(|e| e.len() > 4096) {
+        return Err("oversized triton dry run report".to_owned());
     }
     Ok(())
 }

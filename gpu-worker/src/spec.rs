@@ -58,6 +58,11 @@ pub struct HarnessSpec<'a> {
     pub max_speedup: f64,
     /// Whether the harness runs its integrity checks after timing.
     pub integrity_checks: bool,
+    /// The seconds the CPU stage may spend on a dry run of a Triton candidate that compiles
+    /// its kernels for `cuda_arch` (`CRUCIBLE_TRITON_PRECOMPILE`); written only when set, so
+    /// every other spec keeps its shape.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub triton_precompile: Option<u64>,
     /// How many timed calls each model gets (the request's `timing`).
     pub timing: HarnessTiming,
 }
@@ -108,6 +113,7 @@ pub fn harness_spec<'a>(
         screening: &r.screening,
         max_speedup: r.max_speedup,
         integrity_checks,
+        triton_precompile: None,
         timing: HarnessTiming {
             mode: r.timing.mode,
             target_rel_error: r.timing.target_rel_error,
@@ -164,6 +170,38 @@ mod tests {
         assert_eq!(
             cached["reference_timing"],
             serde_json::json!({"median": 2.0, "mean": 2.1, "std": 0.1, "min": 1.9, "max": 2.5})
+        );
+    }
+
+    #[test]
+    fn the_dry_run_is_named_only_when_asked_for() {
+        let spec = TaskSpec {
+            request: crucible_shared::EvaluateRequest::new("a", "b"),
+            seed: 7,
+        };
+        let gpu = DeviceSlot::Gpu {
+            index: 0,
+            name: "H100".into(),
+        };
+        let mut typed = harness_spec(
+            &spec,
+            &gpu,
+            HarnessStage::Prepare,
+            None,
+            Some("9.0"),
+            &[],
+            true,
+        );
+        assert!(
+            serde_json::to_value(&typed)
+                .unwrap()
+                .get("triton_precompile")
+                .is_none()
+        );
+        typed.triton_precompile = Some(30);
+        assert_eq!(
+            serde_json::to_value(&typed).unwrap()["triton_precompile"],
+            30
         );
     }
 

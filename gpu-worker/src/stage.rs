@@ -112,9 +112,10 @@ pub(crate) fn stage_dir(
     for (file, source) in HARNESS_MODULES {
         dir.write_new(file, source.as_bytes())?;
     }
-    let mut spec = fill(&dir)?;
+    // Before `fill`: prebuilt Triton kernels are installed under cache/triton.
     dir.subdir("tmp")?;
     dir.subdir("cache")?;
+    let mut spec = fill(&dir)?;
     let started = Instant::now();
     let mut sandbox = sandbox_for(dir.path())?;
     if let Some(s) = &mut sandbox {

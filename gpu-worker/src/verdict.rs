@@ -89,6 +89,7 @@ const RANKED: &[Stage] = &[
     Stage::LoadReference,
     Stage::Standby,
     Stage::LoadCandidate,
+    Stage::Precompile,
     Stage::Instantiate,
     Stage::Correctness,
     Stage::Profile,

@@ -52,7 +52,10 @@ assert parse_spec(dict(TASK, reference_timing=full)).reference_timing == full
 refused(dict(TASK, reference_timing=dict(FIVE, trials=0)), ["trials"])
 refused(dict(TASK, reference_timing=dict(FIVE, median_ci=[2, 1])), ["median_ci"])
 refused(dict(TASK, reference_timing=dict(FIVE, p99=3)), ["reference_timing"])
+assert parse_spec(dict(TASK, triton_precompile=30)).triton_precompile == 30
+assert parse_spec(dict(TASK)).triton_precompile is None
+refused(dict(TASK, triton_precompile=True), ["triton_precompile"])
 selftest = parse_spec({"stage": "selftest", "device": "cpu", "backend": "triton",
                        "selftest": {"tcp": ["127.0.0.1", 1]}})
 assert selftest.stage == "selftest"
-print("spec: 16 checks passed")
+print("spec: 19 checks passed")

@@ -82,7 +82,9 @@ def run(problem, candidate, spec=None, timeout=120.0, python=DEFAULT_PYTHON,
     # The interpreter's bin dir first: load_inline needs the venv's ninja.
     path = os.pathsep.join([os.path.dirname(python), "/usr/local/bin", "/usr/bin", "/bin"])
     env = {"PATH": path, "HOME": taskdir, "LANG": "C.UTF-8",
-           "TMPDIR": taskdir, "TRITON_CACHE_DIR": os.path.join(taskdir, ".triton")}
+           "TMPDIR": taskdir,
+           # Where the worker puts it (stage.rs): the CPU stage's dry run reports files there.
+           "TRITON_CACHE_DIR": os.path.join(taskdir, "cache", "triton")}
     if spec["device"] == "cpu":
         env["TRITON_INTERPRET"] = "1"
         if cpu_threads:
@@ -144,7 +146,7 @@ def run(problem, candidate, spec=None, timeout=120.0, python=DEFAULT_PYTHON,
     if not keep_taskdir:
         shutil.rmtree(taskdir, ignore_errors=True)
 
-    events, result, violations = [], None, []
+    events, result, prepared, violations = [], None, None, []
     for raw in bytes(proto).split(b"\n"):
         if not raw:
             continue
@@ -158,8 +160,10 @@ def run(problem, candidate, spec=None, timeout=120.0, python=DEFAULT_PYTHON,
             continue
         if msg.get("event") == "stage":
             events.append(msg.get("stage"))
+        elif msg.get("event") == "prepared" and result is None and prepared is None:
+            prepared = msg        # the end of a prepare (CPU) stage, instead of a result
         elif msg.get("event") == "result":
-            if result is not None:
+            if result is not None or prepared is not None:
                 violations.append("second result")
             else:
                 result = msg
@@ -175,12 +179,12 @@ def run(problem, candidate, spec=None, timeout=120.0, python=DEFAULT_PYTHON,
         worker_verdict = "TIMEOUT"
     elif result is None and sig is not None:
         worker_verdict = "CRASH"
-    elif result is None and rc == 0:
+    elif result is None and prepared is None and rc == 0:
         worker_verdict = "RUNTIME"   # exited without a result (os._exit in the candidate)
     elif result is not None:
         worker_verdict = result.get("error_code")
     return {
-        "result": result, "stages": events, "returncode": rc,
+        "result": result, "prepared": prepared, "stages": events, "returncode": rc,
         "signal": signal.Signals(sig).name if sig else None, "timed_out": timed_out,
         "output_limit": flags["output_limit"], "protocol_violations": violations,
         "worker_verdict": worker_verdict, "wall_s": round(wall_s, 3),

@@ -260,6 +260,8 @@ impl Worker {
             prebuilt: ready.ready.prebuilt.clone(),
             cuda_arch: self.cuda_arch.clone(),
             budget: Some(ready.budget),
+            // The dry run is the CPU stage's; the device stage only finds its kernels.
+            triton_precompile: false,
         };
         let events = tasks.events_tx.clone();
         let id = task_id.clone();
