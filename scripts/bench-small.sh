@@ -11,6 +11,7 @@
 #                   crucible-api, one crucible-worker --gpu 0 with CRUCIBLE_DEVICE_SLOTS=K
 #   precompile-off  slots=$BASE_SLOTS and CRUCIBLE_TRITON_PRECOMPILE=0
 #   adaptive        slots=$BASE_SLOTS, every request with "timing": {"mode": "adaptive"}
+#   adaptive-1%     (not in the default) the same with "target_rel_error": 0.01
 #   checks-off      slots=$BASE_SLOTS and CRUCIBLE_INTEGRITY_CHECKS=0
 #   slots=K#N       (not in the default) slots=K once more, compared with slots=K: how far two
 #                   runs of the same setting differ, the noise floor of the comparisons
@@ -211,6 +212,7 @@ for row in $ROWS; do
     ;;
   precompile-off) run_crucible_row "$i" "$row" "$base_env CRUCIBLE_TRITON_PRECOMPILE=0"; r=$? ;;
   adaptive) run_crucible_row "$i" "$row" "$base_env" --timing adaptive; r=$? ;;
+  adaptive-1%) run_crucible_row "$i" "$row" "$base_env" --timing adaptive --timing-target 0.01; r=$? ;;
   checks-off) run_crucible_row "$i" "$row" "$base_env CRUCIBLE_INTEGRITY_CHECKS=0"; r=$? ;;
   *) echo "unknown row $row (naive slots=K precompile-off adaptive checks-off)" >&2; r=2 ;;
   esac

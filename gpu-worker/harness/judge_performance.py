@@ -54,29 +54,8 @@ def enough(adaptive, times, started_ns):
         adaptive["budget_ms"], adaptive["max_trials"], adaptive["min_trials"])
 
 
-CLOCK_WARMUP_MS = 50         # device kept busy right before timing (see warm_clocks)
-
-
 class PerformanceStage:
     """Evaluation's performance stage."""
-
-    def warm_clocks(self):
-        """Keeps the GPU busy for CLOCK_WARMUP_MS before the timed calls. A GPU that idled
-        (while this child waited at its timing gate for its neighbours to park, or set up)
-        has let its clocks fall, and the first timings after idling came out up to 3x slower
-        than the same kernel's under load on the H100 (scripts/bench/contexts.py): the clock
-        state, not the kernel, decided the figure. Trusted code in the judge, before the
-        reference's and the candidate's timed calls alike."""
-        if self.device != "cuda":
-            return
-        torch = Trusted.torch
-        a = torch.ones(2048, 2048, device="cuda")
-        start = perf_counter_ns()
-        while (perf_counter_ns() - start) / 1e6 < CLOCK_WARMUP_MS:
-            for _ in range(8):
-                a = torch.mm(a, a).clamp_(-1.0, 1.0)
-            self.sync()
-        del a
 
     def timing_pool_size(self, inputs, ref_out):
         """Input sets the timed calls rotate through: as many as fit the memory budget, at
@@ -117,7 +96,6 @@ class PerformanceStage:
             del args
             if len(pool) >= self.timing_pool_size(*pool[0]):
                 break
-        self.warm_clocks()
         cached_ref = spec.reference_timing
         if cached_ref is None:
             ref = runtime_stats(self.time_reference(pool))

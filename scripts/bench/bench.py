@@ -226,7 +226,7 @@ def parse_ts(s):
     return t
 
 
-def request_body(it, force_refresh, timing=None):
+def request_body(it, force_refresh, timing=None, timing_target=None):
     body = {
         "reference_code": it["reference_code"],
         "kernel_code": it["kernel_code"],
@@ -238,6 +238,8 @@ def request_body(it, force_refresh, timing=None):
     }
     if timing:
         body["timing"] = {"mode": timing}
+        if timing_target is not None:
+            body["timing"]["target_rel_error"] = timing_target
     return body
 
 
@@ -254,7 +256,8 @@ def run_crucible(args, items):
     for i in range(0, len(items), 500):
         chunk = items[i:i + 500]
         status, ans = call(args.api, "POST", "/evaluate/batch",
-                           {"tasks": [request_body(it, args.force_refresh, args.timing) for it in chunk]})
+                           {"tasks": [request_body(it, args.force_refresh, args.timing, args.timing_target)
+                                     for it in chunk]})
         if status != 202:
             raise SystemExit(f"POST /evaluate/batch answered {status}: {ans}")
         task_ids += ans["task_ids"]
@@ -517,6 +520,8 @@ def main():
     ap.add_argument("--limit", type=int, default=None, help="only the first N evaluations")
     ap.add_argument("--api", default="http://127.0.0.1:10907")
     ap.add_argument("--force-refresh", action="store_true", help="crucible: bypass the result cache and coalescing")
+    ap.add_argument("--timing-target", type=float, default=None,
+                    help="with --timing adaptive: the requests' target_rel_error (default: the API's)")
     ap.add_argument("--timing", choices=["fixed", "adaptive"], default=None,
                     help='crucible: put "timing": {"mode": ...} into every request (default: none)')
     ap.add_argument("--worker-env", default="",

@@ -110,10 +110,11 @@ impl DevicePipeline {
         self.any(Phase::Timing)
     }
 
-    /// Room for another child: fewer than `slots` children that have not reported, none
-    /// timing or waiting to (a CUDA context set up beside a timing would be in its figures),
-    /// and the device not held. Without `pipelined` (no claiming ahead) a new child also waits
-    /// for the ones that reported to be gone.
+    /// Room for another child: fewer than `slots` children that have not reported, plus (with
+    /// several slots, claiming ahead) one set up on standby so that a freed slot is taken at
+    /// once rather than after a CUDA set-up; none timing or waiting to (a CUDA context set up
+    /// beside a timing would be in its figures), and the device not held. Without `pipelined`
+    /// (no claiming ahead) a new child also waits for the ones that reported to be gone.
     pub(super) fn has_room(&self, pipelined: bool) -> bool {
         if self.held || self.timing_pending() {
             return false;
@@ -123,7 +124,8 @@ impl DevicePipeline {
             .iter()
             .filter(|c| c.phase != Phase::Ended)
             .count();
-        live < self.slots && (pipelined || !self.any(Phase::Ended))
+        let on_standby = usize::from(pipelined && self.slots > 1);
+        live < self.slots + on_standby && (pipelined || !self.any(Phase::Ended))
     }
 
     pub(super) fn add(
