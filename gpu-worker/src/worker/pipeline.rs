@@ -110,11 +110,13 @@ impl DevicePipeline {
         self.any(Phase::Timing)
     }
 
-    /// Room for another child: fewer than `slots` children that have not reported, plus (with
-    /// several slots, claiming ahead) one set up on standby so that a freed slot is taken at
-    /// once rather than after a CUDA set-up; none timing or waiting to (a CUDA context set up
-    /// beside a timing would be in its figures), and the device not held. Without `pipelined`
-    /// (no claiming ahead) a new child also waits for the ones that reported to be gone.
+    /// Room for another child: fewer than `slots` children that have not reported, none
+    /// timing or waiting to (a CUDA context set up beside a timing would be in its figures),
+    /// and the device not held. Without `pipelined` (no claiming ahead) a new child also waits
+    /// for the ones that reported to be gone. No child is set up ahead beyond the slots: on
+    /// the H100 one more context setting up beside four slots cost more (its set-up slowed
+    /// the others and held their timings back) than it saved (52 against 63 evaluations a
+    /// minute on the small batch, docs/BENCHMARKS.md).
     pub(super) fn has_room(&self, pipelined: bool) -> bool {
         if self.held || self.timing_pending() {
             return false;
@@ -124,8 +126,7 @@ impl DevicePipeline {
             .iter()
             .filter(|c| c.phase != Phase::Ended)
             .count();
-        let on_standby = usize::from(pipelined && self.slots > 1);
-        live < self.slots + on_standby && (pipelined || !self.any(Phase::Ended))
+        live < self.slots && (pipelined || !self.any(Phase::Ended))
     }
 
     pub(super) fn add(
