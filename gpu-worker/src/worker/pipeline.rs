@@ -20,6 +20,9 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct DeviceTiming {
     pub(super) forked: Option<Instant>,
+    /// Another child was on the device at some time during this one's life: it shared the
+    /// GPU's memory.
+    pub(super) crowded: bool,
     pub(super) go: Option<Instant>,
     pub(super) result: Option<Instant>,
     pub(super) reference: Option<RuntimeStats>,
@@ -60,6 +63,8 @@ struct DeviceChild {
     timing: DeviceTiming,
     /// When it asked to time: the longest waiting child times first.
     wants_timing_since: Option<Instant>,
+    /// Runs alone on the device (a retried task: see [`DevicePipeline::add`]).
+    alone: bool,
 }
 
 /// The children on one device and the rules of who runs when (see the module's comment).
@@ -118,7 +123,7 @@ impl DevicePipeline {
     /// the others and held their timings back) than it saved (52 against 63 evaluations a
     /// minute on the small batch, docs/BENCHMARKS.md).
     pub(super) fn has_room(&self, pipelined: bool) -> bool {
-        if self.held || self.timing_pending() {
+        if self.held || self.timing_pending() || self.children.iter().any(|c| c.alone) {
             return false;
         }
         let live = self
@@ -129,13 +134,22 @@ impl DevicePipeline {
         live < self.slots && (pipelined || !self.any(Phase::Ended))
     }
 
+    /// A forked child. `alone`: it is let go only when no other child is on the device, and
+    /// none joins it until it is gone. A retried task runs so: its last attempt may have
+    /// failed for want of the memory its neighbours held, and alone its verdict is its own.
     pub(super) fn add(
         &mut self,
         task_id: TaskId,
         gate: Gate,
         cancel: CancellationToken,
         spec: TaskSpec,
+        alone: bool,
     ) {
+        // Its set-up takes device memory from the children at work; its own crowding is
+        // judged when it is let go.
+        for other in self.children.iter_mut().filter(|c| c.timing.go.is_some()) {
+            other.timing.crowded = true;
+        }
         self.children.push(DeviceChild {
             task_id,
             gate,
@@ -147,6 +161,7 @@ impl DevicePipeline {
                 ..DeviceTiming::default()
             },
             wants_timing_since: None,
+            alone,
         });
     }
 
@@ -165,14 +180,18 @@ impl DevicePipeline {
         if working >= self.slots {
             return None;
         }
-        self.children
-            .iter()
-            .find(|c| c.timing.go.is_none() && matches!(c.phase, Phase::Starting | Phase::Standby))
-            .map(|c| (c.task_id.clone(), c.spec.clone()))
+        let next = self.children.iter().find(|c| {
+            c.timing.go.is_none() && matches!(c.phase, Phase::Starting | Phase::Standby)
+        })?;
+        if next.alone && self.children.iter().any(|c| c.task_id != next.task_id) {
+            return None;
+        }
+        Some((next.task_id.clone(), next.spec.clone()))
     }
 
     /// Lets a child go, with the reference timing it is to use.
     pub(super) fn go(&mut self, task_id: &TaskId, reference: Option<RuntimeStats>) {
+        let crowded = self.children.iter().any(|c| &c.task_id != task_id);
         let Some(child) = self.child_mut(task_id) else {
             return;
         };
@@ -185,6 +204,7 @@ impl DevicePipeline {
         }
         child.timing.go = Some(Instant::now());
         child.timing.reference = reference;
+        child.timing.crowded = crowded;
         if child.phase == Phase::Standby {
             child.phase = Phase::Working;
         }

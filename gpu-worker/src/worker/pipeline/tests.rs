@@ -23,7 +23,7 @@ fn child(device: &mut DevicePipeline, id: &TaskId) -> GateChild {
         request: crucible_shared::EvaluateRequest::new("ref", "cand"),
         seed: 1,
     };
-    device.add(id.clone(), gate, CancellationToken::new(), spec);
+    device.add(id.clone(), gate, CancellationToken::new(), spec, false);
     child
 }
 
@@ -193,4 +193,32 @@ fn a_held_device_opens_nothing_until_released() {
     device.hold(false);
     settle(&mut device);
     assert_eq!(opened(&a_gate), 1);
+}
+
+#[test]
+fn a_retried_task_runs_alone() {
+    let mut device = DevicePipeline::new(4);
+    let (a, _a_gate) = working(&mut device, "a");
+    let r = id("r");
+    let (gate, r_gate) = supervisor::gate(|_| {}).unwrap();
+    let spec = TaskSpec {
+        request: crucible_shared::EvaluateRequest::new("ref", "cand"),
+        seed: 1,
+    };
+    device.add(r.clone(), gate, CancellationToken::new(), spec, true);
+    stage(&mut device, &r, "standby");
+    assert_eq!(opened(&r_gate), 0, "a is on the device");
+    assert!(
+        !device.has_room(true),
+        "nobody joins a child that runs alone"
+    );
+    device.on_event(&a, ChildEvent::Result);
+    settle(&mut device);
+    assert_eq!(opened(&r_gate), 0, "a is still exiting");
+    let timing = device.ended(&a);
+    assert!(timing.crowded, "a shared the device with r");
+    settle(&mut device);
+    assert_eq!(opened(&r_gate), 1, "alone now");
+    assert!(!device.has_room(true));
+    assert!(!device.ended(&r).crowded);
 }
