@@ -4,7 +4,8 @@
 //! own candidate. Such a failure is a fault of the service (the task is retried), never a
 //! verdict; the first child to fail that way keeps its own verdict.
 
-use crucible_shared::VerdictCode;
+use super::pipeline::DeviceTiming;
+use crucible_shared::{EvalResult, VerdictCode};
 use std::time::Instant;
 
 /// Ends that can spill over to other contexts on the same GPU: a device fault, a kernel that
@@ -45,6 +46,29 @@ impl Neighbours {
         }
     }
 
+    /// Why a child's verdict is to be retried rather than stored, when a neighbour may have
+    /// caused it: the device ran out of memory while other children shared it (a retried task
+    /// runs alone), or it failed after a neighbour beside it failed first ([`Self::is_casualty`]).
+    pub(super) fn retry_reason(
+        &mut self,
+        result: &EvalResult,
+        timing: &DeviceTiming,
+    ) -> Option<String> {
+        if timing.crowded && out_of_device_memory(result.error_message.as_deref()) {
+            return Some(
+                "out of device memory beside other tasks on the device: retried alone".to_owned(),
+            );
+        }
+        let forked = timing.forked?;
+        let ended = timing.result.unwrap_or_else(Instant::now);
+        self.is_casualty(result.error_code, forked, ended).then(|| {
+            format!(
+                "{:?} beside a neighbour on the device that failed first: retried",
+                result.error_code
+            )
+        })
+    }
+
     /// Judges one child's end: `true` when its failure (`code`) is one a neighbour could have
     /// caused and a neighbour that was alive beside it (ended after this child started) failed
     /// that way first. A failure that is not a casualty is remembered for the children after it.
@@ -68,6 +92,23 @@ impl Neighbours {
         }
         false
     }
+}
+
+/// Whether a verdict's message says the device ran out of memory (torch's
+/// `OutOfMemoryError`, the CUDA runtime's and driver's spellings): beside other children that
+/// held memory too, the shortage may have been theirs.
+fn out_of_device_memory(message: Option<&str>) -> bool {
+    let Some(message) = message else {
+        return false;
+    };
+    let message = message.to_ascii_lowercase();
+    [
+        "out of memory",
+        "cudaerrormemoryallocation",
+        "cuda_error_out_of_memory",
+    ]
+    .iter()
+    .any(|needle| message.contains(needle))
 }
 
 #[cfg(test)]
@@ -97,5 +138,21 @@ mod tests {
         let mut cpu = Neighbours::new(false);
         assert!(!cpu.is_casualty(Some(VerdictCode::Timeout), at(0), at(100)));
         assert!(!cpu.is_casualty(Some(VerdictCode::Timeout), at(50), at(120)));
+    }
+
+    #[test]
+    fn device_memory_shortages_are_told_from_other_failures() {
+        let oom =
+            "RuntimeError: CUDA out of memory. Tried to allocate 6.00 GiB (GPU 0; 79.1 GiB total)";
+        assert!(out_of_device_memory(Some(oom)));
+        assert!(out_of_device_memory(Some(
+            "reference forward failed: torch.OutOfMemoryError: ... Out Of Memory"
+        )));
+        assert!(out_of_device_memory(Some("CUDA_ERROR_OUT_OF_MEMORY")));
+        assert!(!out_of_device_memory(Some(
+            "triton: out of resource: shared memory, Required: 262144"
+        )));
+        assert!(!out_of_device_memory(Some("output differs at [3]")));
+        assert!(!out_of_device_memory(None));
     }
 }

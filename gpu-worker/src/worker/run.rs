@@ -43,23 +43,6 @@ impl DeviceDone {
     }
 }
 
-/// Whether a verdict's message says the device ran out of memory (torch's
-/// `OutOfMemoryError`, the CUDA runtime's and driver's spellings): beside other children that
-/// held memory too, the shortage may have been theirs.
-fn out_of_device_memory(message: Option<&str>) -> bool {
-    let Some(message) = message else {
-        return false;
-    };
-    let message = message.to_ascii_lowercase();
-    [
-        "out of memory",
-        "cudaerrormemoryallocation",
-        "cuda_error_out_of_memory",
-    ]
-    .iter()
-    .any(|needle| message.contains(needle))
-}
-
 /// Feeds the children's events in until no child is timing (bounded), with the gates held.
 async fn quiet_device(device: &mut DevicePipeline, tasks: &mut DeviceTasks) {
     let deadline = tokio::time::sleep(QUIET_BEFORE_PROBE);
@@ -337,29 +320,9 @@ impl Worker {
                 software,
             }) => {
                 if let Classified::Verdict(result) = &classified
-                    && timing.crowded
-                    && out_of_device_memory(result.error_message.as_deref())
+                    && let Some(reason) = neighbours.retry_reason(result, &timing)
                 {
-                    tracing::warn!(worker_id = %self.id, task_id = %lease.task_id, "out of device memory beside other children, retrying alone");
-                    let reason =
-                        "out of device memory beside other tasks on the device: retried alone";
-                    self.finish(lease, Ok(Classified::ServiceFault(reason.into())))
-                        .await;
-                    return TaskEnd::Retried;
-                }
-                if let Classified::Verdict(result) = &classified
-                    && let Some(forked) = timing.forked
-                    && neighbours.is_casualty(
-                        result.error_code,
-                        forked,
-                        timing.result.unwrap_or_else(Instant::now),
-                    )
-                {
-                    let code = result.error_code;
-                    tracing::warn!(worker_id = %self.id, task_id = %lease.task_id, ?code, "failed beside a neighbour that failed first, retrying");
-                    let reason = format!(
-                        "{code:?} beside a neighbour on the device that failed first: retried"
-                    );
+                    tracing::warn!(worker_id = %self.id, task_id = %lease.task_id, reason, "a neighbour on the device may have caused the failure, retrying");
                     self.finish(lease, Ok(Classified::ServiceFault(reason)))
                         .await;
                     return TaskEnd::Retried;
@@ -403,26 +366,5 @@ impl Worker {
             }
         }
         self.finish(lease, outcome).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::out_of_device_memory;
-
-    #[test]
-    fn device_memory_shortages_are_told_from_other_failures() {
-        let oom =
-            "RuntimeError: CUDA out of memory. Tried to allocate 6.00 GiB (GPU 0; 79.1 GiB total)";
-        assert!(out_of_device_memory(Some(oom)));
-        assert!(out_of_device_memory(Some(
-            "reference forward failed: torch.OutOfMemoryError: ... Out Of Memory"
-        )));
-        assert!(out_of_device_memory(Some("CUDA_ERROR_OUT_OF_MEMORY")));
-        assert!(!out_of_device_memory(Some(
-            "triton: out of resource: shared memory, Required: 262144"
-        )));
-        assert!(!out_of_device_memory(Some("output differs at [3]")));
-        assert!(!out_of_device_memory(None));
     }
 }
