@@ -5,25 +5,21 @@
 //! file in the device stage without the compiler, `force_refresh`) is the same; only nvcc is
 //! missing here.
 
+mod common;
+
+use common::{gpu_config, repo};
+use crucible_gpu_worker::WorkerConfig;
 use crucible_gpu_worker::build_cache::BuildCache;
 use crucible_gpu_worker::prepare::{PrepareContext, PrepareEnd, prepare};
 use crucible_gpu_worker::reference_cache::SoftwareVersions;
 use crucible_gpu_worker::supervisor::Launcher;
 use crucible_gpu_worker::verdict::Classified;
-use crucible_gpu_worker::{DeviceSlot, WorkerConfig};
 use crucible_shared::{Backend, BrokerConfig, BuildSource, EvaluateRequest, TaskSpec, VerdictCode};
 use crucible_task_manager::MemoryBroker;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use tokio_util::sync::CancellationToken;
 
 const ARCH: &str = "9.0";
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
 
 fn candidate(scale: &str) -> String {
     format!(
@@ -66,27 +62,6 @@ fn spec(kernel: String) -> TaskSpec {
     request.backend = Backend::Cuda;
     request.timeout_s = 600;
     TaskSpec { request, seed: 7 }
-}
-
-/// A worker config for a GPU slot: the CPU stage never touches the device (its child sees no
-/// GPU), so it runs on a machine without one. The sandbox (shared by the clones of a config)
-/// is proven through a CPU slot's self-test: a GPU slot's would need the device.
-async fn config(work: &Path, cache: &Path) -> WorkerConfig {
-    let mut cfg = WorkerConfig::from_env(DeviceSlot::Gpu {
-        index: 0,
-        name: "test".into(),
-    })
-    .unwrap();
-    cfg.work_root = work.to_owned();
-    cfg.build_cache_dir = cache.to_owned();
-    let mut cpu = cfg.clone();
-    cpu.device = DeviceSlot::Cpu {
-        name: "test".into(),
-    };
-    crucible_gpu_worker::sandbox_selftest::ready(&cpu, Launcher::Direct)
-        .await
-        .expect("the sandbox holds on the test machine");
-    cfg
 }
 
 fn software(python: &Path) -> SoftwareVersions {
@@ -138,7 +113,7 @@ fn ready(end: PrepareEnd) -> crucible_gpu_worker::prepare::Ready {
 async fn identical_sources_build_once_and_distinct_sources_build_apart() {
     let work = tempfile::tempdir().unwrap();
     let cache_dir = tempfile::tempdir().unwrap();
-    let cfg = config(work.path(), cache_dir.path()).await;
+    let cfg = gpu_config(work.path(), cache_dir.path()).await;
     let cache = BuildCache::open(cache_dir.path(), 2, 100).unwrap();
     let broker = MemoryBroker::new(BrokerConfig::default());
     let sw = software(&cfg.python);
@@ -278,7 +253,7 @@ print(json.dumps({"reused": builds.reused, "out": out.tolist()}))
 async fn a_compiler_failure_is_a_verdict_of_the_cpu_stage() {
     let work = tempfile::tempdir().unwrap();
     let cache_dir = tempfile::tempdir().unwrap();
-    let cfg = config(work.path(), cache_dir.path()).await;
+    let cfg = gpu_config(work.path(), cache_dir.path()).await;
     let cache = BuildCache::open(cache_dir.path(), 1, 100).unwrap();
     let broker = MemoryBroker::new(BrokerConfig::default());
     let end = run_prepare(

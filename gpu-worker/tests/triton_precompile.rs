@@ -4,22 +4,18 @@
 //! build cache, found again without a child, and installed into a device stage's
 //! `cache/triton/` (that Triton's own JIT hits those entries is tests/harness/check_triton_aot.py).
 
+mod common;
+
+use common::{gpu_config, repo};
+use crucible_gpu_worker::WorkerConfig;
 use crucible_gpu_worker::build_cache::BuildCache;
 use crucible_gpu_worker::prepare::{PrepareContext, PrepareEnd, Ready, prepare};
 use crucible_gpu_worker::reference_cache::SoftwareVersions;
 use crucible_gpu_worker::supervisor::Launcher;
-use crucible_gpu_worker::{DeviceSlot, WorkerConfig};
 use crucible_shared::{Backend, BrokerConfig, BuildSource, EvaluateRequest, TaskSpec};
 use crucible_task_manager::MemoryBroker;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use tokio_util::sync::CancellationToken;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
 
 fn spec() -> TaskSpec {
     let dir = repo().join("tests/harness/triton_aot");
@@ -30,25 +26,6 @@ fn spec() -> TaskSpec {
     request.backend = Backend::Triton;
     request.timeout_s = 600;
     TaskSpec { request, seed: 7 }
-}
-
-/// A GPU slot's config whose sandbox is proven through a CPU slot (as tests/build_cache.rs).
-async fn config(work: &Path, cache: &Path) -> WorkerConfig {
-    let mut cfg = WorkerConfig::from_env(DeviceSlot::Gpu {
-        index: 0,
-        name: "test".into(),
-    })
-    .unwrap();
-    cfg.work_root = work.to_owned();
-    cfg.build_cache_dir = cache.to_owned();
-    let mut cpu = cfg.clone();
-    cpu.device = DeviceSlot::Cpu {
-        name: "test".into(),
-    };
-    crucible_gpu_worker::sandbox_selftest::ready(&cpu, Launcher::Direct)
-        .await
-        .expect("the sandbox holds on the test machine");
-    cfg
 }
 
 /// Whether this Python's Triton ships ptxas (compiling to a cubin needs it).
@@ -106,7 +83,7 @@ async fn run(cfg: &WorkerConfig, cache: &BuildCache, broker: &MemoryBroker, labe
 async fn kernels_compiled_on_the_cpu_reach_the_device_stage_through_the_cache() {
     let work = tempfile::tempdir().unwrap();
     let cache_dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(work.path(), cache_dir.path()).await;
+    let mut cfg = gpu_config(work.path(), cache_dir.path()).await;
     if !has_ptxas(&cfg.python) {
         eprintln!(
             "skipped: the Triton of {} ships no ptxas",
