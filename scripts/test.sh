@@ -24,6 +24,8 @@ fi
 "$CRUCIBLE_PYTHON" tests/harness/check_spec.py
 # Adaptive timing's stopping rule and checked calls, on synthetic times.
 "$CRUCIBLE_PYTHON" tests/harness/check_timing.py
+# The footprint a device child reports before it is let go, sized on the meta device.
+"$CRUCIBLE_PYTHON" tests/harness/check_memory.py
 # The CPU stage's Triton dry run: its cache entries are the ones Triton's JIT looks up.
 "$CRUCIBLE_PYTHON" tests/harness/check_triton_aot.py
 # No source file over 600 lines, no import circle between a crate's files.

@@ -269,6 +269,7 @@ class Evaluation(SetupStage, LoadStage, CorrectnessStage, PerformanceStage):
             return
         self.begin("load_reference")
         self.load_reference()
+        self.report_footprint()
         self._end_stage()
         message = wait_at_gate("standby")
         if "reference_timing" in message:

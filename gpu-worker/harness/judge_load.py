@@ -1,20 +1,25 @@
-"""The judge's loading stages: `load_reference`, `load_candidate` (syntax check, static
-screening, then the runner imports the candidate) and `instantiate`.
+"""The judge's loading stages: `load_reference` (and the footprint it reports before the
+worker lets the task go), `load_candidate` (syntax check, static screening, then the runner
+imports the candidate) and `instantiate`.
 
 Owns: LoadStage, a part of Evaluation.
 
-May import: trusted, errors, tensors, screen, builds, integrity.
+May import: trusted, errors, channel, tensors, screen, builds, integrity, memory.
 """
 import base64
 import os
 import pickle
+import sys
 import traceback
 
+import crucible_memory as memory
 import crucible_screen as screen
 from crucible_builds import REFERENCE_MODULE, import_file
+from crucible_channel import emit, gated
 from crucible_errors import CAUGHT, MAX_ERROR_CHARS, SetupError, Verdict
 from crucible_integrity import MAX_FLAG_CHARS, MAX_FLAGS
 from crucible_tensors import as_call_args, deep_clone, seed_all, to_device
+from crucible_trusted import Trusted
 
 
 class LoadStage:
@@ -50,6 +55,23 @@ class LoadStage:
             self.sync()
         except CAUGHT as e:
             self.reference_failed(e, "reference model failed to build")
+
+    def report_footprint(self):
+        """Tells the worker, before it lets this task go, the peak bytes its tensors will
+        take on the GPU (memory.py): the worker lets children go only while their footprints
+        fit the device. Trusted code only has run so far. Without a gate or a GPU, or when
+        the reference cannot be sized, nothing is sent (the worker then assumes a slot's
+        share of the device)."""
+        if self.device != "cuda" or not gated():
+            return
+        torch = Trusted.torch
+        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+        nbytes, how = memory.measure(self.ref, self.init_inputs, self.ref_model,
+                                     self.spec.seed, total)
+        if how:
+            sys.stderr.write(f"crucible harness: footprint: {how}\n")
+        if nbytes is not None:
+            emit({"event": "footprint", "bytes": int(nbytes)})
 
     def load_candidate(self):
         """compile() first, so invalid Python is SYNTAX and never runs; screening; then the

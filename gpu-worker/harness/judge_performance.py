@@ -2,9 +2,10 @@
 judge rotates, checked at random; the reference timed here; the plausibility checks.
 
 Owns: PerformanceStage, a part of Evaluation, the timing pool's limits, which calls are
-checked, and how adaptive timing (spec.timing) stops both models' timed calls.
+checked, and how adaptive timing (spec.timing) stops both models' timed calls (the pool's
+size is memory.py's: the worker admits children by it).
 
-May import: trusted, errors, tensors, transport, integrity.
+May import: trusted, errors, tensors, transport, integrity, memory.
 """
 import math
 import random
@@ -12,13 +13,12 @@ import random
 import crucible_transport as transport
 from crucible_errors import CAUGHT, MAX_ERROR_CHARS, Verdict
 from crucible_integrity import peak_memory_bandwidth
+from crucible_memory import TIMING_POOL_MAX, pool_sets
 from crucible_tensors import (DiffStats, adaptive_should_stop, compare, deep_clone,
                               outputs_match, runtime_stats, tensor_nbytes, timed_call)
 from crucible_trusted import Trusted, perf_counter_ns
 
-TIMING_POOL_MAX = 3          # distinct input sets the timed calls rotate through
 LARGE_SET_BYTES = 1 << 30    # inputs + outputs above this: release cached memory before timing
-TIMING_POOL_MEMORY = 0.35    # at most this share of device memory for the timing pool
 TIMING_CHECKS = 8            # warm-up and timed calls whose outputs are compared
 TIMING_ROTATE_SHARE = 0.1    # share of the other calls before which the inputs change too
 
@@ -58,15 +58,12 @@ class PerformanceStage:
     """Evaluation's performance stage."""
 
     def timing_pool_size(self, inputs, ref_out):
-        """Input sets the timed calls rotate through: as many as fit the memory budget, at
-        least 2 (the inputs of a set, its reference output)."""
+        """Input sets the timed calls rotate through (memory.pool_sets)."""
         if self.device != "cuda":
             return TIMING_POOL_MAX
         torch = Trusted.torch
-        per_set = tensor_nbytes(inputs) + tensor_nbytes(ref_out)
-        budget = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory \
-            * TIMING_POOL_MEMORY
-        return max(2, min(TIMING_POOL_MAX, int(budget // max(per_set, 1))))
+        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+        return pool_sets(tensor_nbytes(inputs) + tensor_nbytes(ref_out), total)
 
     def performance(self):
         """Timed calls on inputs the judge rotates: a pool of input sets (seeds drawn from the

@@ -23,6 +23,9 @@ pub struct WorkerConfig {
     /// compile, check and count side by side and time one at a time. 1 runs one task at a
     /// time, as before slots existed.
     pub device_slots: u32,
+    /// The GPU's total memory (NVML; `None` for a CPU or when NVML does not answer): the
+    /// device pipeline lets children go only while their footprints fit it.
+    pub device_memory: Option<u64>,
     /// Host name reported in the registry.
     pub node: String,
     /// How long one claim call waits for a task before the loop checks for shutdown.
@@ -109,9 +112,10 @@ impl WorkerConfig {
         let prefetch = num("CRUCIBLE_PREFETCH")?
             .map(|n| n.min(64) as u32)
             .unwrap_or(if compile_pool { 4 } else { 0 });
+        let device_memory = gpu_memory_bytes(&device);
         let device_slots = match num("CRUCIBLE_DEVICE_SLOTS")? {
             Some(n) => n.clamp(1, u64::from(MAX_DEVICE_SLOTS)) as u32,
-            None => default_device_slots(&device, cores, gpu_memory_bytes(&device)),
+            None => default_device_slots(&device, cores, device_memory),
         };
         let build_cache_dir = lookup("CRUCIBLE_BUILD_CACHE")
             .filter(|v| !v.is_empty())
@@ -135,6 +139,7 @@ impl WorkerConfig {
             limits,
             device,
             device_slots,
+            device_memory,
             node: lookup("HOSTNAME")
                 .filter(|v| !v.is_empty())
                 .unwrap_or_else(read_hostname),

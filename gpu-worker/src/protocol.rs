@@ -241,6 +241,13 @@ pub(crate) enum HarnessEvent {
     /// The judge parked at its gate between two device steps (not a stage: what the child
     /// was doing when it ended is the stage before).
     Park,
+    /// The peak bytes the task's tensors will take on the device (the harness's `memory.py`),
+    /// sent before standby, while only trusted code has run: the worker admits children by
+    /// it (`worker::pipeline`).
+    Footprint {
+        /// Bytes, judge and runner together, CUDA contexts not included.
+        bytes: u64,
+    },
     /// The last word of an evaluation stage.
     Result(Box<HarnessResult>),
     /// The last word of a prepare (CPU) stage.
@@ -282,6 +289,9 @@ pub struct Transcript {
     pub stages: Vec<Stage>,
     /// How often the judge parked at its gate between device steps.
     pub parks: u32,
+    /// The footprint the judge reported (the first one: it is sent once, before the
+    /// candidate is loaded).
+    pub footprint: Option<u64>,
     /// A well-formed stage name that is not a [`Stage`] (the first one; later stage lines are
     /// still read): the harness and this worker disagree, a fault of the service.
     pub unknown_stage: Option<String>,
@@ -354,6 +364,9 @@ impl Transcript {
                 }
             }
             Ok(HarnessEvent::Park) => self.parks = self.parks.saturating_add(1),
+            Ok(HarnessEvent::Footprint { bytes }) => {
+                self.footprint.get_or_insert(bytes);
+            }
             Ok(HarnessEvent::Result(result)) => match check_result(&result) {
                 Ok(()) => self.result = Some(*result),
                 Err(why) => self.violation = Some(why),

@@ -60,6 +60,8 @@ pub enum ChildEvent {
     /// The judge parked at its gate between two device steps (`park` line on fd 3), its
     /// runner stopped: it does nothing on the device until the gate opens.
     Park,
+    /// The judge's footprint: the peak bytes its tensors will take on the device.
+    Footprint(u64),
     /// The result (or `prepared`) line arrived: the child has nothing left to do but exit.
     Result,
 }
@@ -558,6 +560,7 @@ async fn read_transcript(
                 } else {
                     let stages = transcript.stages.len();
                     let parks = transcript.parks;
+                    let footprint = transcript.footprint;
                     let ended = transcript.ended();
                     transcript.push_line(&line);
                     if transcript.sandbox.is_some()
@@ -573,6 +576,11 @@ async fn read_transcript(
                         }
                         if transcript.parks > parks {
                             feed(ChildEvent::Park);
+                        }
+                        if footprint.is_none()
+                            && let Some(bytes) = transcript.footprint
+                        {
+                            feed(ChildEvent::Footprint(bytes));
                         }
                         if !ended && transcript.ended() {
                             feed(ChildEvent::Result);

@@ -86,6 +86,24 @@ class Pure(unittest.TestCase):
         self.assertIn("slots=4 vs slots=1 speedups agree within 2.5 % p50", text)
         self.assertIn("(1 runs of other workloads", text)
 
+    def test_kernelbench_targets_take_the_fastest_row(self):
+        big = lambda r: dict(r, workload="scripts/bench/workload.json")
+        runs = [big(run("naive", [task("x", 2.0, 1.0), task("y", 1.0, 2.0)], wall=120.0)),
+                big(run("slots=1", [task("x", 2.0, 1.0), task("y", 1.0, 2.0)], 40.0, "CRUCIBLE_DEVICE_SLOTS=1", mem=900.0)),
+                big(run("slots=4", [task("x", 2.0, 1.0), task("y", 1.1, 2.0)], 20.0, "CRUCIBLE_DEVICE_SLOTS=4", mem=900.0))]
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "results.json")
+            with open(path, "w") as f:
+                json.dump({"runs": runs}, f)
+            out = io.StringIO()
+            with redirect_stdout(out):
+                rc = report.report(path, False, "scripts/bench/workload.json")
+        text = out.getvalue()
+        self.assertEqual(rc, 0)
+        self.assertIn("(slots=4) throughput 6.00x naive (met, >= 5x)", text)
+        self.assertIn("GPU busy 50 % (NOT met, >= 80 %)", text)
+        self.assertIn("slots=4 vs slots=1 speedups agree within 5.0 % p50", text)
+
 
 class Workload(unittest.TestCase):
     def test_small_workload_shape(self):

@@ -18,6 +18,25 @@ fn parses_stages_then_result() {
 }
 
 #[test]
+fn the_first_footprint_is_kept_and_a_malformed_one_is_a_violation() {
+    let mut t = Transcript::default();
+    t.push_line(br#"{"event":"footprint","bytes":38654705664}"#);
+    t.push_line(br#"{"event":"footprint","bytes":1}"#);
+    assert_eq!(t.violation, None);
+    assert_eq!(t.footprint, Some(36 << 30));
+    for bad in [
+        &br#"{"event":"footprint","bytes":-1}"#[..],
+        br#"{"event":"footprint","bytes":1e30}"#,
+        br#"{"event":"footprint"}"#,
+    ] {
+        let mut t = Transcript::default();
+        t.push_line(bad);
+        assert!(t.violation.is_some(), "{}", String::from_utf8_lossy(bad));
+        assert_eq!(t.footprint, None);
+    }
+}
+
+#[test]
 fn every_stage_keeps_its_wire_name() {
     for (stage, name) in Stage::NAMES {
         assert_eq!(Stage::parse(name), Some(stage));

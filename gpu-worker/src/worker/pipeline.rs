@@ -8,12 +8,32 @@
 //! device steps. Timing is exclusive: a child times only when every other child is blocked
 //! at a gate, and while one waits to time, the gates of the others stay shut (they park at
 //! their next step) and no new child is forked.
+//!
+//! On a GPU the children also share its memory: each judge reports the peak bytes its
+//! tensors will take (its footprint) before it is let go, and a child goes only while the
+//! footprints of the children at work, with their CUDA contexts, fit the device. Children go
+//! in the order they were forked: one that must wait for memory holds back those behind it,
+//! so a large task is never starved by small ones.
 
 use crate::protocol::Stage;
 use crate::supervisor::{ChildEvent, Gate};
 use crucible_shared::{RuntimeStats, TaskId, TaskSpec};
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+/// Device memory a child takes beside its tensors: the judge's and the runner's CUDA contexts
+/// with torch's kernels loaded. On the H100 the small batch's memory high-water mark grows by
+/// 1.9-2.0 GiB a slot (docs/BENCHMARKS.md).
+pub(super) const CHILD_CONTEXTS_BYTES: u64 = 2 << 30;
+/// Share of the device's memory no footprint is admitted into: what the harness's estimate
+/// leaves out (the models' intermediates, the allocators' rounding and fragmentation).
+const MEMORY_HEADROOM_SHARE: f64 = 0.1;
+
+/// Pure: the bytes of device memory the footprints of the children at work may add up to on
+/// a device of `total` bytes.
+pub(super) fn memory_budget(total: u64) -> u64 {
+    (total as f64 * (1.0 - MEMORY_HEADROOM_SHARE)) as u64
+}
 
 /// When a device child was let go and when its result arrived, and the reference timing it
 /// was given then.
@@ -65,6 +85,8 @@ struct DeviceChild {
     wants_timing_since: Option<Instant>,
     /// Runs alone on the device (a retried task: see [`DevicePipeline::add`]).
     alone: bool,
+    /// The peak bytes its tensors will take, as its judge reported before it was let go.
+    footprint: Option<u64>,
 }
 
 /// The children on one device and the rules of who runs when (see the module's comment).
@@ -77,14 +99,19 @@ pub(super) struct DevicePipeline {
     children: Vec<DeviceChild>,
     /// Set while the worker needs the device quiet (a GPU health probe): no gate opens.
     held: bool,
+    /// The device memory the children at work may take together ([`memory_budget`]); `None`
+    /// (a CPU, or a GPU whose memory is unknown) admits by slots alone.
+    memory: Option<u64>,
 }
 
 impl DevicePipeline {
-    pub(super) fn new(slots: usize) -> Self {
+    /// A device of `slots` and, on a GPU, `memory_total` bytes of memory.
+    pub(super) fn new(slots: usize, memory_total: Option<u64>) -> Self {
         Self {
             slots: slots.max(1),
             children: Vec::new(),
             held: false,
+            memory: memory_total.map(memory_budget),
         }
     }
 
@@ -162,6 +189,7 @@ impl DevicePipeline {
             },
             wants_timing_since: None,
             alone,
+            footprint: None,
         });
     }
 
@@ -183,10 +211,46 @@ impl DevicePipeline {
         let next = self.children.iter().find(|c| {
             c.timing.go.is_none() && matches!(c.phase, Phase::Starting | Phase::Standby)
         })?;
+        let others_at_work = self
+            .children
+            .iter()
+            .any(|c| c.task_id != next.task_id && c.timing.go.is_some());
         if next.alone && self.children.iter().any(|c| c.task_id != next.task_id) {
             return None;
         }
+        if others_at_work && !self.fits(next) {
+            return None;
+        }
         Some((next.task_id.clone(), next.spec.clone()))
+    }
+
+    /// Whether `next`'s footprint fits beside what the other children hold: those at work
+    /// their contexts and footprints, those not let go their contexts. A child that has not
+    /// reported yet waits for its report (it is sent before standby); one at standby without
+    /// a report (its reference could not be sized) counts a slot's share of the budget.
+    fn fits(&self, next: &DeviceChild) -> bool {
+        let Some(budget) = self.memory else {
+            return true;
+        };
+        let share = budget / self.slots as u64;
+        let held_by = |c: &DeviceChild| match c.timing.go {
+            Some(_) => CHILD_CONTEXTS_BYTES.saturating_add(c.footprint.unwrap_or(share)),
+            None => CHILD_CONTEXTS_BYTES,
+        };
+        let need = match (next.footprint, next.phase) {
+            (Some(bytes), _) => bytes,
+            (None, Phase::Standby) => share,
+            (None, _) => return false,
+        };
+        let held: u64 = self
+            .children
+            .iter()
+            .filter(|c| c.task_id != next.task_id)
+            .map(held_by)
+            .fold(0, u64::saturating_add);
+        held.saturating_add(CHILD_CONTEXTS_BYTES)
+            .saturating_add(need)
+            <= budget
     }
 
     /// Lets a child go, with the reference timing it is to use.
@@ -205,6 +269,7 @@ impl DevicePipeline {
         child.timing.go = Some(Instant::now());
         child.timing.reference = reference;
         child.timing.crowded = crowded;
+        tracing::info!(task_id = %task_id, footprint_mib = child.footprint.map(|b| b >> 20), crowded, "device child let go");
         if child.phase == Phase::Standby {
             child.phase = Phase::Working;
         }
@@ -257,6 +322,12 @@ impl DevicePipeline {
                 child.gate.note_waiting();
                 child.phase = Phase::Parked;
             }
+            // Sent once by the judge before its standby line, while only trusted code has
+            // run; anything later is ignored.
+            ChildEvent::Footprint(bytes) if child.phase == Phase::Starting => {
+                child.footprint.get_or_insert(bytes);
+            }
+            ChildEvent::Footprint(_) => {}
             // A child let go before it reached standby passes it on the line waiting.
             ChildEvent::Stage(Stage::Standby) if let_go => child.phase = Phase::Working,
             ChildEvent::Stage(Stage::Standby) => {

@@ -136,7 +136,8 @@ impl Worker {
                     .claim_loop(places, ready_tx, gate_rx, shutdown.clone()),
             );
         let mut faults = 0u32;
-        let mut device = DevicePipeline::new(self.cfg.device_slots as usize);
+        let mut device =
+            DevicePipeline::new(self.cfg.device_slots as usize, self.cfg.device_memory);
         let mut tasks = DeviceTasks::new();
         let mut neighbours = Neighbours::new(matches!(
             self.cfg.device,
