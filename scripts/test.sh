@@ -24,6 +24,8 @@ fi
 "$CRUCIBLE_PYTHON" tests/harness/check_spec.py
 # Adaptive timing's stopping rule and checked calls, on synthetic times.
 "$CRUCIBLE_PYTHON" tests/harness/check_timing.py
+# The output comparison's fast path (float32/float64) agrees with isclose and the exact path.
+"$CRUCIBLE_PYTHON" tests/harness/check_compare.py
 # The footprint a device child reports before it is let go, sized on the meta device.
 "$CRUCIBLE_PYTHON" tests/harness/check_memory.py
 # The CPU stage's Triton dry run: its cache entries are the ones Triton's JIT looks up.

@@ -118,35 +118,69 @@ def compare(ref, out, atol, rtol, stats, path="output"):
 COMPARE_CHUNK = 1 << 25
 
 
+def _exact_chunk(r_part, o_part, atol, rtol):
+    """One chunk compared in float64 (complex128), NaNs and infinities as isclose with
+    equal_nan treats them: [bad, nonfinite, finite count, sum, max] of the differences."""
+    torch = Trusted.torch
+    wide = torch.complex128 if (r_part.is_complex() or o_part.is_complex()) else torch.float64
+    r = r_part.to(wide)
+    o = o_part.to(wide)
+    diff = (o - r).abs()
+    same = (o == r) | (torch.isnan(o) & torch.isnan(r))   # equal infinities, shared NaNs
+    diff = diff.masked_fill(same, 0)
+    finite = torch.isfinite(diff)
+    finite_diff = diff.masked_fill(~finite, 0)
+    if r_part.dtype == torch.bool:
+        bad = (o_part != r_part).sum()
+    else:
+        bad = (~Trusted.isclose(o_part, r_part, rtol=rtol, atol=atol, equal_nan=True)).sum()
+    return torch.stack([bad.to(torch.float64), (~finite).sum().to(torch.float64),
+                        finite.sum().to(torch.float64), finite_diff.sum(), finite_diff.max()])
+
+
+def _fast_chunk(r_part, o_part, atol, rtol):
+    """One float32/float64 chunk in its own dtype (see _compare_values); right only when its
+    difference is finite everywhere, which its sum (the fourth entry) tells."""
+    torch = Trusted.torch
+    diff = (o_part - r_part).abs_()
+    allowed = r_part.abs().mul_(rtol).add_(atol)   # isclose's atol + rtol * |other|
+    bad = (diff > allowed).sum()
+    return torch.stack([bad.to(torch.float64), torch.zeros((), dtype=torch.float64, device=diff.device),
+                        torch.full((), diff.numel(), dtype=torch.float64, device=diff.device),
+                        diff.sum(dtype=torch.float64), diff.max().to(torch.float64)])
+
+
 def _compare_values(ref, out, atol, rtol, stats, path):
     """Every reduction stays on the device and is read back once per output: a sync per chunk
-    (and boolean-mask indexing, which syncs too) made comparing a 6.4 GB output take ~0.2 s."""
+    (and boolean-mask indexing, which syncs too) made comparing a 6.4 GB output take ~0.2 s.
+
+    float32 and float64 outputs (nearly all of KernelBench) take a fast path: the difference
+    in their own dtype, as isclose computes it, and the same test (|out - ref| > atol +
+    rtol * |ref| is a mismatch; for finite values exactly isclose's answer), its sum
+    accumulated in float64. That is about half the kernels over half the bytes of the exact
+    path, which widens to float64 first: on the H100 the exact path spent ~0.25 s on each
+    6 GiB output, the largest part of a KernelBench level-1 correctness stage. A chunk whose
+    difference is not finite somewhere (a NaN or an infinity on either side, or an overflow:
+    its sum is then not finite) is compared again the exact way."""
     torch = Trusted.torch
-    wide = torch.complex128 if (ref.is_complex() or out.is_complex()) else torch.float64
+    fast = ref.dtype in (torch.float32, torch.float64) and out.dtype == ref.dtype
     ref_flat = ref.detach().reshape(-1)
     out_flat = out.detach().reshape(-1)
     parts = []   # per chunk: [bad, nonfinite, finite count, sum, max] as 0-d device tensors
     for start in range(0, ref_flat.numel(), COMPARE_CHUNK):
         r_part = ref_flat[start:start + COMPARE_CHUNK]
         o_part = out_flat[start:start + COMPARE_CHUNK]
-        r = r_part.to(wide)
-        o = o_part.to(wide)
-        diff = (o - r).abs()
-        same = (o == r) | (torch.isnan(o) & torch.isnan(r))   # equal infinities, shared NaNs
-        diff = diff.masked_fill(same, 0)
-        finite = torch.isfinite(diff)
-        finite_diff = diff.masked_fill(~finite, 0)
-        if ref.dtype == torch.bool:
-            bad = (o_part != r_part).sum()
-        else:
-            bad = (~Trusted.isclose(o_part, r_part, rtol=rtol, atol=atol, equal_nan=True)).sum()
-        parts.append(torch.stack([bad.to(torch.float64), (~finite).sum().to(torch.float64),
-                                  finite.sum().to(torch.float64), finite_diff.sum(),
-                                  finite_diff.max()]))
-        del r, o, diff, same, finite, finite_diff
+        compare_chunk = _fast_chunk if fast else _exact_chunk
+        parts.append(compare_chunk(r_part, o_part, atol, rtol))
     if not parts:
         return []
     rows = torch.stack(parts).tolist()
+    if fast:
+        for i, row in enumerate(rows):
+            if not math.isfinite(row[3]):
+                begin = i * COMPARE_CHUNK
+                rows[i] = _exact_chunk(ref_flat[begin:begin + COMPARE_CHUNK],
+                                       out_flat[begin:begin + COMPARE_CHUNK], atol, rtol).tolist()
     bad = int(sum(row[0] for row in rows))
     n_nonfinite = int(sum(row[1] for row in rows))
     chunk_max = max(row[4] for row in rows)

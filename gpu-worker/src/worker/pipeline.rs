@@ -227,11 +227,23 @@ impl DevicePipeline {
     /// Whether `next`'s footprint fits beside what the other children hold: those at work
     /// their contexts and footprints, those not let go their contexts. A child that has not
     /// reported yet waits for its report (it is sent before standby); one at standby without
-    /// a report (its reference could not be sized) counts a slot's share of the budget.
+    /// a report (its reference could not be sized) counts a slot's share of the budget. A
+    /// child let go before it reported (the first, let go at once) may take anything until
+    /// it reports: nobody joins it meanwhile (on the H100, two 6 GiB-input tasks let go so
+    /// ran out of memory together).
     fn fits(&self, next: &DeviceChild) -> bool {
         let Some(budget) = self.memory else {
             return true;
         };
+        let unsized_at_work = self.children.iter().any(|c| {
+            c.task_id != next.task_id
+                && c.timing.go.is_some()
+                && c.footprint.is_none()
+                && c.phase == Phase::Starting
+        });
+        if unsized_at_work {
+            return false;
+        }
         let share = budget / self.slots as u64;
         let held_by = |c: &DeviceChild| match c.timing.go {
             Some(_) => CHILD_CONTEXTS_BYTES.saturating_add(c.footprint.unwrap_or(share)),

@@ -283,6 +283,26 @@ fn a_child_that_has_not_reported_its_footprint_waits_for_it_and_one_without_coun
 }
 
 #[test]
+fn nobody_joins_a_child_let_go_before_it_reported_until_it_does() {
+    let mut device = DevicePipeline::new(4, Some(80 << 30));
+    // a is let go at once, while it is still setting up.
+    let a = id("a");
+    let a_gate = child(&mut device, &a);
+    settle(&mut device);
+    assert_eq!(opened(&a_gate), 1);
+    let (_b, b_gate) = sized(&mut device, "b", 1);
+    assert_eq!(opened(&b_gate), 0, "a's size is unknown");
+    device.on_event(&a, ChildEvent::Footprint(70 << 30));
+    settle(&mut device);
+    assert_eq!(opened(&b_gate), 0, "72 + 2 + 1 > 72");
+    let (_c, _) = sized(&mut device, "c", 1);
+    let a_end = device.ended(&a);
+    assert!(a_end.go.is_some());
+    settle(&mut device);
+    assert_eq!(opened(&b_gate), 1, "a gone: b goes, its size known");
+}
+
+#[test]
 fn without_a_known_memory_children_go_by_slots_alone() {
     let mut device = DevicePipeline::new(2, None);
     let (_a, a_gate) = sized(&mut device, "a", 500);
