@@ -120,7 +120,9 @@ for _ in range(300):
 print("health:", health)
 PYEOF
 
-bench --mode crucible --label "${LABEL:-$MODE}" --api "http://127.0.0.1:$API_PORT" "${force[@]}" "$@" 2>&1 | tee -a "$OUT/$MODE.log"
+# The worker's environment goes with the results: the report pairs slots=K with slots=1 by it.
+bench --mode crucible --label "${LABEL:-$MODE}" --api "http://127.0.0.1:$API_PORT" "${force[@]}" \
+  --worker-env "${WORKER_ENV:-}" "$@" 2>&1 | tee -a "$OUT/$MODE.log"
 rc=${PIPESTATUS[0]}
 grep -E "gpu (un)?healthy|giving task back|cuda fault|template" "$OUT/$MODE-worker.log" | tail -n 10
 bench --report

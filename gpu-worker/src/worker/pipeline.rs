@@ -85,8 +85,10 @@ struct DeviceChild {
     wants_timing_since: Option<Instant>,
     /// Runs alone on the device (a retried task: see [`DevicePipeline::add`]).
     alone: bool,
-    /// The peak bytes its tensors will take, as its judge reported before it was let go.
+    /// The peak bytes its tensors will take, as its judge reported before its standby line.
     footprint: Option<u64>,
+    /// Its standby line was read: a footprint it has not reported by then never comes.
+    past_standby: bool,
 }
 
 /// The children on one device and the rules of who runs when (see the module's comment).
@@ -190,6 +192,7 @@ impl DevicePipeline {
             wants_timing_since: None,
             alone,
             footprint: None,
+            past_standby: false,
         });
     }
 
@@ -239,7 +242,7 @@ impl DevicePipeline {
             c.task_id != next.task_id
                 && c.timing.go.is_some()
                 && c.footprint.is_none()
-                && c.phase == Phase::Starting
+                && !c.past_standby
         });
         if unsized_at_work {
             return false;
@@ -249,10 +252,10 @@ impl DevicePipeline {
             Some(_) => CHILD_CONTEXTS_BYTES.saturating_add(c.footprint.unwrap_or(share)),
             None => CHILD_CONTEXTS_BYTES,
         };
-        let need = match (next.footprint, next.phase) {
+        let need = match (next.footprint, next.past_standby) {
             (Some(bytes), _) => bytes,
-            (None, Phase::Standby) => share,
-            (None, _) => return false,
+            (None, true) => share,
+            (None, false) => return false,
         };
         let held: u64 = self
             .children
@@ -336,13 +339,17 @@ impl DevicePipeline {
             }
             // Sent once by the judge before its standby line, while only trusted code has
             // run; anything later is ignored.
-            ChildEvent::Footprint(bytes) if child.phase == Phase::Starting => {
+            ChildEvent::Footprint(bytes) if !child.past_standby => {
                 child.footprint.get_or_insert(bytes);
             }
             ChildEvent::Footprint(_) => {}
             // A child let go before it reached standby passes it on the line waiting.
-            ChildEvent::Stage(Stage::Standby) if let_go => child.phase = Phase::Working,
+            ChildEvent::Stage(Stage::Standby) if let_go => {
+                child.past_standby = true;
+                child.phase = Phase::Working;
+            }
             ChildEvent::Stage(Stage::Standby) => {
+                child.past_standby = true;
                 child.gate.note_waiting();
                 child.phase = Phase::Standby;
             }

@@ -285,11 +285,14 @@ fn a_child_that_has_not_reported_its_footprint_waits_for_it_and_one_without_coun
 #[test]
 fn nobody_joins_a_child_let_go_before_it_reported_until_it_does() {
     let mut device = DevicePipeline::new(4, Some(80 << 30));
-    // a is let go at once, while it is still setting up.
+    // a is let go at once, while it is still setting up, and goes on through its stages
+    // before standby.
     let a = id("a");
     let a_gate = child(&mut device, &a);
     settle(&mut device);
     assert_eq!(opened(&a_gate), 1);
+    stage(&mut device, &a, "setup");
+    stage(&mut device, &a, "load_reference");
     let (_b, b_gate) = sized(&mut device, "b", 1);
     assert_eq!(opened(&b_gate), 0, "a's size is unknown");
     device.on_event(&a, ChildEvent::Footprint(70 << 30));
