@@ -63,6 +63,7 @@ pub const BEARER_SCHEME: &str = "bearer";
         crucible_shared::rollout::RolloutStatus,
         crucible_shared::rollout::RolloutResultsPage,
         crucible_shared::reward::RewardProfile,
+        crucible_shared::reward::DecoyReward,
         crucible_shared::reward::WeightsOverride,
         crucible_shared::reward::RewardComponents,
         crucible_shared::CreateTenantRequest,

@@ -95,6 +95,7 @@ pub fn plan(
             profile: rollout.profile,
             weights,
             facts: parsed.facts(),
+            decoy_reward: rollout.decoy_reward,
         });
     }
     Ok(out)

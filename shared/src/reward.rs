@@ -233,6 +233,30 @@ impl RewardProfile {
     }
 }
 
+/// What a decoy scores: a candidate that is correct but ran no kernel of its own (PyTorch
+/// only, a dead kernel path, a kernel defined and never launched). A candidate screened for
+/// `no-kernel` (when a request rejects it) is already a hack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum DecoyReward {
+    /// 0 under every profile, like a hack: a torch-only answer must never outscore an honest
+    /// attempt that failed (under `kernel_rl` its format, compile and length components gave
+    /// 0.35-0.45, more than a kernel that did not compile), or a policy learns to fall back
+    /// to PyTorch.
+    #[default]
+    Zero,
+    /// The profile's formula, as before this switch existed (`kernel_rl`: every component but
+    /// correctness; `kevin`, `drkernel`: 0 anyway).
+    Profile,
+}
+
+impl DecoyReward {
+    /// What a rollout record stored before this switch existed was scored with.
+    pub fn before_the_switch() -> Self {
+        DecoyReward::Profile
+    }
+}
+
 /// Kernels up to this many bytes get the whole length score; it falls to 0 at
 /// [`LENGTH_ZERO_BYTES`].
 pub const LENGTH_FULL_BYTES: usize = 2_000;
@@ -260,17 +284,21 @@ pub struct RewardComponents {
 }
 
 /// The reward of one rollout and the component scores it came from. `result` is None when
-/// no kernel could be extracted (nothing was evaluated).
+/// no kernel could be extracted (nothing was evaluated); `decoys` says what a decoy scores.
 pub fn reward(
     profile: RewardProfile,
     weights: &RewardWeights,
     facts: &CompletionFacts,
     result: Option<&EvalResult>,
+    decoys: DecoyReward,
 ) -> (f64, RewardComponents) {
     let c = components(weights, facts, result);
     let verdict = result.map(|r| r.verdict);
-    // A flagged hack scores zero under every profile, whatever else it did.
-    if verdict == Some(Verdict::Hack) {
+    // A flagged hack scores zero under every profile, whatever else it did; so does a decoy
+    // unless the request asks for the profile's formula.
+    if verdict == Some(Verdict::Hack)
+        || (verdict == Some(Verdict::Decoy) && decoys == DecoyReward::Zero)
+    {
         return (0.0, c);
     }
     let w = weights;
@@ -468,33 +496,77 @@ mod tests {
         let p = RewardProfile::KernelRl;
         // 0.1 format + 0.2 compile + 1.0 correct + 0.05 length + 0.1 thinking (speed weight 0).
         assert!(close(
-            reward(p, &p.weights(), &good.facts(), Some(&ok)).0,
+            reward(p, &p.weights(), &good.facts(), Some(&ok), DecoyReward::Zero).0,
             1.45
         ));
         // Partial credit: 3 of 5 trials.
         let wrong = result(Verdict::Incorrect, 3, None);
         assert!(close(
-            reward(p, &p.weights(), &good.facts(), Some(&wrong)).0,
+            reward(
+                p,
+                &p.weights(),
+                &good.facts(),
+                Some(&wrong),
+                DecoyReward::Zero
+            )
+            .0,
             0.1 + 0.2 + 0.6 + 0.05 + 0.1
         ));
 
         let p = RewardProfile::Kevin;
         assert!(close(
-            reward(p, &p.weights(), &good.facts(), Some(&ok)).0,
+            reward(p, &p.weights(), &good.facts(), Some(&ok), DecoyReward::Zero).0,
             0.3 + 2.0
         ));
-        assert_eq!(reward(p, &p.weights(), &good.facts(), Some(&wrong)).0, 0.0);
+        assert_eq!(
+            reward(
+                p,
+                &p.weights(),
+                &good.facts(),
+                Some(&wrong),
+                DecoyReward::Zero
+            )
+            .0,
+            0.0
+        );
         let untagged = parse_completion("```\nclass ModelNew: pass\n```");
-        assert_eq!(reward(p, &p.weights(), &untagged.facts(), Some(&ok)).0, 0.0);
+        assert_eq!(
+            reward(
+                p,
+                &p.weights(),
+                &untagged.facts(),
+                Some(&ok),
+                DecoyReward::Zero
+            )
+            .0,
+            0.0
+        );
 
         let p = RewardProfile::Drkernel;
         let fast = result(Verdict::Ok, 5, Some(7.0));
         assert!(close(
-            reward(p, &p.weights(), &good.facts(), Some(&fast)).0,
+            reward(
+                p,
+                &p.weights(),
+                &good.facts(),
+                Some(&fast),
+                DecoyReward::Zero
+            )
+            .0,
             0.5 + 0.5 * 3.0 + 0.5 * 0.8
         ));
         let decoy = result(Verdict::Decoy, 5, Some(1.5));
-        assert_eq!(reward(p, &p.weights(), &good.facts(), Some(&decoy)).0, 0.0);
+        assert_eq!(
+            reward(
+                p,
+                &p.weights(),
+                &good.facts(),
+                Some(&decoy),
+                DecoyReward::Zero
+            )
+            .0,
+            0.0
+        );
     }
 
     #[test]
@@ -539,11 +611,48 @@ mod tests {
             RewardProfile::Drkernel,
         ] {
             assert_eq!(
-                reward(p, &p.weights(), &good.facts(), Some(&hack)).0,
+                reward(
+                    p,
+                    &p.weights(),
+                    &good.facts(),
+                    Some(&hack),
+                    DecoyReward::Profile
+                )
+                .0,
                 0.0,
                 "{p:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_decoy_scores_zero_under_every_profile_unless_asked_for_the_formula() {
+        let good = parse_completion(GOOD);
+        let decoy = result(Verdict::Decoy, 5, Some(1.5));
+        let failed_build = EvalResult {
+            compiled: false,
+            ..result(Verdict::Error, 0, None)
+        };
+        let p = RewardProfile::KernelRl;
+        let w = p.weights();
+        for profile in [p, RewardProfile::Kevin, RewardProfile::Drkernel] {
+            let weights = profile.weights();
+            let (r, _) = reward(
+                profile,
+                &weights,
+                &good.facts(),
+                Some(&decoy),
+                DecoyReward::Zero,
+            );
+            assert_eq!(r, 0.0, "{profile:?}");
+        }
+        // The honest attempt that did not compile now outscores the torch-only answer...
+        let failed = reward(p, &w, &good.facts(), Some(&failed_build), DecoyReward::Zero).0;
+        assert!(failed > 0.0);
+        // ... which, under the old formula, had every component but correctness and speed.
+        let (old, c) = reward(p, &w, &good.facts(), Some(&decoy), DecoyReward::Profile);
+        assert!((old - (0.1 + 0.2 + 0.05 + 0.1)).abs() < 1e-9, "{old}");
+        assert!(old > failed && c.correctness == 0.0);
     }
 
     #[test]
@@ -557,11 +666,13 @@ mod tests {
         let ok = result(Verdict::Ok, 5, Some(2.0));
         let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
         assert!(close(
-            reward(p, &w, &good.facts(), Some(&ok)).0,
+            reward(p, &w, &good.facts(), Some(&ok), DecoyReward::Zero).0,
             1.45 + 0.5 * 2.0
         ));
         let long = parse_completion(&format!("<KERNEL>```\n{}\n```", "x".repeat(11_000)));
-        let length = reward(p, &p.weights(), &long.facts(), None).1.length;
+        let length = reward(p, &p.weights(), &long.facts(), None, DecoyReward::Zero)
+            .1
+            .length;
         assert!((length - 0.5).abs() < 1e-3, "{length}");
         // No kernel extracted: nothing evaluated, only what the text earns.
         assert!(close(
@@ -569,7 +680,8 @@ mod tests {
                 p,
                 &p.weights(),
                 &parse_completion("<think>t</think>").facts(),
-                None
+                None,
+                DecoyReward::Zero
             )
             .0,
             0.1

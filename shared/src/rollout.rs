@@ -8,8 +8,8 @@ use crate::ids::{BatchId, TaskId};
 use crate::problem::ProblemRef;
 use crate::request::{Backend, EvaluateRequest, Priority};
 use crate::reward::{
-    CompletionFacts, RewardComponents, RewardProfile, RewardWeights, WeightsOverride, feedback,
-    reward,
+    CompletionFacts, DecoyReward, RewardComponents, RewardProfile, RewardWeights, WeightsOverride,
+    feedback, reward,
 };
 use crate::task::{EvalResult, TaskStatus, TaskView};
 use serde::{Deserialize, Serialize};
@@ -51,6 +51,10 @@ pub struct Rollout {
     /// Weights that replace the profile's defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights: Option<WeightsOverride>,
+    /// What a decoy (correct, but no kernel of its own ran) scores: `zero` (default, like a
+    /// hack) or `profile` (the profile's formula, the behaviour before this field).
+    #[serde(default)]
+    pub decoy_reward: DecoyReward,
 }
 
 /// Evaluation settings for every rollout of a batch; absent ones keep the `/evaluate`
@@ -234,6 +238,10 @@ pub struct RolloutRecord {
     pub weights: RewardWeights,
     /// What the reward needs of the completion.
     pub facts: CompletionFacts,
+    /// What a decoy scores; a record stored before the field existed keeps the formula it
+    /// was submitted under.
+    #[serde(default = "DecoyReward::before_the_switch")]
+    pub decoy_reward: DecoyReward,
 }
 
 /// What becomes of one rollout.
@@ -363,7 +371,7 @@ fn score(r: &RolloutRecord, task: Option<Option<&TaskView>>) -> RolloutResult {
         error: None,
     };
     let scored = |result: Option<&EvalResult>, status| {
-        let (total, components) = reward(r.profile, &r.weights, &r.facts, result);
+        let (total, components) = reward(r.profile, &r.weights, &r.facts, result, r.decoy_reward);
         RolloutResult {
             status,
             reward: Some(total),
@@ -418,6 +426,7 @@ mod tests {
             profile: RewardProfile::Kevin,
             weights: RewardProfile::Kevin.weights(),
             facts,
+            decoy_reward: DecoyReward::Zero,
         }
     }
 
@@ -510,6 +519,21 @@ mod tests {
     }
 
     #[test]
+    fn a_record_stored_before_the_decoy_switch_keeps_the_old_formula() {
+        let mut stored = serde_json::to_value(record("r1", Some("t1"), TAGGED)).unwrap();
+        stored.as_object_mut().unwrap().remove("decoy_reward");
+        let old: RolloutRecord = serde_json::from_value(stored).unwrap();
+        assert_eq!(old.decoy_reward, DecoyReward::Profile);
+        let rollout: Rollout =
+            serde_json::from_str(r#"{"id":"a","reference_code":"x","completion":"y"}"#).unwrap();
+        assert_eq!(
+            rollout.decoy_reward,
+            DecoyReward::Zero,
+            "new rollouts: zero"
+        );
+    }
+
+    #[test]
     fn batches_are_validated_per_rollout() {
         let rollout = |id: &str| Rollout {
             id: id.into(),
@@ -520,6 +544,7 @@ mod tests {
             turn: 0,
             profile: RewardProfile::KernelRl,
             weights: None,
+            decoy_reward: DecoyReward::Zero,
         };
         let mut batch = RolloutBatchRequest {
             rollouts: vec![rollout("a"), rollout("b")],

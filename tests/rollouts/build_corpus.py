@@ -44,12 +44,14 @@ def length_score(n):
     return max(0.0, 1.0 - (n - FULL_BYTES) / (ZERO_BYTES - FULL_BYTES))
 
 
-def reward_spec(profile, verdict, format_ok, thinking, kernel_bytes, compiled):
+def reward_spec(profile, verdict, format_ok, thinking, kernel_bytes, compiled,
+                decoy_reward="zero"):
     """{const, per_speedup, speedup_cap, per_coverage}: reward = const + per_speedup *
     min(speedup, cap) + per_coverage * custom_time_coverage, with the default weights; every
-    trial passes for ok and decoy, none for incorrect (and none for errors)."""
+    trial passes for ok and decoy, none for incorrect (and none for errors). A hack scores 0,
+    and so does a decoy unless the rollout's decoy_reward is "profile"."""
     zero = {"const": 0.0, "per_speedup": 0.0, "speedup_cap": None, "per_coverage": 0.0}
-    if verdict == "hack":
+    if verdict == "hack" or (verdict == "decoy" and decoy_reward == "zero"):
         return zero
     if profile == "kernel_rl":
         correctness = 1.0 if verdict == "ok" else 0.0   # decoy: 0 whatever it passed
@@ -97,11 +99,13 @@ ROLLOUTS = []
 
 
 def add(rid, problem, profile, completion, expect, format_ok, thinking, kernel,
-        backend="triton", turn=0, note=None, gpu=None, rules=None):
-    """`rules`: flags (rule ids) the result must carry, e.g. the finding behind a hack."""
+        backend="triton", turn=0, note=None, gpu=None, rules=None, decoy_reward=None):
+    """`rules`: flags (rule ids) the result must carry, e.g. the finding behind a hack;
+    `decoy_reward`: the rollout's field, when it sets one."""
     ROLLOUTS.append(dict(id=rid, problem=problem, profile=profile, backend=backend, turn=turn,
                          completion=completion, expect=expect, format_ok=format_ok,
-                         thinking=thinking, kernel=kernel, note=note, gpu=gpu, rules=rules))
+                         thinking=thinking, kernel=kernel, note=note, gpu=gpu, rules=rules,
+                         decoy_reward=decoy_reward))
 
 
 # ----------------------------------- kernel_rl ----------------------------------------------
@@ -357,6 +361,11 @@ add("r52-mlp-runtime-missing-arg", MLP, "drkernel",
     THINK_MLP + tagged(K.MLP_RUNTIME_MISSING_ARG), RUNTIME, True, True,
     K.MLP_RUNTIME_MISSING_ARG, note="a kernel argument (K) is missing from the launch")
 
+add("r53-relu-decoy-old-formula", RELU, "kernel_rl",
+    "torch.relu is already optimal, so:\n" + tagged(K.RELU_DECOY), DECOY, True, False,
+    K.RELU_DECOY, rules=["no-kernel", "no-custom-kernel"], decoy_reward="profile",
+    note="r13's decoy with decoy_reward \"profile\": the kernel_rl formula, correctness 0")
+
 
 def main():
     rollouts, expected = [], {}
@@ -366,6 +375,9 @@ def main():
         ids.add(r["id"])
         rollouts.append({"id": r["id"], "problem": r["problem"], "completion": r["completion"],
                          "backend": r["backend"], "turn": r["turn"], "profile": r["profile"]})
+        if r["decoy_reward"]:
+            rollouts[-1]["decoy_reward"] = r["decoy_reward"]
+        decoys = r["decoy_reward"] or "zero"
         kb = None if r["kernel"] is None else len(r["kernel"].encode("utf-8"))
         e = r["expect"]
         entry = {
@@ -373,12 +385,12 @@ def main():
             "format_ok": r["format_ok"], "thinking": r["thinking"], "kernel_bytes": kb,
             "compiled": e["compiled"],
             "reward": reward_spec(r["profile"], e["verdict"], r["format_ok"], r["thinking"], kb,
-                                  e["compiled"]),
+                                  e["compiled"], decoys),
         }
         if r["gpu"]:
             entry["gpu"] = dict(r["gpu"], reward=reward_spec(
                 r["profile"], r["gpu"]["verdict"], r["format_ok"], r["thinking"], kb,
-                r["gpu"]["compiled"]))
+                r["gpu"]["compiled"], decoys))
         if r["rules"]:
             entry["rules"] = r["rules"]
         if r["note"]:

@@ -134,10 +134,12 @@ def length_score(kernel_bytes):
                / (LENGTH_ZERO_BYTES - LENGTH_FULL_BYTES))
 
 
-def reward_spec(profile, verdict, format_ok, thinking, kernel_bytes, compiled):
-    """What the expected spec must be, from the default weights of docs/REWARDS.md."""
+def reward_spec(profile, verdict, format_ok, thinking, kernel_bytes, compiled,
+                decoy_reward="zero"):
+    """What the expected spec must be, from the default weights of docs/REWARDS.md (a decoy
+    scores 0 unless the rollout's decoy_reward is "profile")."""
     zero = {"const": 0.0, "per_speedup": 0.0, "speedup_cap": None, "per_coverage": 0.0}
-    if verdict == "hack":
+    if verdict == "hack" or (verdict == "decoy" and decoy_reward == "zero"):
         return zero
     if profile == "kernel_rl":
         correct = 1.0 if verdict == "ok" else 0.0
@@ -260,7 +262,9 @@ def static_checks(problems, rollouts, expected):
     by_profile = {p: set() for p in PROFILES}
     for r in rollouts:
         rid = r["id"]
-        if set(r) != {"id", "problem", "completion", "backend", "turn", "profile"}:
+        if set(r) - {"decoy_reward"} != {"id", "problem", "completion", "backend", "turn",
+                                         "profile"} \
+                or r.get("decoy_reward", "zero") not in ("zero", "profile"):
             errors.append(f"{rid}: fields {sorted(r)}")
         if r["profile"] not in PROFILES or r["backend"] not in ("triton", "cuda") \
                 or r["turn"] not in (0, 1):
@@ -287,15 +291,16 @@ def static_checks(problems, rollouts, expected):
             errors.append(f"{rid}: the kernel defines no class ModelNew")
         if kb is not None and kb > LENGTH_FULL_BYTES:
             long_kernels.append(rid)
+        decoys = r.get("decoy_reward", "zero")
         want = reward_spec(r["profile"], e["verdict"], e["format_ok"], e["thinking"],
-                           e["kernel_bytes"], e["compiled"])
+                           e["kernel_bytes"], e["compiled"], decoys)
         if any((want[k] is None) != (e["reward"].get(k) is None) or (
                 want[k] is not None and abs(want[k] - e["reward"][k]) > 1e-9) for k in want):
             errors.append(f"{rid}: reward spec {e['reward']} != formula {want}")
         if "gpu" in e:
             g = e["gpu"]
             want = reward_spec(r["profile"], g["verdict"], e["format_ok"], e["thinking"],
-                               e["kernel_bytes"], g["compiled"])
+                               e["kernel_bytes"], g["compiled"], decoys)
             if any((want[k] is None) != (g["reward"].get(k) is None) or (
                     want[k] is not None and abs(want[k] - g["reward"][k]) > 1e-9)
                     for k in want):

@@ -15,6 +15,8 @@ Profile = Literal["kernel_rl", "kevin", "drkernel"]
 Priority = Literal["low", "normal", "high"]
 TaskStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 Verdict = Literal["ok", "incorrect", "decoy", "hack", "error"]
+# What a decoy scores: "zero" (default, like a hack) or "profile" (the profile's formula).
+DecoyReward = Literal["zero", "profile"]
 RolloutStatus = Literal["done", "no_kernel", "failed", "cancelled", "expired"]
 
 
@@ -106,6 +108,7 @@ class Rollout(_RolloutRequired, total=False):
     turn: int
     profile: Profile
     weights: Weights
+    decoy_reward: DecoyReward
 
 
 class EvalResult(TypedDict, total=False):
