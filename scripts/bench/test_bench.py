@@ -28,6 +28,19 @@ def run(mode, tasks, wall=60.0, worker_env="", timing=None, mem=None):
             "workload": "scripts/bench/workload-small.json"}
 
 
+def report_text(runs, workload):
+    """The report of `runs` for `workload`, as printed (it must exit 0)."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "results.json")
+        with open(path, "w") as f:
+            json.dump({"runs": runs}, f)
+        out = io.StringIO()
+        with redirect_stdout(out):
+            rc = report.report(path, False, workload)
+    assert rc == 0, out.getvalue()
+    return out.getvalue()
+
+
 class Pure(unittest.TestCase):
     def test_pct(self):
         self.assertIsNone(report.pct([], 50))
@@ -70,15 +83,7 @@ class Pure(unittest.TestCase):
                 run("slots=4", [task("x", 2.1, 1.0), task("y", 1.0, 2.0)], 15.0, "CRUCIBLE_DEVICE_SLOTS=4", mem=1500.0),
                 run("adaptive", [task("x", 2.0, 1.0), task("y", 1.2, 2.0)], 10.0, "CRUCIBLE_DEVICE_SLOTS=4", "adaptive"),
                 dict(run("on", [task("x", 1.0)]), workload="scripts/bench/workload.json")]
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "results.json")
-            with open(path, "w") as f:
-                json.dump({"runs": runs}, f)
-            out = io.StringIO()
-            with redirect_stdout(out):
-                rc = report.report(path, False, "scripts/bench/workload-small.json")
-        text = out.getvalue()
-        self.assertEqual(rc, 0)
+        text = report_text(runs, "scripts/bench/workload-small.json")
         self.assertIn("1,500 MiB", text)
         self.assertIn("500 MiB", text)
         self.assertIn("best slots row slots=4 16.00x naive (met, >= 8x)", text)
@@ -91,15 +96,7 @@ class Pure(unittest.TestCase):
         runs = [big(run("naive", [task("x", 2.0, 1.0), task("y", 1.0, 2.0)], wall=120.0)),
                 big(run("slots=1", [task("x", 2.0, 1.0), task("y", 1.0, 2.0)], 40.0, "CRUCIBLE_DEVICE_SLOTS=1", mem=900.0)),
                 big(run("slots=4", [task("x", 2.0, 1.0), task("y", 1.1, 2.0)], 20.0, "CRUCIBLE_DEVICE_SLOTS=4", mem=900.0))]
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "results.json")
-            with open(path, "w") as f:
-                json.dump({"runs": runs}, f)
-            out = io.StringIO()
-            with redirect_stdout(out):
-                rc = report.report(path, False, "scripts/bench/workload.json")
-        text = out.getvalue()
-        self.assertEqual(rc, 0)
+        text = report_text(runs, "scripts/bench/workload.json")
         self.assertIn("(slots=4) throughput 6.00x naive (met, >= 5x)", text)
         self.assertIn("GPU busy 50 % (NOT met, >= 80 %)", text)
         self.assertIn("slots=4 vs slots=1 speedups agree within 5.0 % p50", text)

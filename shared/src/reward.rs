@@ -488,85 +488,34 @@ mod tests {
         );
     }
 
+    /// The reward of `result` for `facts` under `p`'s default weights, decoys scoring 0.
+    fn score(p: RewardProfile, facts: &CompletionFacts, result: &EvalResult) -> f64 {
+        reward(p, &p.weights(), facts, Some(result), DecoyReward::Zero).0
+    }
+
     #[test]
     fn profiles_follow_their_formulas() {
-        let good = parse_completion(GOOD);
+        let good = parse_completion(GOOD).facts();
         let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
         let ok = result(Verdict::Ok, 5, Some(2.0));
         let p = RewardProfile::KernelRl;
         // 0.1 format + 0.2 compile + 1.0 correct + 0.05 length + 0.1 thinking (speed weight 0).
-        assert!(close(
-            reward(p, &p.weights(), &good.facts(), Some(&ok), DecoyReward::Zero).0,
-            1.45
-        ));
+        assert!(close(score(p, &good, &ok), 1.45));
         // Partial credit: 3 of 5 trials.
         let wrong = result(Verdict::Incorrect, 3, None);
-        assert!(close(
-            reward(
-                p,
-                &p.weights(),
-                &good.facts(),
-                Some(&wrong),
-                DecoyReward::Zero
-            )
-            .0,
-            0.1 + 0.2 + 0.6 + 0.05 + 0.1
-        ));
+        assert!(close(score(p, &good, &wrong), 0.1 + 0.2 + 0.6 + 0.05 + 0.1));
 
         let p = RewardProfile::Kevin;
-        assert!(close(
-            reward(p, &p.weights(), &good.facts(), Some(&ok), DecoyReward::Zero).0,
-            0.3 + 2.0
-        ));
-        assert_eq!(
-            reward(
-                p,
-                &p.weights(),
-                &good.facts(),
-                Some(&wrong),
-                DecoyReward::Zero
-            )
-            .0,
-            0.0
-        );
-        let untagged = parse_completion("```\nclass ModelNew: pass\n```");
-        assert_eq!(
-            reward(
-                p,
-                &p.weights(),
-                &untagged.facts(),
-                Some(&ok),
-                DecoyReward::Zero
-            )
-            .0,
-            0.0
-        );
+        assert!(close(score(p, &good, &ok), 0.3 + 2.0));
+        assert_eq!(score(p, &good, &wrong), 0.0);
+        let untagged = parse_completion("```\nclass ModelNew: pass\n```").facts();
+        assert_eq!(score(p, &untagged, &ok), 0.0);
 
         let p = RewardProfile::Drkernel;
         let fast = result(Verdict::Ok, 5, Some(7.0));
-        assert!(close(
-            reward(
-                p,
-                &p.weights(),
-                &good.facts(),
-                Some(&fast),
-                DecoyReward::Zero
-            )
-            .0,
-            0.5 + 0.5 * 3.0 + 0.5 * 0.8
-        ));
+        assert!(close(score(p, &good, &fast), 0.5 + 0.5 * 3.0 + 0.5 * 0.8));
         let decoy = result(Verdict::Decoy, 5, Some(1.5));
-        assert_eq!(
-            reward(
-                p,
-                &p.weights(),
-                &good.facts(),
-                Some(&decoy),
-                DecoyReward::Zero
-            )
-            .0,
-            0.0
-        );
+        assert_eq!(score(p, &good, &decoy), 0.0);
     }
 
     #[test]
