@@ -30,6 +30,8 @@ fi
 "$CRUCIBLE_PYTHON" tests/harness/check_memory.py
 # The CPU stage's Triton dry run: its cache entries are the ones Triton's JIT looks up.
 "$CRUCIBLE_PYTHON" tests/harness/check_triton_aot.py
+# Every environment variable the binaries read is documented in .env.example.
+"$CRUCIBLE_PYTHON" scripts/check_env_example.py
 # No source file over 600 lines, no import circle between a crate's files.
 "$CRUCIBLE_PYTHON" scripts/check_layout.py
 # The GPU benchmark's report and workload expansion (stdlib only; the small batch's shape).

@@ -20,7 +20,7 @@ struct Args {
     /// Its value is never printed, not even by --help.
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     redis_url: String,
-    /// Seconds between reaper passes (0 disables this replica's reaper).
+    /// Milliseconds between reaper passes (0 disables this replica's reaper).
     #[arg(long, env = "CRUCIBLE_REAPER_INTERVAL_MS", default_value_t = 1000)]
     reaper_interval_ms: u64,
 }

@@ -123,7 +123,8 @@ enum Command {
 
 #[derive(Subcommand)]
 enum RolloutsCommand {
-    /// Submit a JSONL file of rollouts (one `POST /rollouts` object per line) in batches.
+    /// Submit a JSONL file of rollouts (one rollout per line: an element of `POST /rollouts`'s
+    /// `rollouts` array) in batches of at most 1,000.
     Submit {
         file: PathBuf,
         #[command(flatten)]
