@@ -7,12 +7,15 @@ log() { printf '[crucible] %s\n' "$*" >&2; }
 
 # A Python with torch and triton. Order: $CRUCIBLE_PYTHON, then a python3 that already has
 # torch, then the cached venv (created on first use: ~1.5 min and ~5 GB, reused afterwards).
+crucible_venv() { printf '%s' "${CRUCIBLE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/crucible/venv}"; }
+
 ensure_python() {
   if [ -n "${CRUCIBLE_PYTHON:-}" ]; then
     "$CRUCIBLE_PYTHON" -c 'import torch' 2>/dev/null || { log "CRUCIBLE_PYTHON=$CRUCIBLE_PYTHON cannot import torch"; return 1; }
     export CRUCIBLE_PYTHON; return 0
   fi
-  local venv="${CRUCIBLE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/crucible/venv}"
+  local venv
+  venv=$(crucible_venv)
   if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import torch, triton' 2>/dev/null; then
     # load_inline builds with ninja (venvs made before it was needed lack it).
     "$venv/bin/python" -c 'import ninja' 2>/dev/null ||
@@ -36,6 +39,40 @@ ensure_python() {
   rm -rf "$venv" && mv "$venv.partial" "$venv"
   # A venv records its own path in scripts; the interpreter itself is path-independent.
   export CRUCIBLE_PYTHON="$venv/bin/python"
+}
+
+# What must be on the machine before anything is built or downloaded: cargo (Rust 1.88 or
+# later, Cargo.toml's rust-version), a C compiler (the Rust build and load_inline), and, when
+# no Python with torch is found, python3 with its venv module (the ~5 GB environment is made
+# with it). Says how to get each missing one and returns 1 without touching anything.
+check_prerequisites() {
+  local missing=0
+  if ! command -v cargo >/dev/null 2>&1; then
+    log "missing: cargo (Rust 1.88 or later): https://rustup.rs, or Debian's cargo package where it is 1.88+"
+    missing=1
+  else
+    local rust
+    rust=$(rustc --version 2>/dev/null | sed -n 's/^rustc \([0-9]*\.[0-9]*\).*/\1/p')
+    if [ -n "$rust" ] && [ "$(printf '%s\n1.88\n' "$rust" | sort -V | head -n1)" != "1.88" ]; then
+      log "missing: Rust 1.88 or later (found $rust): rustup update stable"
+      missing=1
+    fi
+  fi
+  if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
+    log "missing: a C compiler: apt-get install build-essential (Debian/Ubuntu)"
+    missing=1
+  fi
+  if [ -z "${CRUCIBLE_PYTHON:-}" ] && [ ! -x "$(crucible_venv)/bin/python" ] &&
+    ! python3 -c 'import torch, triton' 2>/dev/null; then
+    if ! command -v python3 >/dev/null 2>&1; then
+      log "missing: python3 (3.10 or later): apt-get install python3 python3-venv"
+      missing=1
+    elif ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+      log "missing: python3's venv module (the torch environment is made with it): apt-get install python3-venv"
+      missing=1
+    fi
+  fi
+  return "$missing"
 }
 
 # A C++ compiler: load_inline builds extensions (C++ on any machine, CUDA with nvcc on GPUs).

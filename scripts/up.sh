@@ -5,6 +5,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$(crucible_root)"
+check_prerequisites
 ensure_python
 log "python: $CRUCIBLE_PYTHON"
 cargo build --release --quiet -p crucible-cli --bin crucible
