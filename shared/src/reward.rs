@@ -132,6 +132,16 @@ pub struct RewardWeights {
     pub coverage: f64,
     /// Speedups above this count as this (`drkernel`: 3, `kevin`: unbounded, here 1e9).
     pub speedup_cap: f64,
+    /// Added when the kernel did not compile (a negative penalty as Dr.Kernel uses; 0, off,
+    /// by default in every profile).
+    #[serde(default)]
+    pub penalty_compile: f64,
+    /// Added when the kernel compiled but its outputs were wrong (verdict `incorrect`).
+    #[serde(default)]
+    pub penalty_incorrect: f64,
+    /// Added when the kernel was correct but slower than the reference (speedup below 1).
+    #[serde(default)]
+    pub penalty_slower: f64,
 }
 
 /// Weights a request overrides; the ones it leaves out keep the profile's defaults.
@@ -154,6 +164,12 @@ pub struct WeightsOverride {
     pub coverage: Option<f64>,
     /// The speedup cap instead of the profile's (0..=1e9).
     pub speedup_cap: Option<f64>,
+    /// A penalty for a kernel that did not compile (-1000..=0; 0, off, by default).
+    pub penalty_compile: Option<f64>,
+    /// A penalty for a kernel that compiled but was wrong (-1000..=0; 0 by default).
+    pub penalty_incorrect: Option<f64>,
+    /// A penalty for a correct kernel slower than the reference (-1000..=0; 0 by default).
+    pub penalty_slower: Option<f64>,
 }
 
 impl WeightsOverride {
@@ -168,11 +184,14 @@ impl WeightsOverride {
             thinking: self.thinking.unwrap_or(base.thinking),
             coverage: self.coverage.unwrap_or(base.coverage),
             speedup_cap: self.speedup_cap.unwrap_or(base.speedup_cap),
+            penalty_compile: self.penalty_compile.unwrap_or(base.penalty_compile),
+            penalty_incorrect: self.penalty_incorrect.unwrap_or(base.penalty_incorrect),
+            penalty_slower: self.penalty_slower.unwrap_or(base.penalty_slower),
         }
     }
 
     /// The name of the first weight that is not a finite number in -1000..=1000 (the cap:
-    /// 0..=1e9).
+    /// 0..=1e9; the penalties: -1000..=0).
     pub fn invalid_field(&self) -> Option<&'static str> {
         let weights = [
             ("format", self.format),
@@ -186,11 +205,22 @@ impl WeightsOverride {
         let bad = |v: Option<f64>, lo: f64, hi: f64| {
             v.is_some_and(|v| !(v.is_finite() && (lo..=hi).contains(&v)))
         };
+        let penalties = [
+            ("penalty_compile", self.penalty_compile),
+            ("penalty_incorrect", self.penalty_incorrect),
+            ("penalty_slower", self.penalty_slower),
+        ];
         weights
             .into_iter()
             .find(|(_, v)| bad(*v, -1e3, 1e3))
             .map(|(name, _)| name)
             .or_else(|| bad(self.speedup_cap, 0.0, 1e9).then_some("speedup_cap"))
+            .or_else(|| {
+                penalties
+                    .into_iter()
+                    .find(|(_, v)| bad(*v, -1e3, 0.0))
+                    .map(|(name, _)| name)
+            })
     }
 }
 
@@ -206,6 +236,9 @@ impl RewardProfile {
             thinking: 0.0,
             coverage: 0.0,
             speedup_cap: 1e9,
+            penalty_compile: 0.0,
+            penalty_incorrect: 0.0,
+            penalty_slower: 0.0,
         };
         match self {
             RewardProfile::KernelRl => RewardWeights {
@@ -281,6 +314,9 @@ pub struct RewardComponents {
     /// Share of device time spent in the candidate's own kernels; 0 unless the verdict is
     /// `ok`.
     pub coverage: f64,
+    /// The penalty added (0, or one of the `penalty_*` weights; never positive).
+    #[serde(default)]
+    pub penalty: f64,
 }
 
 /// The reward of one rollout and the component scores it came from. `result` is None when
@@ -292,14 +328,20 @@ pub fn reward(
     result: Option<&EvalResult>,
     decoys: DecoyReward,
 ) -> (f64, RewardComponents) {
-    let c = components(weights, facts, result);
+    let mut c = components(weights, facts, result);
     let verdict = result.map(|r| r.verdict);
     // A flagged hack scores zero under every profile, whatever else it did; so does a decoy
-    // unless the request asks for the profile's formula.
+    // unless the request asks for the profile's formula. With penalties on, they score the
+    // lowest penalty: never more than an honest failure.
     if verdict == Some(Verdict::Hack)
         || (verdict == Some(Verdict::Decoy) && decoys == DecoyReward::Zero)
     {
-        return (0.0, c);
+        c.penalty = weights
+            .penalty_compile
+            .min(weights.penalty_incorrect)
+            .min(weights.penalty_slower)
+            .min(0.0);
+        return (c.penalty, c);
     }
     let w = weights;
     let total = match profile {
@@ -328,7 +370,7 @@ pub fn reward(
             }
         }
     };
-    (total, c)
+    (total + c.penalty, c)
 }
 
 fn components(
@@ -352,6 +394,13 @@ fn components(
     };
     let Some(r) = result else { return c };
     c.compile = f64::from(u8::from(r.compiled));
+    c.penalty = match r.verdict {
+        Verdict::Error if !r.compiled => w.penalty_compile,
+        Verdict::Incorrect => w.penalty_incorrect,
+        Verdict::Ok if r.speedup.is_some_and(|s| s < 1.0) => w.penalty_slower,
+        _ => 0.0,
+    }
+    .min(0.0);
     if r.trials_total > 0 && r.verdict != Verdict::Decoy {
         c.correctness = f64::from(r.trials_passed) / f64::from(r.trials_total);
     }
@@ -602,6 +651,63 @@ mod tests {
         let (old, c) = reward(p, &w, &good.facts(), Some(&decoy), DecoyReward::Profile);
         assert!((old - (0.1 + 0.2 + 0.05 + 0.1)).abs() < 1e-9, "{old}");
         assert!(old > failed && c.correctness == 0.0);
+    }
+
+    #[test]
+    fn penalties_are_off_by_default_and_a_hack_never_beats_a_penalised_failure() {
+        let good = parse_completion(GOOD).facts();
+        let did_not_compile = EvalResult {
+            compiled: false,
+            ..result(Verdict::Error, 0, None)
+        };
+        let wrong = result(Verdict::Incorrect, 2, None);
+        let slow = result(Verdict::Ok, 5, Some(0.5));
+        let fast = result(Verdict::Ok, 5, Some(2.0));
+        let hack = result(Verdict::Hack, 5, Some(9.0));
+        let decoy = result(Verdict::Decoy, 5, Some(1.0));
+        let penalties = WeightsOverride {
+            penalty_compile: Some(-1.0),
+            penalty_incorrect: Some(-0.5),
+            penalty_slower: Some(-0.1),
+            ..WeightsOverride::default()
+        };
+        for p in [
+            RewardProfile::KernelRl,
+            RewardProfile::Kevin,
+            RewardProfile::Drkernel,
+        ] {
+            let off = p.weights();
+            let on = penalties.apply(off);
+            let score =
+                |w: &RewardWeights, r: &EvalResult| reward(p, w, &good, Some(r), DecoyReward::Zero);
+            for r in [&did_not_compile, &wrong, &slow, &fast, &hack, &decoy] {
+                assert_eq!(score(&off, r).1.penalty, 0.0, "{p:?}: off by default");
+            }
+            let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+            assert!(close(
+                score(&on, &did_not_compile).0,
+                score(&off, &did_not_compile).0 - 1.0
+            ));
+            assert!(close(score(&on, &wrong).0, score(&off, &wrong).0 - 0.5));
+            assert!(close(score(&on, &slow).0, score(&off, &slow).0 - 0.1));
+            assert!(
+                close(score(&on, &fast).0, score(&off, &fast).0),
+                "{p:?}: no penalty"
+            );
+            // A hack and a decoy take the harshest penalty, below every honest failure.
+            assert_eq!(score(&on, &hack).0, -1.0, "{p:?}");
+            assert_eq!(score(&on, &decoy).0, -1.0, "{p:?}");
+        }
+        let bonus = WeightsOverride {
+            penalty_slower: Some(0.5),
+            ..WeightsOverride::default()
+        };
+        assert_eq!(
+            bonus.invalid_field(),
+            Some("penalty_slower"),
+            "a penalty is never positive"
+        );
+        assert_eq!(penalties.invalid_field(), None);
     }
 
     #[test]

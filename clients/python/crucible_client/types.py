@@ -51,6 +51,10 @@ class Weights(TypedDict, total=False):
     thinking: float
     coverage: float
     speedup_cap: float
+    # Negative penalties (-1000..0; off by default): no compile, incorrect, slower than PyTorch.
+    penalty_compile: float
+    penalty_incorrect: float
+    penalty_slower: float
 
 
 TimingMode = Literal["fixed", "adaptive"]
@@ -149,6 +153,7 @@ class RewardComponents(TypedDict):
     length: float
     thinking: float
     coverage: float
+    penalty: float
 
 
 class _RolloutResultRequired(TypedDict):
