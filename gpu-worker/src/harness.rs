@@ -21,8 +21,9 @@ pub const TEMPLATE_FILE: &str = "template.py";
 /// `sandbox.py` (entering the sandbox plan), `screen.py` (static screening before the
 /// candidate is imported), `selftest.py` (the start-up probes), `builds.py` (load_inline),
 /// `integrity.py`, `triton_aot.py` (the CPU stage's dry run that compiles Triton kernels ahead),
-/// `memory.py` (the footprint a device child reports before it is let go), the judge's stages (`judge_*.py`), `runner.py` (everything that runs in the
-/// candidate's process) and `judge.py`.
+/// `memory.py` (the footprint a device child reports before it is let go), the judge's stages
+/// (`judge_*.py`), `runner.py` (everything that runs in the candidate's process) and
+/// `judge.py`.
 pub const HARNESS_MODULES: [(&str, &str); 19] = [
     ("trusted.py", include_str!("../harness/trusted.py")),
     ("errors.py", include_str!("../harness/errors.py")),
