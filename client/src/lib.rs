@@ -321,6 +321,8 @@ impl Client {
     ) -> Result<T, ClientError> {
         let mut last = String::new();
         for attempt in 1..=self.max_attempts {
+            // What the server asked for with `Retry-After`, on the last refusal.
+            let mut server_pause = None;
             let mut req = self
                 .http
                 .request(method.clone(), format!("{}{path}", self.base));
@@ -334,6 +336,11 @@ impl Client {
                 Ok(resp) => {
                     let status = resp.status().as_u16();
                     let retryable = status == 429 || status == 503;
+                    server_pause = resp
+                        .headers()
+                        .get(reqwest::header::RETRY_AFTER)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(retry_after);
                     let bytes = resp.bytes().await?;
                     if (200..300).contains(&status) {
                         return serde_json::from_slice(&bytes).map_err(|_| {
@@ -359,7 +366,7 @@ impl Client {
                 Err(e) => return Err(e.into()),
             }
             if attempt < self.max_attempts {
-                tokio::time::sleep(jittered(backoff(attempt))).await;
+                tokio::time::sleep(pause_before_retry(attempt, server_pause)).await;
             }
         }
         Err(ClientError::Exhausted {
@@ -367,6 +374,24 @@ impl Client {
             last,
         })
     }
+}
+
+/// Most a `Retry-After` may make a client wait before its next attempt: a header asking for
+/// more is capped here rather than stalling a trainer for an hour.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// Pure: the seconds a `Retry-After` header asks for, when it is a number of seconds (the form
+/// the API sends; an HTTP date is not honoured and the backoff applies), capped at
+/// [`MAX_RETRY_AFTER`].
+pub fn retry_after(value: &str) -> Option<Duration> {
+    let seconds: u64 = value.trim().parse().ok()?;
+    Some(Duration::from_secs(seconds).min(MAX_RETRY_AFTER))
+}
+
+/// The pause before the attempt after `attempt`: the jittered backoff, but never less than
+/// what the server asked for.
+fn pause_before_retry(attempt: u32, server: Option<Duration>) -> Duration {
+    jittered(backoff(attempt)).max(server.unwrap_or_default())
 }
 
 /// Exponential backoff with a cap: 0.25 s, 0.5 s, 1 s, ... 8 s (before jitter).
@@ -400,6 +425,22 @@ mod tests {
                 "{p:?}"
             );
         }
+    }
+
+    #[test]
+    fn retry_after_is_read_in_seconds_capped_and_waited_at_least() {
+        assert_eq!(retry_after("1"), Some(Duration::from_secs(1)));
+        assert_eq!(retry_after(" 30 "), Some(Duration::from_secs(30)));
+        assert_eq!(retry_after("7200"), Some(MAX_RETRY_AFTER));
+        assert_eq!(retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+        assert_eq!(retry_after("-1"), None);
+        // The server's pause wins over a shorter backoff; a longer backoff stays.
+        assert_eq!(
+            pause_before_retry(1, Some(Duration::from_secs(3))),
+            Duration::from_secs(3)
+        );
+        assert!(pause_before_retry(6, Some(Duration::from_millis(10))) >= Duration::from_secs(4));
+        assert!(pause_before_retry(1, None) <= Duration::from_millis(250));
     }
 
     #[test]

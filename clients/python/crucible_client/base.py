@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from .errors import CrucibleError
-from .retry import RETRYABLE_STATUS, RetryPolicy
+from .retry import RETRYABLE_STATUS, RetryPolicy, retry_after_seconds
 from .types import (
     Backend,
     EvalSettings,
@@ -300,7 +300,8 @@ class _Base:
             outcome.status_code in answers or outcome.status_code not in RETRYABLE_STATUS
         ):
             return True, _decode(outcome, answers)
-        delay = self._retry.next_delay(attempt, time.monotonic() - started)
+        asked = retry_after_seconds(outcome) if isinstance(outcome, httpx.Response) else None
+        delay = self._retry.next_delay(attempt, time.monotonic() - started, asked)
         if delay is None:
             raise _exhausted(outcome, attempt)
         return False, delay

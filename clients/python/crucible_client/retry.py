@@ -49,15 +49,31 @@ class RetryPolicy:
         """The longest delay after failed attempt number ``attempt`` (1-based)."""
         return min(self.max_delay_s, self.base_delay_s * 2.0 ** (attempt - 1))
 
-    def next_delay(self, attempt: int, elapsed_s: float) -> float | None:
+    def next_delay(
+        self, attempt: int, elapsed_s: float, retry_after_s: float | None = None
+    ) -> float | None:
         """Seconds to wait after failed attempt ``attempt``, ``elapsed_s`` after the first
-        began; None when the policy gives up."""
+        began, never less than the server's ``Retry-After`` (``retry_after_s``); None when the
+        policy gives up."""
         if attempt >= self.max_attempts:
             return None
-        delay = random.uniform(0.0, self.backoff_cap(attempt))
+        delay = max(random.uniform(0.0, self.backoff_cap(attempt)), retry_after_s or 0.0)
         if self.deadline_s is not None and elapsed_s + delay > self.deadline_s:
             return None
         return delay
+
+
+#: Most a ``Retry-After`` may make a client wait: a header asking for more is capped here.
+MAX_RETRY_AFTER_S = 60.0
+
+
+def retry_after_seconds(response: httpx.Response) -> float | None:
+    """The seconds a response's ``Retry-After`` asks for, when it is a number of seconds (the
+    form the API sends; an HTTP date is left to the backoff), capped at MAX_RETRY_AFTER_S."""
+    value = response.headers.get("retry-after", "").strip()
+    if not value.isdigit():
+        return None
+    return min(float(value), MAX_RETRY_AFTER_S)
 
 
 #: What the clients use unless told otherwise.

@@ -409,6 +409,34 @@ def test_backoff_grows_exponentially_with_jitter_within_its_bounds():
     assert bounded.next_delay(1, 10.0) is None  # out of time
 
 
+def test_a_servers_retry_after_is_waited_at_least_and_capped(monkeypatch):
+    from crucible_client import retry
+
+    def seconds(value: str) -> float | None:
+        return retry.retry_after_seconds(httpx.Response(429, headers={"Retry-After": value}))
+
+    assert seconds("1") == 1.0 and seconds(" 7 ") == 7.0
+    assert seconds("7200") == retry.MAX_RETRY_AFTER_S
+    assert seconds("Wed, 21 Oct 2015 07:28:00 GMT") is None and seconds("-1") is None
+    assert retry.retry_after_seconds(httpx.Response(429)) is None
+    # The server's pause wins over a shorter backoff, and the client waits it out.
+    assert FAST.next_delay(1, 0.0, 2.0) == 2.0
+    waits = []
+    monkeypatch.setattr("time.sleep", waits.append)
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if len(calls) == 1:
+            return httpx.Response(429, headers={"Retry-After": "3"},
+                                  json={"code": "QUEUE_FULL", "message": "full", "field": None})
+        return httpx.Response(200, json={"status": "ok"})
+
+    with client(handler) as c:
+        assert c.health() == {"status": "ok"}
+    assert waits == [3.0], waits
+
+
 # --- reward functions ------------------------------------------------------------------
 
 
