@@ -6,7 +6,7 @@ the trusted functions, describing the device, forking the runner and checking it
 and RunnerLink, the judge's end of the runner.
 
 May import: trusted, errors, channel, spec, tensors, transport, sandbox, selftest, builds,
-triton_aot. Never the runner: RunnerLink is handed the runner's entry point by harness.py.
+triton_aot, memory. Never the runner: RunnerLink is handed the runner's entry point by harness.py.
 """
 import base64
 import os
@@ -16,6 +16,7 @@ import random
 import signal
 import sys
 
+import crucible_memory as memory
 import crucible_sandbox as sandbox
 import crucible_selftest as selftest
 import crucible_transport as transport
@@ -25,7 +26,7 @@ from crucible_channel import emit
 from crucible_errors import CAUGHT, MAX_ERROR_CHARS, SetupError, Verdict
 from crucible_spec import MAX_BUILDS, read_spec
 from crucible_tensors import (FLUSH_BYTES, as_call_args, cpu_model_name, seed_all,
-                              set_cpu_threads, triton_version)
+                              set_cpu_threads, tensor_nbytes, triton_version)
 from crucible_trusted import (PR_SET_DUMPABLE, Trusted, capture_trusted, flush_std,
                               perf_counter_ns, prctl)
 
@@ -260,12 +261,9 @@ class SetupStage:
         init = as_call_args(ref.get_init_inputs())
         # Their size first, as meta tensors (no memory): small inputs are then made on the
         # CPU with the task's seed, large ones go to the runner as meta tensors.
-        seed_all(self.spec.seed, "cpu")
-        with torch.device("meta"):
-            inputs = as_call_args(ref.get_inputs())
+        inputs = memory.meta_inputs(ref, self.spec.seed)
         tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
-        meta = sum(x.numel() * x.element_size() for x in tensors) > \
-            triton_aot.MAX_CPU_INPUT_BYTES
+        meta = tensor_nbytes(tensors) > triton_aot.MAX_CPU_INPUT_BYTES
         if not meta or any(x.device.type != "meta" for x in tensors):
             seed_all(self.spec.seed, "cpu")
             inputs = as_call_args(ref.get_inputs())

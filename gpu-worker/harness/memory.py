@@ -21,7 +21,8 @@ rounding) is why the worker keeps headroom and why a shortage beside neighbours 
 retried alone (worker/neighbours.rs). The CUDA contexts are the worker's constant.
 
 Owns: the timing pool's size (pool_sets, also used by judge_performance.py), the estimate
-(footprint_bytes) and its measurement on the meta device (measure).
+(footprint_bytes), the reference's inputs on the meta device (meta_inputs, also the CPU
+stage's Triton dry run's first step) and the measurement (measure).
 May import: trusted, tensors.
 """
 from crucible_tensors import as_call_args, seed_all, tensor_nbytes
@@ -48,6 +49,16 @@ def footprint_bytes(inputs, outputs, params, total_bytes):
     return 2 * params + (pool_sets(per_set, total_bytes) + 1) * per_set
 
 
+def meta_inputs(ref, seed):
+    """The reference module `ref`'s get_inputs() under `seed` with meta as the default device:
+    shapes, strides and dtypes without memory (a get_inputs() that names its device still
+    makes real tensors). Raises what get_inputs() raises."""
+    torch = Trusted.torch
+    seed_all(seed, "cpu")
+    with torch.device("meta"):
+        return as_call_args(ref.get_inputs())
+
+
 def measure(ref, init_inputs, ref_model, seed, total_bytes):
     """The footprint of the task whose reference module is `ref` (its model built from
     `init_inputs` as `ref_model`), from meta tensors: the inputs get_inputs() makes under
@@ -57,9 +68,7 @@ def measure(ref, init_inputs, ref_model, seed, total_bytes):
     torch = Trusted.torch
     params = sum(tensor_nbytes(list(x)) for x in (ref_model.parameters(), ref_model.buffers()))
     try:
-        seed_all(seed, "cpu")
-        with torch.device("meta"):
-            inputs = as_call_args(ref.get_inputs())
+        inputs = meta_inputs(ref, seed)
     except Exception as e:   # the reference's code
         return None, f"get_inputs() on the meta device: {type(e).__name__}"
     in_bytes = tensor_nbytes(inputs)

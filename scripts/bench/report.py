@@ -272,9 +272,13 @@ def report(results_path, show_tasks, workload=None):
     return 0
 
 
+def met(ok):
+    """A target's word in the report."""
+    return "met" if ok else "NOT met"
+
+
 def agreement_lines(comps, tg):
     """Each slots=K row's speedups against slots=1's, against the agreement target."""
-    met = lambda ok: "met" if ok else "NOT met"
     return [f"{c['row']} vs {c['base']} speedups agree within {c['sp50'] * 100:.1f} % p50 / "
             f"{c['sp95'] * 100:.1f} % p95 ({met(c['sp50'] <= tg['agree'])}, p50 <= {tg['agree'] * 100:.0f} %)"
             for c in comps if c["kind"] == "slots" and c["sp50"] is not None]
@@ -283,7 +287,6 @@ def agreement_lines(comps, tg):
 def targets_line(s, naive_rate, comps, tg):
     """The small batch's targets, each met or not."""
     out = []
-    met = lambda ok: "met" if ok else "NOT met"
     if naive_rate:
         fixed = [(s[m]["per_min"] / naive_rate, m) for m in s
                  if m.startswith("slots=") and s[m]["timing"] != "adaptive" and s[m]["per_min"]]
@@ -304,7 +307,6 @@ def kernelbench_targets(s, naive_rate, comps, tg):
         return agreement_lines(comps, tg)
     best = max(rows, key=lambda m: s[m]["per_min"])
     row = s[best]
-    met = lambda ok: "met" if ok else "NOT met"
     checks = []
     if naive_rate:
         ratio = row["per_min"] / naive_rate
