@@ -198,6 +198,9 @@ impl From<EvalArgs> for RolloutEvalSettings {
             timeout_s: a.timeout_s,
             max_speedup: a.max_speedup,
             timing: a.timing.setting(),
+            precision: a.timing.precision,
+            timing_method: a.timing.timing_method,
+            reference_backend: a.timing.reference_backend,
             ..RolloutEvalSettings::default()
         }
     }
@@ -263,6 +266,7 @@ async fn main() -> anyhow::Result<()> {
             request.num_perf_trials = perf_trials;
             request.timeout_s = timeout_s;
             request.timing = timing.request();
+            timing.apply_options(&mut request);
             request.validate()?;
             let device = match (gpu, cpu) {
                 (_, true) => DeviceSlot::cpu(),

@@ -292,6 +292,11 @@ class Evaluation(SetupStage, LoadStage, CorrectnessStage, PerformanceStage):
                 self.profile()
             if self.result["correct"] and self.spec.measure_performance \
                     and not self.hacks() and self.result.get("custom_kernel_count") != 0:
+                if self.spec.reference_backend == "compile" \
+                        and self.spec.reference_timing is None:
+                    self.park()
+                    self.begin("compile_reference")
+                    self.compile_reference()
                 self._end_stage()
                 self.park("timing_gate")
                 self.begin("performance")

@@ -12,7 +12,8 @@ import random
 from crucible_errors import CAUGHT, MAX_ERROR_CHARS, Verdict
 from crucible_integrity import REDUCED_PRECISION_REL_ERROR, overlaps, relative_error, storage_span
 from crucible_tensors import (DiffStats, as_call_args, compare, deep_clone, flatten,
-                              outputs_match, seed_all, tensor_nbytes, to_device)
+                              outputs_match, seed_all, tensor_nbytes, to_device,
+                              to_precision)
 from crucible_trusted import Trusted
 
 
@@ -28,7 +29,7 @@ class CorrectnessStage:
             self.reference_failed(e, context)
 
     def _fresh_inputs(self, seed, context):
-        """get_inputs() under `seed`, on the device.
+        """get_inputs() under `seed`, on the device, cast to the request's precision.
 
         On CUDA, get_inputs() runs with CUDA as the default device, so its random tensors are
         drawn by the seeded CUDA generator in place: KernelBench level-1 inputs reach 6.4 GB,
@@ -41,11 +42,13 @@ class CorrectnessStage:
                 try:
                     seed_all(seed, self.device)
                     with torch.device("cuda"):
-                        return to_device(as_call_args(self.get_inputs()), self.device)
+                        return to_precision(to_device(as_call_args(self.get_inputs()),
+                                                      self.device), self.spec.precision)
                 except CAUGHT:
                     pass
             seed_all(seed, self.device)
-            return to_device(as_call_args(self.get_inputs()), self.device)
+            return to_precision(to_device(as_call_args(self.get_inputs()), self.device),
+                                self.spec.precision)
         except CAUGHT as e:
             self.reference_failed(e, context)
 

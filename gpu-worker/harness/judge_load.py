@@ -18,7 +18,7 @@ from crucible_builds import REFERENCE_MODULE, import_file
 from crucible_channel import emit, gated
 from crucible_errors import CAUGHT, MAX_ERROR_CHARS, SetupError, Verdict
 from crucible_integrity import MAX_FLAG_CHARS, MAX_FLAGS
-from crucible_tensors import as_call_args, deep_clone, seed_all, to_device
+from crucible_tensors import as_call_args, deep_clone, model_to_precision, seed_all, to_device
 from crucible_trusted import Trusted
 
 
@@ -51,7 +51,7 @@ class LoadStage:
             self.init_inputs = as_call_args(self.get_init_inputs())
             seed_all(seed, dev)
             ref_model = self.Model(*deep_clone(to_device(self.init_inputs, dev)))
-            self.ref_model = ref_model.to(dev).eval()
+            self.ref_model = model_to_precision(ref_model.to(dev), self.spec.precision).eval()
             self.sync()
         except CAUGHT as e:
             self.reference_failed(e, "reference model failed to build")
@@ -67,7 +67,7 @@ class LoadStage:
         torch = Trusted.torch
         total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
         nbytes, how = memory.measure(self.ref, self.init_inputs, self.ref_model,
-                                     self.spec.seed, total)
+                                     self.spec.seed, self.spec.precision, total)
         if how:
             sys.stderr.write(f"crucible harness: footprint: {how}\n")
         if nbytes is not None:
@@ -118,7 +118,7 @@ class LoadStage:
     def instantiate(self):
         """The runner seeds, builds ModelNew(*init inputs) the way the judge built Model (same
         parameters when ModelNew creates them in the same order), on the device, eval mode."""
-        self.ask("instantiate", seed=self.spec.seed,
+        self.ask("instantiate", seed=self.spec.seed, precision=self.spec.precision,
                  init=base64.b64encode(pickle.dumps(self.init_inputs)).decode("ascii"))
         # Imported and instantiated; for Triton the kernels still have to compile at the first
         # call (a compile error there turns this back to False).

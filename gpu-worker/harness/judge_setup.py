@@ -26,7 +26,7 @@ from crucible_channel import emit
 from crucible_errors import CAUGHT, MAX_ERROR_CHARS, SetupError, Verdict
 from crucible_spec import MAX_BUILDS, read_spec
 from crucible_tensors import (FLUSH_BYTES, as_call_args, cpu_model_name, seed_all,
-                              set_cpu_threads, tensor_nbytes, triton_version)
+                              set_cpu_threads, tensor_nbytes, to_precision, triton_version)
 from crucible_trusted import (PR_SET_DUMPABLE, Trusted, capture_trusted, flush_std,
                               perf_counter_ns, prctl)
 
@@ -261,12 +261,12 @@ class SetupStage:
         init = as_call_args(ref.get_init_inputs())
         # Their size first, as meta tensors (no memory): small inputs are then made on the
         # CPU with the task's seed, large ones go to the runner as meta tensors.
-        inputs = memory.meta_inputs(ref, self.spec.seed)
+        inputs = memory.meta_inputs(ref, self.spec.seed, self.spec.precision)
         tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
         meta = tensor_nbytes(tensors) > triton_aot.MAX_CPU_INPUT_BYTES
         if not meta or any(x.device.type != "meta" for x in tensors):
             seed_all(self.spec.seed, "cpu")
-            inputs = as_call_args(ref.get_inputs())
+            inputs = to_precision(as_call_args(ref.get_inputs()), self.spec.precision)
             meta = False
         exporter = transport.Exporter(torch, self.xfer_dir, "aot")
         descs = []
@@ -285,6 +285,7 @@ class SetupStage:
         try:
             reply = self.runner.call(
                 "precompile", seed=self.spec.seed, inputs=descs, seconds=seconds, meta=meta,
+                precision=self.spec.precision,
                 init=base64.b64encode(pickle.dumps(init)).decode("ascii"))
         except OSError as e:   # socket.timeout included
             return 0, f"no answer from the candidate's process: {type(e).__name__}"

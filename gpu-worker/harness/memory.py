@@ -25,7 +25,7 @@ Owns: the timing pool's size (pool_sets, also used by judge_performance.py), the
 stage's Triton dry run's first step) and the measurement (measure).
 May import: trusted, tensors.
 """
-from crucible_tensors import as_call_args, seed_all, tensor_nbytes
+from crucible_tensors import as_call_args, model_to_precision, seed_all, tensor_nbytes, to_precision
 from crucible_trusted import Trusted
 
 TIMING_POOL_MAX = 3          # distinct input sets the timed calls rotate through
@@ -49,17 +49,17 @@ def footprint_bytes(inputs, outputs, params, total_bytes):
     return 2 * params + (pool_sets(per_set, total_bytes) + 1) * per_set
 
 
-def meta_inputs(ref, seed):
-    """The reference module `ref`'s get_inputs() under `seed` with meta as the default device:
-    shapes, strides and dtypes without memory (a get_inputs() that names its device still
-    makes real tensors). Raises what get_inputs() raises."""
+def meta_inputs(ref, seed, precision):
+    """The reference module `ref`'s get_inputs() under `seed` with meta as the default device,
+    cast to `precision`: shapes, strides and dtypes without memory (a get_inputs() that names
+    its device still makes real tensors). Raises what get_inputs() raises."""
     torch = Trusted.torch
     seed_all(seed, "cpu")
     with torch.device("meta"):
-        return as_call_args(ref.get_inputs())
+        return to_precision(as_call_args(ref.get_inputs()), precision)
 
 
-def measure(ref, init_inputs, ref_model, seed, total_bytes):
+def measure(ref, init_inputs, ref_model, seed, precision, total_bytes):
     """The footprint of the task whose reference module is `ref` (its model built from
     `init_inputs` as `ref_model`), from meta tensors: the inputs get_inputs() makes under
     `seed` and the output of a meta copy of the model. Returns (bytes, how): `how` says what
@@ -68,7 +68,7 @@ def measure(ref, init_inputs, ref_model, seed, total_bytes):
     torch = Trusted.torch
     params = sum(tensor_nbytes(list(x)) for x in (ref_model.parameters(), ref_model.buffers()))
     try:
-        inputs = meta_inputs(ref, seed)
+        inputs = meta_inputs(ref, seed, precision)
     except Exception as e:   # the reference's code
         return None, f"get_inputs() on the meta device: {type(e).__name__}"
     in_bytes = tensor_nbytes(inputs)
@@ -80,7 +80,7 @@ def measure(ref, init_inputs, ref_model, seed, total_bytes):
             "output sized as the inputs (get_inputs() names a device)"
     try:
         with torch.device("meta"), torch.no_grad():
-            out = ref.Model(*init_inputs)(*inputs)
+            out = model_to_precision(ref.Model(*init_inputs), precision)(*inputs)
         out_bytes = tensor_nbytes(out if isinstance(out, (list, tuple)) else [out])
     except Exception as e:   # the reference's code, or an op without a meta kernel
         out_bytes = in_bytes

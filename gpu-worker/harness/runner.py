@@ -25,8 +25,8 @@ from crucible_channel import GATE_FD
 from crucible_errors import CAUGHT, classify, format_error, same_file
 from crucible_integrity import (THREAD_STARTERS, WATCHED, lookup, overlaps, precision_state,
                                 storage_span)
-from crucible_tensors import (FLUSH_BYTES, flatten, seed_all, set_cpu_threads, timed_call,
-                              to_device)
+from crucible_tensors import (FLUSH_BYTES, flatten, model_to_precision, seed_all, set_cpu_threads,
+                              timed_call, to_device)
 from crucible_triton_aot import TritonPrecompile, meta_tensor
 from crucible_trusted import (PR_SET_PDEATHSIG, Trusted, capture_trusted, finite_or_none,
                               flush_std, os_exit, perf_counter_ns, prctl, sync_device)
@@ -297,7 +297,7 @@ class Runner:
         seed_all(msg["seed"], "cpu")
 
         def build():
-            model = model_new(*init)
+            model = model_to_precision(model_new(*init), msg.get("precision", "fp32"))
             return model.eval() if isinstance(model, torch.nn.Module) else model
 
         kernels, stopped = aot.dry_run(torch, build, inputs, int(msg.get("seconds") or 1),
@@ -347,7 +347,8 @@ class Runner:
             seed_all(msg["seed"], self.device)
             model = model_new(*to_device(init, self.device))
             if isinstance(model, torch.nn.Module):
-                model = model.to(self.device).eval()
+                model = model_to_precision(model.to(self.device),
+                                           msg.get("precision", "fp32")).eval()
             elif not callable(model):
                 raise TypeError(f"ModelNew(...) returned a non-callable {type(model).__name__}")
             self.sync()
@@ -407,7 +408,7 @@ class Runner:
     def op_time(self, msg):
         args = self.slots[msg["slot"]]
         self.kept = None
-        ms, self.kept = timed_call(self, self.model, args)
+        ms, self.kept = timed_call(self, self.model, args, msg.get("method", "cuda_event"))
         return {"ms": ms, "outputs": self.export(self.kept)}
 
     def op_release(self, msg):

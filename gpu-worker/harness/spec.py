@@ -22,7 +22,8 @@ SCREENING_ACTIONS = ("reject", "flag", "off")
 # HarnessSpec), so the request's defaults live in one place, the worker's; a spec without one
 # is refused rather than run on a number written twice.
 TASK_FIELDS = ("backend", "device", "num_correct_trials", "num_perf_trials", "num_warmup",
-               "measure_performance", "atol", "rtol", "seed", "max_speedup", "timing")
+               "measure_performance", "atol", "rtol", "seed", "max_speedup", "timing",
+               "precision", "timing_method", "reference_backend")
 # The worker's own fields, absent when they do not apply.
 SPEC_DEFAULTS = {
     "reference_timing": None, "screening": {}, "stage": "evaluate", "cuda_arch": None,
@@ -35,6 +36,7 @@ SELFTEST_PLACEHOLDERS = {
     "num_correct_trials": 1, "num_perf_trials": 1, "num_warmup": 0,
     "measure_performance": False, "atol": 0.0, "rtol": 0.0, "seed": 0, "max_speedup": 1.0,
     "timing": {"mode": "fixed", "target_rel_error": 0.001, "max_time_ms": 1, "min_trials": 1},
+    "precision": "fp32", "timing_method": "cuda_event", "reference_backend": "eager",
 }
 # evaluate: the device stage; prepare: the CPU stage (import and builds, no device);
 # selftest: the worker's start-up proof that the sandbox holds on this host.
@@ -45,6 +47,12 @@ RUNTIME_STATS_KEYS = ("median", "mean", "std", "min", "max")
 RUNTIME_STATS_OPTIONAL = ("trials", "median_ci")
 TIMING_MODES = ("fixed", "adaptive")
 TIMING_KEYS = ("mode", "target_rel_error", "max_time_ms", "min_trials")
+# The measurement options' names (shared/src/parity.rs): what each does is tensors.py's
+# (to_precision, timed_call) and judge_performance.py's (do_bench's budget, the compiled
+# reference).
+PRECISIONS = ("fp32", "fp16", "bf16")
+TIMING_METHODS = ("cuda_event", "do_bench", "host_time")
+REFERENCE_BACKENDS = ("eager", "compile")
 
 
 @dataclasses.dataclass
@@ -67,6 +75,9 @@ class Spec:
     prebuilt: list
     max_speedup: float
     timing: dict
+    precision: str
+    timing_method: str
+    reference_backend: str
     integrity_checks: bool
     triton_precompile: Optional[int]
     sandbox: Optional[dict]
@@ -118,6 +129,12 @@ def parse_spec(raw):
         raise SetupError("spec.triton_precompile must be null or the dry run's seconds (1-3600)")
     spec["reference_timing"] = reference_timing_from_spec(spec["reference_timing"])
     spec["timing"] = timing_from_spec(spec["timing"])
+    for key, names in (("precision", PRECISIONS), ("timing_method", TIMING_METHODS),
+                       ("reference_backend", REFERENCE_BACKENDS)):
+        if spec[key] not in names:
+            raise SetupError(f"spec.{key} must be one of {', '.join(names)}")
+    if spec["timing_method"] == "do_bench" and spec["timing"]["mode"] != "fixed":
+        raise SetupError("spec.timing_method do_bench needs fixed timing")
     screening = spec["screening"] if spec["screening"] is not None else {}
     if not isinstance(screening, dict) or any(
             not isinstance(k, str) or v not in SCREENING_ACTIONS

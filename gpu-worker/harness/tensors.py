@@ -1,8 +1,9 @@
 """Tensors on the device: inputs, comparison, timing, and what the device and its software are.
 Used alike by the judge and the runner.
 
-Owns: seeding and moving inputs, deep copies, the output comparison (compare, outputs_match,
-DiffStats), timed_call (one timed forward), runtime statistics, the CPU thread count, and the
+Owns: seeding and moving inputs, deep copies, the cast to the request's precision
+(to_precision, model_to_precision), the output comparison (compare, outputs_match, DiffStats),
+timed_call (one timed forward, by the request's timing method), runtime statistics, the CPU thread count, and the
 names of the CPU and of the installed Triton.
 
 May import: trusted, errors.
@@ -38,6 +39,43 @@ def to_device(obj, device):
     if isinstance(obj, dict):
         return {k: to_device(v, device) for k, v in obj.items()}
     return obj
+
+
+# spec.precision (its names: spec.PRECISIONS) -> the torch dtype floating tensors are cast
+# to; fp32 is absent: it leaves a problem as written (its float64 tensors too), as
+# KernelBench's default does.
+PRECISION_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
+
+
+def precision_dtype(precision):
+    """The dtype of `precision`, or None when tensors stay as the problem makes them."""
+    name = PRECISION_DTYPES.get(precision)
+    return None if name is None else getattr(Trusted.torch, name)
+
+
+def to_precision(obj, precision):
+    """Floating-point tensors (also inside lists/tuples/dicts) cast to `precision`; integer
+    and boolean tensors and anything else passed through."""
+    dtype = precision_dtype(precision)
+    if dtype is None:
+        return obj
+    torch = Trusted.torch
+    if isinstance(obj, torch.Tensor):
+        return obj.to(dtype) if obj.is_floating_point() else obj
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_precision(x, precision) for x in obj)
+    if isinstance(obj, dict):
+        return {k: to_precision(v, precision) for k, v in obj.items()}
+    return obj
+
+
+def model_to_precision(model, precision):
+    """A module's floating parameters and buffers cast to `precision` (Module.to(dtype));
+    anything that is not a module is left as it is."""
+    dtype = precision_dtype(precision)
+    if dtype is None or not isinstance(model, Trusted.torch.nn.Module):
+        return model
+    return model.to(dtype)
 
 
 def deep_clone(obj):
@@ -313,16 +351,24 @@ def tensor_nbytes(obj):
     return 0
 
 
-def timed_call(owner, model, args):
-    """One timed call, returning (ms, output). CUDA: flush L2, sync, start event, forward,
+def timed_call(owner, model, args, method="cuda_event"):
+    """One timed call, returning (ms, output). CUDA with `cuda_event` or `do_bench` (the two
+    differ in how many calls are made, not in one call): flush L2, sync, start event, forward,
     device-wide sync (so work left on side streams is inside the window), end event, sync.
-    CPU: perf_counter_ns around the forward. `owner` holds the flush buffer and events."""
+    CUDA with `host_time`: flush L2, sync, then the host's clock around the forward and the
+    device-wide sync (launch overhead included). CPU: perf_counter_ns around the forward,
+    whatever the method. `owner` holds the flush buffer and events."""
     if owner.device != "cuda":
         t0 = perf_counter_ns()
         out = model(*args)
         return (perf_counter_ns() - t0) / 1e6, out
     owner.flush_buffer.zero_()
     Trusted.synchronize()
+    if method == "host_time":
+        t0 = perf_counter_ns()
+        out = model(*args)
+        Trusted.synchronize()
+        return (perf_counter_ns() - t0) / 1e6, out
     Trusted.event_record(owner.start_event)
     out = model(*args)
     Trusted.synchronize()

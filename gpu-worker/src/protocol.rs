@@ -179,6 +179,9 @@ pub enum Stage {
     Correctness,
     /// The counted forward after the correctness trials.
     Profile,
+    /// `reference_backend: compile`: the reference compiled with `torch.compile` (and run
+    /// once), before the gate, so the compilation never holds the device's timing turn.
+    CompileReference,
     /// At the gate before timing, waiting to time alone.
     TimingGate,
     /// Timing of the candidate (and of the reference, unless cached), once past the gate.
@@ -189,7 +192,7 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage with its name on the wire.
-    const NAMES: [(Stage, &'static str); 11] = [
+    const NAMES: [(Stage, &'static str); 12] = [
         (Stage::Setup, "setup"),
         (Stage::LoadReference, "load_reference"),
         (Stage::Standby, "standby"),
@@ -198,6 +201,7 @@ impl Stage {
         (Stage::Precompile, "precompile"),
         (Stage::Correctness, "correctness"),
         (Stage::Profile, "profile"),
+        (Stage::CompileReference, "compile_reference"),
         (Stage::TimingGate, "timing_gate"),
         (Stage::Performance, "performance"),
         (Stage::Integrity, "integrity"),

@@ -9,7 +9,10 @@
 
 use crate::device::DeviceSlot;
 use crate::protocol::SoftwareReport;
-use crucible_shared::{DeviceInfo, RuntimeStats, TaskSpec, TimingRequest};
+use crucible_shared::{
+    DeviceInfo, EvaluateRequest, Precision, ReferenceBackend, RuntimeStats, TaskSpec,
+    TimingMethod, TimingRequest,
+};
 use sha2::{Digest, Sha256};
 
 use crucible_task_manager::KvNamespace;
@@ -67,6 +70,13 @@ pub struct TimingConfig {
     /// How each call is measured on this device, e.g. CUDA events after an L2 flush, or the
     /// CPU clock with a given thread count.
     pub policy: String,
+    /// The request's precision, timing method and reference backend (each changes the
+    /// reference's numbers); named in the key only when not the default.
+    pub precision: Precision,
+    /// See `precision`.
+    pub timing_method: TimingMethod,
+    /// See `precision`: a compiled reference's timing is not the eager one's.
+    pub reference_backend: ReferenceBackend,
 }
 
 impl TimingConfig {
@@ -91,6 +101,28 @@ impl TimingConfig {
             timing,
             protocol: TIMING_PROTOCOL,
             policy,
+            precision: Precision::default(),
+            timing_method: TimingMethod::default(),
+            reference_backend: ReferenceBackend::default(),
+        }
+    }
+
+    /// How `request`'s reference is timed on `device`.
+    pub fn for_request(
+        request: &EvaluateRequest,
+        device: &DeviceSlot,
+        cpu_threads: Option<u32>,
+    ) -> Self {
+        Self {
+            precision: request.precision,
+            timing_method: request.timing_method,
+            reference_backend: request.reference_backend,
+            ..Self::new(
+                request.num_perf_trials,
+                request.timing,
+                device,
+                cpu_threads,
+            )
         }
     }
 }
@@ -135,6 +167,20 @@ pub fn reference_cache_key(
     }
     field("protocol", timing.protocol.as_bytes());
     field("policy", timing.policy.as_bytes());
+    // Named only when not the default, so the timings cached before these options existed
+    // still match the requests that leave them out.
+    if !timing.precision.is_default() {
+        field("precision", timing.precision.as_str().as_bytes());
+    }
+    if !timing.timing_method.is_default() {
+        field("timing_method", timing.timing_method.as_str().as_bytes());
+    }
+    if !timing.reference_backend.is_default() {
+        field(
+            "reference_backend",
+            timing.reference_backend.as_str().as_bytes(),
+        );
+    }
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -168,7 +214,7 @@ pub fn key_for(
         &device.info(),
         driver?,
         software?,
-        &TimingConfig::new(r.num_perf_trials, r.timing, device, cpu_threads),
+        &TimingConfig::for_request(r, device, cpu_threads),
     ))
 }
 
@@ -273,6 +319,11 @@ mod tests {
             },
             |t: &mut TimingConfig| t.protocol = "timing-v0",
             |t: &mut TimingConfig| t.policy = "other".into(),
+            |t: &mut TimingConfig| t.precision = Precision::Bf16,
+            |t: &mut TimingConfig| t.precision = Precision::Fp16,
+            |t: &mut TimingConfig| t.timing_method = TimingMethod::DoBench,
+            |t: &mut TimingConfig| t.timing_method = TimingMethod::HostTime,
+            |t: &mut TimingConfig| t.reference_backend = ReferenceBackend::Compile,
         ] {
             let mut t = timing();
             change(&mut t);
@@ -289,6 +340,17 @@ mod tests {
         variants.sort();
         variants.dedup();
         assert_eq!(variants.len(), n + 1, "every change gives a new key");
+    }
+
+    #[test]
+    fn default_options_keep_the_keys_cached_before_them() {
+        let dev = gpu().info();
+        let request = EvaluateRequest::new("ref", "cand");
+        let of_request = TimingConfig::for_request(&request, &gpu(), None);
+        assert_eq!(
+            key("ref", &dev, "550.54", &software(), &of_request),
+            key("ref", &dev, "550.54", &software(), &timing())
+        );
     }
 
     #[test]

@@ -65,6 +65,12 @@ pub struct HarnessSpec<'a> {
     pub triton_precompile: Option<u64>,
     /// How many timed calls each model gets (the request's `timing`).
     pub timing: HarnessTiming,
+    /// `fp32`, `fp16` or `bf16`: what floating inputs and both models are cast to.
+    pub precision: &'static str,
+    /// `cuda_event`, `do_bench` or `host_time`: how each call is timed.
+    pub timing_method: &'static str,
+    /// `eager` or `compile`: what the reference is timed as.
+    pub reference_backend: &'static str,
 }
 
 /// `spec.json`'s `timing`: the request's, with the least number of timed calls of adaptive
@@ -120,6 +126,9 @@ pub fn harness_spec<'a>(
             max_time_ms: r.timing.max_time_ms,
             min_trials: MIN_ADAPTIVE_TRIALS,
         },
+        precision: r.precision.as_str(),
+        timing_method: r.timing_method.as_str(),
+        reference_backend: r.reference_backend.as_str(),
     }
 }
 
@@ -239,6 +248,9 @@ mod tests {
                 "max_time_ms": r.timing.max_time_ms,
                 "min_trials": MIN_ADAPTIVE_TRIALS,
             },
+            "precision": r.precision.as_str(),
+            "timing_method": r.timing_method.as_str(),
+            "reference_backend": r.reference_backend.as_str(),
         })
     }
 
@@ -263,6 +275,9 @@ mod tests {
         request.atol = 0.5;
         request.rtol = 0.25;
         request.max_speedup = 8.0;
+        request.precision = crucible_shared::Precision::Bf16;
+        request.timing_method = crucible_shared::TimingMethod::HostTime;
+        request.reference_backend = crucible_shared::ReferenceBackend::Compile;
         request.timing = crucible_shared::TimingRequest {
             mode: TimingMode::Adaptive,
             target_rel_error: 0.005,
@@ -371,6 +386,9 @@ mod tests {
                     "max_time_ms": 750,
                     "min_trials": 3,
                 },
+                "precision": "bf16",
+                "timing_method": "host_time",
+                "reference_backend": "compile",
             })
         );
     }

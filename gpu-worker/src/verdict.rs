@@ -93,6 +93,7 @@ const RANKED: &[Stage] = &[
     Stage::Instantiate,
     Stage::Correctness,
     Stage::Profile,
+    Stage::CompileReference,
     Stage::TimingGate,
     Stage::Performance,
     Stage::Integrity,

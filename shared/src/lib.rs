@@ -1,11 +1,12 @@
 //! Wire types shared by every Crucible process: requests, task views, results, worker and
-//! queue views, tenants, problems, rollouts and rewards (all serde + utoipa schemas), the API error codes with their one HTTP mapping,
+//! queue views, tenants, problems, rollouts and rewards, the measurement options (`parity`) (all serde + utoipa schemas), the API error codes with their one HTTP mapping,
 //! request validation and configuration parsing. Nothing here does I/O.
 
 pub mod bounds;
 pub mod config;
 pub mod error;
 pub mod ids;
+pub mod parity;
 pub mod problem;
 pub mod request;
 pub mod reward;
@@ -25,6 +26,7 @@ pub use bounds::{
 pub use config::{BrokerConfig, ConfigError};
 pub use error::{ApiError, ApiErrorCode};
 pub use ids::{BatchId, LeaseToken, TaskId, TenantId, WorkerId};
+pub use parity::{Precision, ReferenceBackend, TimingMethod};
 pub use problem::{Problem, ProblemInfo, ProblemList, ProblemRef, problem_hash};
 pub use request::{Backend, BatchRequest, EvaluateRequest, Priority, ScreeningAction, TaskSpec};
 pub use sandbox::{LayerState, LayerStatus, SandboxLayer, SandboxStatus};

@@ -9,6 +9,7 @@ use crate::bounds::{
     perf_trials_schema, rtol_schema, timeout_s_schema,
 };
 use crate::error::ApiError;
+use crate::parity::{Precision, ReferenceBackend, TimingMethod};
 use crate::timing::TimingRequest;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -157,6 +158,19 @@ pub struct EvaluateRequest {
     /// well enough (docs/harness-protocol.md, "Adaptive timing").
     #[serde(default, skip_serializing_if = "TimingRequest::is_default")]
     pub timing: TimingRequest,
+    /// The precision both models run in: `fp32` (as written), `fp16` or `bf16` (floating
+    /// inputs, parameters and buffers cast, as KernelBench's `precision`).
+    #[serde(default, skip_serializing_if = "Precision::is_default")]
+    pub precision: Precision,
+    /// How each call is timed: `cuda_event` (events, `num_perf_trials` calls), `do_bench`
+    /// (events, calls until 100 ms as triton's `do_bench` budgets them) or `host_time` (the
+    /// host's clock, launch overhead included).
+    #[serde(default, skip_serializing_if = "TimingMethod::is_default")]
+    pub timing_method: TimingMethod,
+    /// What the speedup is measured against: `eager` (the reference as written) or `compile`
+    /// (`torch.compile`d; correctness is still checked against eager).
+    #[serde(default, skip_serializing_if = "ReferenceBackend::is_default")]
+    pub reference_backend: ReferenceBackend,
 }
 
 /// What static screening does with a rule's findings.
@@ -192,6 +206,9 @@ impl EvaluateRequest {
             force_refresh: default_false(),
             screening: BTreeMap::new(),
             timing: TimingRequest::default(),
+            precision: Precision::default(),
+            timing_method: TimingMethod::default(),
+            reference_backend: ReferenceBackend::default(),
         }
     }
 
@@ -244,6 +261,16 @@ impl EvaluateRequest {
             );
             field("timing_max_time_ms", &self.timing.max_time_ms.to_le_bytes());
         }
+        // The same for the measurement options: named only when not the default.
+        if !self.precision.is_default() {
+            field("precision", self.precision.as_str().as_bytes());
+        }
+        if !self.timing_method.is_default() {
+            field("timing_method", self.timing_method.as_str().as_bytes());
+        }
+        if !self.reference_backend.is_default() {
+            field("reference_backend", self.reference_backend.as_str().as_bytes());
+        }
         h.finalize().iter().map(|b| format!("{b:02x}")).collect()
     }
 
@@ -261,6 +288,12 @@ impl EvaluateRequest {
         validate_range(&field("num_perf_trials"), self.num_perf_trials, PERF_TRIALS)?;
         validate_range(&field("timeout_s"), self.timeout_s, TIMEOUT_S)?;
         self.timing.validate(prefix, self.num_perf_trials)?;
+        if self.timing_method == TimingMethod::DoBench && !self.timing.is_fixed() {
+            return Err(ApiError::invalid(
+                &field("timing_method"),
+                "do_bench budgets its own timed calls: use it with fixed `timing`",
+            ));
+        }
         validate_tolerance(&field("atol"), self.atol)?;
         validate_tolerance(&field("rtol"), self.rtol)?;
         let Bounds { min, max, .. } = MAX_SPEEDUP;

@@ -82,6 +82,15 @@ pub struct RolloutEvalSettings {
     pub priority: Option<Priority>,
     /// A speedup above this is flagged `implausible-speedup`.
     pub max_speedup: Option<f64>,
+    /// The precision both models run in (`fp32`, `fp16`, `bf16`; as `/evaluate`'s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<crate::parity::Precision>,
+    /// How each call is timed (`cuda_event`, `do_bench`, `host_time`; as `/evaluate`'s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing_method: Option<crate::parity::TimingMethod>,
+    /// What the speedup is measured against (`eager`, `compile`; as `/evaluate`'s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_backend: Option<crate::parity::ReferenceBackend>,
 }
 
 /// `POST /rollouts`.
@@ -213,6 +222,15 @@ impl RolloutEvalSettings {
         }
         if let Some(v) = self.max_speedup {
             r.max_speedup = v;
+        }
+        if let Some(v) = self.precision {
+            r.precision = v;
+        }
+        if let Some(v) = self.timing_method {
+            r.timing_method = v;
+        }
+        if let Some(v) = self.reference_backend {
+            r.reference_backend = v;
         }
         r
     }

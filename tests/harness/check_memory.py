@@ -74,24 +74,24 @@ class NoMeta(torch.nn.Module):
 # A 64 GiB input would take minutes and the machine's memory if it were made for real: on
 # meta it is shapes alone.
 huge = reference(Sum, lambda: [torch.randn(4096, 4 * 1024 * 1024)])
-nbytes, how = measure(huge, [], Sum(), 0, H100)
+nbytes, how = measure(huge, [], Sum(), 0, "fp32", H100)
 in_bytes = 4096 * 4 * 1024 * 1024 * 4
 check(how is None, f"sum runs on meta: {how}")
 check(nbytes == 3 * (in_bytes + 4096 * 4), f"sum's footprint: two sets + the slot: {nbytes}")
 
 lin = reference(Linear, lambda: [torch.randn(128, 256)], init=[256])
 model = Linear(256)
-nbytes, how = measure(lin, [256], model, 0, H100)
+nbytes, how = measure(lin, [256], model, 0, "fp32", H100)
 params = (256 * 256 + 256) * 4
 check(how is None and nbytes == 2 * params + footprint_bytes(128 * 256 * 4, 128 * 256 * 4, 0,
                                                              H100), "linear with parameters")
 
-nbytes, how = measure(reference(NoMeta, lambda: [torch.randn(64, 64)]), [], NoMeta(), 0, H100)
+nbytes, how = measure(reference(NoMeta, lambda: [torch.randn(64, 64)]), [], NoMeta(), 0, "fp32", H100)
 check(how is not None and "sized as the inputs" in how, f"no meta kernel: {how}")
 check(nbytes == footprint_bytes(64 * 64 * 4, 64 * 64 * 4, 0, H100), "guessed as the inputs")
 
 named = reference(Sum, lambda: [torch.randn(64, 64, device="cpu")])
-nbytes, how = measure(named, [], Sum(), 0, H100)
+nbytes, how = measure(named, [], Sum(), 0, "fp32", H100)
 check(how is not None and "names a device" in how, f"get_inputs names its device: {how}")
 check(nbytes == footprint_bytes(64 * 64 * 4, 64 * 64 * 4, 0, H100), "sized from real tensors")
 
@@ -100,7 +100,19 @@ def broken():
     raise ValueError("no inputs today")
 
 
-nbytes, how = measure(reference(Sum, broken), [], Sum(), 0, H100)
+nbytes, how = measure(reference(Sum, broken), [], Sum(), 0, "fp32", H100)
 check(nbytes is None and "ValueError" in how, f"get_inputs() fails: {how}")
+
+# bf16: the inputs and the output are sized in the precision they are cast to; integer
+# inputs are not cast.
+lin16 = reference(Linear, lambda: [torch.randn(128, 256)], init=[256])
+nbytes, how = measure(lin16, [256], Linear(256).to(torch.bfloat16), 0, "bf16", H100)
+params16 = (256 * 256 + 256) * 2
+check(how is None and nbytes == 2 * params16 + footprint_bytes(128 * 256 * 2, 128 * 256 * 2, 0,
+                                                               H100), f"bf16 linear: {nbytes}")
+ints = reference(Sum, lambda: [torch.ones(64, 64, dtype=torch.int32)])
+nbytes, how = measure(ints, [], Sum(), 0, "fp16", H100)
+check(how is None and nbytes == footprint_bytes(64 * 64 * 4, 64 * 8, 0, H100),
+      f"integer inputs keep their dtype: {nbytes} {how}")
 
 print(f"memory: {checks} checks passed")

@@ -18,7 +18,8 @@ TASK = {"backend": "triton", "device": "cpu", "num_correct_trials": 5, "num_perf
         "num_warmup": 3, "measure_performance": True, "atol": 0.01, "rtol": 0.01, "seed": 42,
         "max_speedup": 10.0, "stage": "prepare",
         "timing": {"mode": "fixed", "target_rel_error": 0.001, "max_time_ms": 2000,
-                   "min_trials": 3}}
+                   "min_trials": 3},
+        "precision": "fp32", "timing_method": "cuda_event", "reference_backend": "eager"}
 
 
 def refused(raw, words):
@@ -44,6 +45,14 @@ refused(dict(TASK, timing=dict(TASK["timing"], mode="auto")), ["timing.mode"])
 refused(dict(TASK, timing=dict(TASK["timing"], target_rel_error=0)), ["target_rel_error"])
 refused(dict(TASK, timing=dict(TASK["timing"], min_trials=0)), ["min_trials"])
 refused(dict(TASK, timing={"mode": "fixed"}), ["timing", "min_trials"])
+# the measurement options: each required, one of its names; do_bench only with fixed timing.
+for key, good, bad in (("precision", "bf16", "fp8"), ("timing_method", "host_time", "wall"),
+                       ("reference_backend", "compile", "inductor")):
+    assert getattr(parse_spec(dict(TASK, **{key: good})), key) == good
+    refused(dict(TASK, **{key: bad}), [key])
+    refused({k: v for k, v in TASK.items() if k != key}, ["lacks", key])
+refused(dict(TASK, timing_method="do_bench", timing=adaptive), ["do_bench", "fixed"])
+assert parse_spec(dict(TASK, timing_method="do_bench")).timing_method == "do_bench"
 # reference_timing: the five figures, optionally the trial count and the median's interval.
 FIVE = {"median": 1.0, "mean": 1.1, "std": 0.1, "min": 0.9, "max": 1.5}
 assert parse_spec(dict(TASK, reference_timing=FIVE)).reference_timing == FIVE

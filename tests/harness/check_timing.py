@@ -15,7 +15,8 @@ HARNESS = os.path.join(REPO, "gpu-worker", "harness", "harness.py")
 # Loading the entry point registers every harness module as crucible_<name>.
 entry = importlib.util.spec_from_file_location("crucible_harness_entry", HARNESS)
 entry.loader.exec_module(importlib.util.module_from_spec(entry))
-from crucible_judge_performance import TIMING_CHECKS, checked_calls  # noqa: E402
+from crucible_judge_performance import (DO_BENCH_REP_MS, TIMING_CHECKS, adaptive_limits,  # noqa: E402
+                                        checked_calls, enough)
 from crucible_tensors import (adaptive_should_stop, median_ci_rank, median_interval,  # noqa: E402
                               median_rel_error, runtime_stats)
 
@@ -98,5 +99,24 @@ for seed in range(50):
     check(len([k for k in picked if k < 6]) == TIMING_CHECKS // 2, "half in the first 6")
 check(checked_calls(random.Random(0), 5, 5) == set(range(5)), "few calls: all checked")
 check(len(checked_calls(random.Random(0), 8, 6)) == 6, "4 early, 2 late: all there are")
+
+# The stopping rule of each timing: fixed never stops early; do_bench once the timed calls
+# add up to its 100 ms budget, after at least min_trials; adaptive by its own rule.
+def spec_of(method, mode="fixed"):
+    import types
+    return types.SimpleNamespace(timing_method=method, num_perf_trials=100, timing={
+        "mode": mode, "target_rel_error": 0.01, "max_time_ms": 1000, "min_trials": 3})
+
+
+check(adaptive_limits(spec_of("cuda_event")) is None, "fixed cuda_event: every call")
+check(adaptive_limits(spec_of("host_time")) is None, "fixed host_time: every call")
+check(adaptive_limits(spec_of("cuda_event", "adaptive"))["budget_ms"] == 1000, "adaptive")
+bench = adaptive_limits(spec_of("do_bench"))
+check(bench == {"do_bench_ms": DO_BENCH_REP_MS, "min_trials": 3}, f"do_bench: {bench}")
+check(not enough(bench, [60.0, 60.0], 0), "do_bench: 120 ms but fewer than 3 calls")
+check(enough(bench, [50.0, 30.0, 30.0], 0), "do_bench: 110 ms over 3 calls")
+check(not enough(bench, [0.01] * 9999, 0), "do_bench: 99.99 ms is under the budget")
+check(enough(bench, [0.01] * 10000, 0), "do_bench: 100 ms reached")
+check(not enough(None, [1e9] * 1000, 0), "fixed: never early")
 
 print(f"timing: {checks} checks passed")
