@@ -62,6 +62,12 @@ if [[ "${SUITE:-smoke}" == rollouts ]]; then
     | tee "$OUT/table.txt"
   cat "$OUT/summary.txt"
   exit $rc
+elif [[ "${SUITE:-smoke}" == parity ]]; then
+  # scripts/gpu-parity.sh: the measurement options (precision, timing_method,
+  # reference_backend) on real problems with our Triton candidates.
+  "$PY" scripts/gpu-parity/run.py --api "http://127.0.0.1:$API_PORT" \
+    --problems "$BUNDLE/kernelbench" --candidates scripts/gpu-smoke/candidates \
+    --out "$OUT/tasks.jsonl" "$@"
 elif [[ "${SUITE:-smoke}" == integrity ]]; then
   # scripts/gpu-integrity.sh: the exploit and honest corpora instead of the smoke problems.
   "$PY" scripts/integrity/run_corpus.py --api "http://127.0.0.1:$API_PORT" \

@@ -46,6 +46,9 @@ pub const BEARER_SCHEME: &str = "bearer";
         crucible_shared::ScreeningAction,
         crucible_shared::TimingRequest,
         crucible_shared::TimingMode,
+        crucible_shared::Precision,
+        crucible_shared::TimingMethod,
+        crucible_shared::ReferenceBackend,
         crucible_shared::RuntimeStats,
         crucible_shared::WorkerInfo,
         crucible_shared::QueueStatus,
@@ -148,6 +151,32 @@ pub fn doc() -> utoipa::openapi::OpenApi {
 
 #[cfg(test)]
 mod tests {
+    /// The measurement options, with their names, on `/evaluate` and on rollouts.
+    #[test]
+    fn the_document_describes_the_measurement_options() {
+        let doc = serde_json::to_value(super::doc()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        for (field, schema, names) in [
+            ("precision", "Precision", vec!["fp32", "fp16", "bf16"]),
+            (
+                "timing_method",
+                "TimingMethod",
+                vec!["cuda_event", "do_bench", "host_time"],
+            ),
+            (
+                "reference_backend",
+                "ReferenceBackend",
+                vec!["eager", "compile"],
+            ),
+        ] {
+            for request in ["EvaluateRequest", "RolloutEvalSettings"] {
+                let property = &schemas[request]["properties"][field];
+                assert!(property.to_string().contains(schema), "{request}.{field}");
+            }
+            assert_eq!(schemas[schema]["enum"], serde_json::json!(names));
+        }
+    }
+
     /// The contract shows `timing` with the bounds validation applies (`bounds.rs`) and the
     /// statistics' new, optional fields.
     #[test]

@@ -4,9 +4,7 @@
 //! and the options' names are the request's (`bounds.rs`, `parity.rs`), not written again.
 
 use crucible_shared::bounds::{MAX_TIME_MS, TARGET_REL_ERROR};
-use crucible_shared::{
-    Precision, ReferenceBackend, TimingMethod, TimingMode, TimingRequest,
-};
+use crucible_shared::{Precision, ReferenceBackend, TimingMethod, TimingMode, TimingRequest};
 use serde::de::DeserializeOwned;
 
 /// How many timed calls each model gets.

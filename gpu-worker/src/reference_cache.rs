@@ -10,8 +10,8 @@
 use crate::device::DeviceSlot;
 use crate::protocol::SoftwareReport;
 use crucible_shared::{
-    DeviceInfo, EvaluateRequest, Precision, ReferenceBackend, RuntimeStats, TaskSpec,
-    TimingMethod, TimingRequest,
+    DeviceInfo, EvaluateRequest, Precision, ReferenceBackend, RuntimeStats, TaskSpec, TimingMethod,
+    TimingRequest,
 };
 use sha2::{Digest, Sha256};
 
@@ -117,12 +117,7 @@ impl TimingConfig {
             precision: request.precision,
             timing_method: request.timing_method,
             reference_backend: request.reference_backend,
-            ..Self::new(
-                request.num_perf_trials,
-                request.timing,
-                device,
-                cpu_threads,
-            )
+            ..Self::new(request.num_perf_trials, request.timing, device, cpu_threads)
         }
     }
 }

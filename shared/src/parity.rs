@@ -85,7 +85,10 @@ mod tests {
     #[test]
     fn wire_names_match_serde() {
         for (value, wire) in [
-            (serde_json::to_value(Precision::Bf16), Precision::Bf16.as_str()),
+            (
+                serde_json::to_value(Precision::Bf16),
+                Precision::Bf16.as_str(),
+            ),
             (
                 serde_json::to_value(TimingMethod::DoBench),
                 TimingMethod::DoBench.as_str(),
