@@ -16,7 +16,7 @@ import inspect
 import os
 import sys
 
-from crucible_errors import CAUGHT
+from crucible_errors import CAUGHT, note_caught
 from crucible_spec import MAX_BUILDS
 from crucible_trusted import Trusted, json_dumps
 
@@ -117,6 +117,7 @@ class ExtensionBuilds:
         self.builds = []
         self.failure = None
         self.reused = 0
+        self.raised = []   # note_caught lines of load_inline calls that raised
 
     def install(self):
         try:
@@ -134,7 +135,11 @@ class ExtensionBuilds:
                 return real(*args, **kwargs)
             bound.apply_defaults()
             arguments = dict(bound.arguments)
-            return builds.load(real, arguments)
+            try:
+                return builds.load(real, arguments)
+            except CAUGHT as e:
+                note_caught(builds.raised, f"load_inline(name={arguments.get('name')!r})", e)
+                raise
 
         load_inline.__doc__ = real.__doc__
         cpp.load_inline = load_inline

@@ -174,6 +174,18 @@ def format_error(exc, focus_file, taskdir, context=""):
     return message
 
 
+MAX_CAUGHT_NOTES = 3     # exceptions a candidate caught, kept to explain a decoy
+MAX_CAUGHT_CHARS = 160   # of each
+
+
+def note_caught(notes, what, exc):
+    """Adds to `notes` (up to MAX_CAUGHT_NOTES) one line saying that `what` raised `exc`:
+    when the candidate catches it and falls back to PyTorch, that line is why it is a decoy."""
+    if len(notes) < MAX_CAUGHT_NOTES:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        notes.append(f"{what} raised {type(exc).__name__}: {first}"[:MAX_CAUGHT_CHARS])
+
+
 def same_file(a, b):
     if a == b:
         return True

@@ -9,7 +9,7 @@ May import: trusted, errors, tensors, integrity.
 import math
 import random
 
-from crucible_errors import CAUGHT, MAX_ERROR_CHARS, Verdict
+from crucible_errors import CAUGHT, MAX_CAUGHT_CHARS, MAX_ERROR_CHARS, Verdict
 from crucible_integrity import REDUCED_PRECISION_REL_ERROR, overlaps, relative_error, storage_span
 from crucible_tensors import (DiffStats, as_call_args, compare, deep_clone, flatten,
                               outputs_match, seed_all, tensor_nbytes, to_device,
@@ -150,5 +150,12 @@ class CorrectnessStage:
         if type(coverage) in (int, float) and math.isfinite(coverage):
             self.result["custom_time_coverage"] = min(max(float(coverage), 0.0), 1.0)
         if custom == 0:
+            # What the runner says its kernels raised is the candidate's own text: only a
+            # string, capped, and only ever a finding's detail (the first says why).
+            caught = reply.get("caught")
+            first = caught[0] if isinstance(caught, list) and caught else None
+            if isinstance(first, str) and first:
+                self.add_finding("no-custom-kernel", f"{first[:MAX_CAUGHT_CHARS]}; the "
+                                 "candidate caught it and its fallback ran instead")
             self.add_finding("no-custom-kernel", f"none of the {total} device operations of a "
                              "forward was a kernel defined in the candidate")

@@ -22,7 +22,8 @@ import crucible_selftest as selftest
 import crucible_transport as transport
 from crucible_builds import CANDIDATE_MODULE, ExtensionBuilds, ExtensionCalls, import_file
 from crucible_channel import GATE_FD
-from crucible_errors import CAUGHT, classify, format_error, same_file
+from crucible_errors import (CAUGHT, MAX_CAUGHT_NOTES, classify, format_error, note_caught,
+                             same_file)
 from crucible_integrity import (THREAD_STARTERS, WATCHED, lookup, overlaps, precision_state,
                                 storage_span)
 from crucible_tensors import (FLUSH_BYTES, flatten, model_to_precision, seed_all, set_cpu_threads,
@@ -59,6 +60,7 @@ class KernelCounter:
         self.custom_names = set()
         self.spans = []   # (start, end) events or perf_counter_ns pairs
         self.inside_custom = 0
+        self.raised = []  # note_caught lines of the candidate's kernels that raised
 
     def clock(self):
         r = self.runner
@@ -74,15 +76,22 @@ class KernelCounter:
         return (b - a) / 1e6
 
     def custom_call(self, name, fn, args, kwargs):
+        """A call of the candidate's own kernel. One that raises ran no kernel: it is not
+        counted (a candidate that catches it and falls back to PyTorch is a decoy), and why
+        it raised is noted for the decoy's feedback."""
         start = self.clock()
         self.inside_custom += 1
         try:
-            return fn(*args, **kwargs)
+            out = fn(*args, **kwargs)
+        except CAUGHT as e:
+            note_caught(self.raised, f"its kernel `{name}`", e)
+            raise
         finally:
             self.inside_custom -= 1
-            self.spans.append((start, self.clock()))
-            self.custom += 1
-            self.custom_names.add(name)
+        self.spans.append((start, self.clock()))
+        self.custom += 1
+        self.custom_names.add(name)
+        return out
 
     def covered_ms(self):
         if self.runner.device == "cuda":
@@ -442,7 +451,8 @@ class Runner:
                 "total_kernel_count": counter.custom + counter.ops,
                 "custom_time_coverage": (min(custom_ms / forward_ms, 1.0)
                                          if forward_ms > 0 else None),
-                "custom_kernels": sorted(counter.custom_names)[:32]}
+                "custom_kernels": sorted(counter.custom_names)[:32],
+                "caught": (counter.raised + self.builds.raised)[:MAX_CAUGHT_NOTES]}
 
     def instrument(self, counter):
         """Wraps Triton's launch path and the candidate's extension functions for one

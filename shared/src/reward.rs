@@ -418,6 +418,10 @@ const FEEDBACK_ERROR_LINES: usize = 10;
 /// Most bytes of the error excerpt in [`feedback`] (the recipes quote about 800 characters).
 const FEEDBACK_ERROR_BYTES: usize = 800;
 
+/// The flags that say why a candidate is a decoy: the profiled forward's proof of work, then
+/// static screening's (harness rule ids).
+const DECOY_RULES: [&str; 2] = ["no-custom-kernel", "no-kernel"];
+
 /// The text a trainer puts in the next turn's prompt: the status category, compiled or not,
 /// trials passed, the speedup and the key lines of the error. Built only from what the result
 /// already tells the client (no reference outputs, no seeds), capped at
@@ -457,6 +461,13 @@ pub fn feedback(facts: &CompletionFacts, result: Option<&EvalResult>) -> String 
         .filter(|f| f.severity != crate::task::SEVERITY_FLAG)
     {
         lines.push(format!("Finding {}: {}", f.rule, f.detail));
+    }
+    // A decoy's why: the runtime proof of work (with what the candidate's own kernel or
+    // build raised before its fallback ran, when the harness saw it) or the screening rule.
+    if r.verdict == Verdict::Decoy
+        && let Some(f) = r.flags.iter().find(|f| DECOY_RULES.contains(&f.rule.as_str()))
+    {
+        lines.push(format!("Why: {}.", f.detail.trim_end_matches('.')));
     }
     if let Some(message) = r.error_message.as_deref().filter(|m| !m.is_empty()) {
         let excerpt: Vec<&str> = message.lines().take(FEEDBACK_ERROR_LINES).collect();

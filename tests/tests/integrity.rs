@@ -113,6 +113,21 @@ async fn exploits_are_caught_and_honest_candidates_are_not_flagged() {
         }
         let (allowed, rule) = expectation(entry);
         let rule_ok = rule.as_deref().is_none_or(|want| rules.contains(&want));
+        // Where the entry says what the rule's detail must name (why it is a decoy).
+        let detail_ok = entry["expect"]["detail_contains"]
+            .as_str()
+            .is_none_or(|want| {
+                flags.iter().any(|f| {
+                    f["rule"].as_str() == rule.as_deref()
+                        && f["detail"].as_str().is_some_and(|d| d.contains(want))
+                })
+            });
+        if !detail_ok {
+            failures.push(format!(
+                "exploit {file}: no {rule:?} flag whose detail names {}: {flags:?}",
+                entry["expect"]["detail_contains"]
+            ));
+        }
         if !allowed.contains(&verdict) || !rule_ok || (verdict == "hack" && r["correct"] == true) {
             failures.push(format!(
                 "exploit {file}: verdict {verdict} (want {allowed:?}), rules {rules:?} (want {rule:?}): {}",

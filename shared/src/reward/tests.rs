@@ -114,6 +114,29 @@ fn feedback_says_what_happened_in_a_few_capped_lines() {
 }
 
 #[test]
+fn a_decoys_feedback_says_why() {
+    let good = parse_completion(GOOD);
+    let mut decoy = result(Verdict::Decoy, 5, None);
+    decoy.flags.push(crate::task::Flag {
+        rule: "no-custom-kernel".into(),
+        severity: crate::task::SEVERITY_FLAG.into(),
+        detail: "load_inline(name='relu') raised RuntimeError: Error building extension; the \
+                 candidate caught it and its fallback ran instead"
+            .into(),
+    });
+    let text = feedback(&good.facts(), Some(&decoy));
+    assert!(text.contains("no kernel of your own ran"), "{text}");
+    assert!(
+        text.contains("Why: load_inline(name='relu') raised RuntimeError"),
+        "{text}"
+    );
+    // Not a decoy: the proof-of-work flag is not repeated as a why.
+    let mut ok = result(Verdict::Ok, 5, Some(1.2));
+    ok.flags = decoy.flags.clone();
+    assert!(!feedback(&good.facts(), Some(&ok)).contains("Why:"));
+}
+
+#[test]
 fn a_hack_scores_zero_under_every_profile() {
     let good = parse_completion(GOOD);
     let hack = result(Verdict::Hack, 5, Some(9.0));
