@@ -16,6 +16,8 @@ trial holds less (the inputs, the reference's copy of them, the runner's copy an
 reference output in the judge, the candidate's output in the runner: 3 inputs + 2 outputs, at
 most that with two sets), and the judge empties its cache between the two for large sets. The
 model's parameters count twice (the reference in the judge, the candidate in the runner).
+A request in fp16 or bf16 makes each input set as the problem writes it and then casts it, so
+while a set is made its inputs exist in both dtypes: the inputs as written count once more.
 What is not counted (the candidate's and the reference's intermediates, the allocators'
 rounding) is why the worker keeps headroom and why a shortage beside neighbours is still
 retried alone (worker/neighbours.rs). The CUDA contexts are the worker's constant.
@@ -68,15 +70,19 @@ def measure(ref, init_inputs, ref_model, seed, precision, total_bytes):
     torch = Trusted.torch
     params = sum(tensor_nbytes(list(x)) for x in (ref_model.parameters(), ref_model.buffers()))
     try:
-        inputs = meta_inputs(ref, seed, precision)
+        written = meta_inputs(ref, seed, "fp32")
     except Exception as e:   # the reference's code
         return None, f"get_inputs() on the meta device: {type(e).__name__}"
+    inputs = to_precision(written, precision)
     in_bytes = tensor_nbytes(inputs)
+    # While a set is cast, its inputs as written exist too (nothing when no cast changed them).
+    written_bytes = tensor_nbytes(written)
+    transient = written_bytes if written_bytes != in_bytes else 0
     how = None
     if any(isinstance(x, torch.Tensor) and x.device.type != "meta" for x in inputs):
         # get_inputs() names its device: its tensors are real, the model on meta cannot
         # take them.
-        return footprint_bytes(in_bytes, in_bytes, params, total_bytes), \
+        return footprint_bytes(in_bytes, in_bytes, params, total_bytes) + transient, \
             "output sized as the inputs (get_inputs() names a device)"
     try:
         with torch.device("meta"), torch.no_grad():
@@ -85,4 +91,4 @@ def measure(ref, init_inputs, ref_model, seed, precision, total_bytes):
     except Exception as e:   # the reference's code, or an op without a meta kernel
         out_bytes = in_bytes
         how = f"output sized as the inputs (forward on meta: {type(e).__name__})"
-    return footprint_bytes(in_bytes, out_bytes, params, total_bytes), how
+    return footprint_bytes(in_bytes, out_bytes, params, total_bytes) + transient, how
