@@ -15,6 +15,7 @@ pub mod status;
 pub mod task;
 pub mod tenant;
 pub mod timing;
+pub mod wire;
 pub mod worker;
 
 pub use bounds::{
@@ -38,4 +39,5 @@ pub use tenant::{
     TenantInfo, TenantList,
 };
 pub use timing::{TimingMode, TimingRequest};
+pub use wire::wire_name;
 pub use worker::{WorkerInfo, WorkerState};
