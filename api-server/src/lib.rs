@@ -22,12 +22,17 @@ pub use auth::{Auth, AuthMode};
 pub use router::router;
 pub use state::AppState;
 
-/// Serves `router` on `listener` until `shutdown` resolves.
+/// Serves `router` on `listener` until `shutdown` resolves. The address it serves on names
+/// the replica in its metrics ([`metrics::replica_id`]).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    state.metrics.name_replica(metrics::replica_id(
+        listener.local_addr()?,
+        std::env::var("HOSTNAME").ok(),
+    ));
     axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
         .await

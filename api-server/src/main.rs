@@ -3,6 +3,7 @@
 use anyhow::Context;
 use clap::Parser;
 use crucible_api_server::{AppState, Auth, serve};
+use crucible_runtime::metrics::{Component, build_info};
 use crucible_runtime::{LogTo, Shutdown, shutdown_signal};
 use crucible_shared::BrokerConfig;
 use crucible_task_manager::{Broker, RedisBroker, RedisTarget, run_reaper};
@@ -50,6 +51,10 @@ async fn main() -> anyhow::Result<()> {
     crucible_api_server::auth::log_mode(&auth, addr);
     let problems = crucible_api_server::problems::load_from_env().context("problem registry")?;
     let state = AppState::new(broker, auth).with_problems(problems);
+    state
+        .metrics
+        .registry()
+        .register(Box::new(build_info(Component::Api)))?;
     let server = tokio::spawn(serve(listener, state, shutdown.token().cancelled_owned()));
     shutdown_signal().await?;
     tracing::info!("shutdown requested");

@@ -1,15 +1,24 @@
-//! Prometheus metrics. Request counters are per replica; queue, task and worker figures are
-//! read from the broker at scrape time, so every replica reports the same cluster-wide view.
+//! Prometheus metrics of one API replica (`GET /metrics`; the names are docs/METRICS.md's).
+//! Request and submission counters are this replica's; the cluster-wide figures (queue,
+//! workers, the broker's lifetime counters) are read from the broker at scrape time and
+//! labelled with the replica's id ([`cluster`]). Other parts of the process add their own
+//! metrics to [`Metrics::registry`]: the binaries their `crucible_build_info`, `crucible up`
+//! its workers' metrics, so one `/metrics` serves the whole process.
+
+pub mod cluster;
 
 use axum::extract::{MatchedPath, Request};
 use axum::middleware::Next;
 use axum::response::Response;
-use crucible_shared::{QueueStatus, WorkerInfo, WorkerState};
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry, TextEncoder,
 };
+use std::net::SocketAddr;
+use std::sync::OnceLock;
 use std::time::Instant;
+
+/// The replica label before the replica serves (never seen through `/metrics`).
+const UNNAMED_REPLICA: &str = "unnamed";
 
 /// This replica's Prometheus registry and the metrics in it, rendered at `GET /metrics`.
 pub struct Metrics {
@@ -20,13 +29,9 @@ pub struct Metrics {
     pub submitted: IntCounterVec,
     /// Rollouts accepted by this replica (`POST /rollouts`).
     pub rollouts_submitted: IntCounter,
-    queue_depth: IntGaugeVec,
-    running: IntGauge,
-    finished: IntGaugeVec,
-    result_cache: IntGaugeVec,
-    reference_cache: IntGaugeVec,
-    workers: IntGaugeVec,
-    broker_up: IntGauge,
+    /// The `replica` label of the cluster-wide figures: [`replica_id`], set when the replica
+    /// starts serving ([`crate::serve`]).
+    replica: OnceLock<String>,
 }
 
 impl Default for Metrics {
@@ -67,59 +72,11 @@ impl Metrics {
             "Rollouts accepted by this replica (POST /rollouts)",
         )
         .expect("valid metric");
-        let queue_depth = IntGaugeVec::new(
-            Opts::new("crucible_queue_depth", "Queued tasks by priority"),
-            &["priority"],
-        )
-        .expect("valid metric");
-        let running =
-            IntGauge::new("crucible_tasks_running", "Tasks holding a lease").expect("valid metric");
-        let finished = IntGaugeVec::new(
-            Opts::new(
-                "crucible_tasks_finished",
-                "Lifetime count of tasks by terminal status (from the broker)",
-            ),
-            &["status"],
-        )
-        .expect("valid metric");
-        let result_cache = IntGaugeVec::new(
-            Opts::new(
-                "crucible_result_cache_lookups",
-                "Lifetime count of cache lookups at submission by outcome (from the broker)",
-            ),
-            &["outcome"],
-        )
-        .expect("valid metric");
-        let reference_cache = IntGaugeVec::new(
-            Opts::new(
-                "crucible_reference_cache_lookups",
-                "Lifetime count of reference timing lookups by workers by outcome (from the broker)",
-            ),
-            &["outcome"],
-        )
-        .expect("valid metric");
-        let workers = IntGaugeVec::new(
-            Opts::new("crucible_workers", "Registered workers by state"),
-            &["state"],
-        )
-        .expect("valid metric");
-        let broker_up = IntGauge::new(
-            "crucible_broker_up",
-            "1 when the broker answered the scrape",
-        )
-        .expect("valid metric");
         for c in [
             Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(http_duration.clone()),
             Box::new(submitted.clone()),
             Box::new(rollouts_submitted.clone()),
-            Box::new(queue_depth.clone()),
-            Box::new(running.clone()),
-            Box::new(finished.clone()),
-            Box::new(result_cache.clone()),
-            Box::new(reference_cache.clone()),
-            Box::new(workers.clone()),
-            Box::new(broker_up.clone()),
         ] {
             registry.register(c).expect("metric registered once");
         }
@@ -129,83 +86,35 @@ impl Metrics {
             http_duration,
             submitted,
             rollouts_submitted,
-            queue_depth,
-            running,
-            finished,
-            result_cache,
-            reference_cache,
-            workers,
-            broker_up,
+            replica: OnceLock::new(),
         }
     }
 
-    /// Updates the broker-derived gauges; `None` when the broker did not answer.
-    pub fn observe_broker(&self, view: Option<(&QueueStatus, &[WorkerInfo])>) {
-        let Some((queue, workers)) = view else {
-            self.broker_up.set(0);
-            return;
-        };
-        self.broker_up.set(1);
-        for (priority, n) in [
-            ("high", queue.queued_high),
-            ("normal", queue.queued_normal),
-            ("low", queue.queued_low),
-        ] {
-            self.queue_depth
-                .with_label_values(&[priority])
-                .set(n as i64);
-        }
-        self.running.set(queue.running as i64);
-        for (status, n) in [
-            ("done", queue.done_total),
-            ("failed", queue.failed_total),
-            ("cancelled", queue.cancelled_total),
-            ("requeued", queue.requeued_total),
-        ] {
-            self.finished.with_label_values(&[status]).set(n as i64);
-        }
-        for (outcome, n) in [
-            ("hit", queue.cache_hits_total),
-            ("miss", queue.cache_misses_total),
-            ("coalesced", queue.coalesced_total),
-        ] {
-            self.result_cache
-                .with_label_values(&[outcome])
-                .set(n as i64);
-        }
-        for (outcome, n) in [
-            ("hit", queue.ref_cache_hits_total),
-            ("miss", queue.ref_cache_misses_total),
-        ] {
-            self.reference_cache
-                .with_label_values(&[outcome])
-                .set(n as i64);
-        }
-        for state in [
-            WorkerState::Starting,
-            WorkerState::Idle,
-            WorkerState::Busy,
-            WorkerState::Unhealthy,
-            WorkerState::Stopping,
-            WorkerState::Lost,
-        ] {
-            let n = workers.iter().filter(|w| w.state == state).count();
-            let label = serde_json::to_value(state)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default();
-            self.workers
-                .with_label_values(&[label.as_str()])
-                .set(n as i64);
-        }
+    /// The registry `/metrics` renders, for the rest of the process to register into.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
     }
 
-    /// The registry in Prometheus' text format; call [`Metrics::observe_broker`] first, or the
-    /// broker-derived gauges show the previous scrape's figures.
-    pub fn render(&self) -> String {
+    /// Names the replica (once; later calls are ignored: the first address served on is its
+    /// id).
+    pub fn name_replica(&self, id: String) {
+        let _ = self.replica.set(id);
+    }
+
+    /// The replica's id, as the `replica` label shows it.
+    pub fn replica(&self) -> &str {
+        self.replica.get().map_or(UNNAMED_REPLICA, String::as_str)
+    }
+
+    /// The registry and the cluster-wide figures of `broker` (`None`: the broker did not
+    /// answer) in Prometheus' text format.
+    pub fn render(&self, broker: Option<cluster::BrokerView<'_>>) -> String {
+        let mut families = self.registry.gather();
+        families.extend(cluster::families(broker, self.replica()));
+        families.sort_by(|a, b| a.name().cmp(b.name()));
         let mut buf = Vec::new();
         TextEncoder::new()
-            .encode(&self.registry.gather(), &mut buf)
+            .encode(&families, &mut buf)
             .expect("text encoding never fails");
         String::from_utf8(buf).unwrap_or_default()
     }
@@ -218,6 +127,22 @@ impl Metrics {
             .with_label_values(&[route])
             .observe(seconds);
     }
+}
+
+/// A replica's id: `<host name>:<port>` of the address it serves on, stable across its
+/// restarts and distinct between replicas on different hosts (or ports). `host` is the
+/// `HOSTNAME` the process was given, else the kernel's.
+pub fn replica_id(bound: SocketAddr, host: Option<String>) -> String {
+    let host = host
+        .filter(|h| !h.trim().is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+                .filter(|h| !h.is_empty())
+        })
+        .unwrap_or_else(|| bound.ip().to_string());
+    format!("{}:{}", host.trim(), bound.port())
 }
 
 /// Middleware counting requests by matched route (never by raw path: ids would explode the
@@ -242,4 +167,52 @@ pub async fn track(
         started.elapsed().as_secs_f64(),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replica_is_named_by_host_and_port_once() {
+        let addr: SocketAddr = "0.0.0.0:10907".parse().unwrap();
+        assert_eq!(replica_id(addr, Some("api-3".into())), "api-3:10907");
+        assert!(replica_id(addr, None).ends_with(":10907"));
+        let metrics = Metrics::new();
+        assert_eq!(metrics.replica(), UNNAMED_REPLICA);
+        metrics.name_replica("a:1".into());
+        metrics.name_replica("b:2".into());
+        assert_eq!(metrics.replica(), "a:1");
+    }
+
+    #[test]
+    fn render_merges_the_registry_and_the_cluster_figures_in_name_order() {
+        let metrics = Metrics::new();
+        metrics.name_replica("api:1".into());
+        metrics.rollouts_submitted.inc();
+        let text = metrics.render(None);
+        assert!(
+            text.contains(r#"crucible_broker_up{replica="api:1"} 0"#),
+            "{text}"
+        );
+        assert!(
+            text.contains("crucible_rollouts_submitted_total 1"),
+            "{text}"
+        );
+        let types: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .collect();
+        let mut sorted = types.clone();
+        sorted.sort();
+        assert_eq!(types, sorted, "families in name order");
+        for t in types {
+            if let Some((name, kind)) = t.split_once(' ') {
+                assert!(
+                    !name.ends_with("_total") || kind == "counter",
+                    "{name} is a {kind}"
+                );
+            }
+        }
+    }
 }

@@ -413,15 +413,15 @@ pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthSt
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let queue = state.broker.queue_status().await;
     let workers = state.broker.list_workers().await;
-    match (&queue, &workers) {
-        (Ok(q), Ok(w)) => state.metrics.observe_broker(Some((q, w))),
-        _ => state.metrics.observe_broker(None),
-    }
+    let broker = match (&queue, &workers) {
+        (Ok(q), Ok(w)) => Some((q, w.as_slice())),
+        _ => None,
+    };
     (
         [(
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4",
         )],
-        state.metrics.render(),
+        state.metrics.render(broker),
     )
 }

@@ -13,8 +13,9 @@ use crucible_api_server::Auth;
 use crucible_client::Client;
 use crucible_gpu_worker::verdict::Classified;
 use crucible_gpu_worker::{
-    DeviceSlot, Worker, WorkerConfig, discover_devices, evaluate_local, probe,
+    DeviceSlot, Worker, WorkerConfig, WorkerMetrics, discover_devices, evaluate_local, probe,
 };
+use crucible_runtime::metrics::{Component, build_info};
 use crucible_runtime::{LogTo, Shutdown, shutdown_signal};
 use crucible_shared::bounds::{CORRECT_TRIALS, PERF_TRIALS, TIMEOUT_S};
 use crucible_shared::rollout::RolloutEvalSettings;
@@ -390,6 +391,12 @@ async fn up(
     };
     devices.extend((0..extra_cpu_workers).map(|_| DeviceSlot::cpu()));
 
+    // One registry for the whole process: the API's `/metrics` serves its workers' too, and
+    // no other port is opened.
+    let state = crucible_api_server::AppState::new(broker.clone(), auth).with_problems(problems);
+    let registry = state.metrics.registry();
+    registry.register(Box::new(build_info(Component::Up)))?;
+    let worker_metrics = Arc::new(WorkerMetrics::register(registry)?);
     let shutdown = Shutdown::new();
     let mut tasks = Vec::new();
     tasks.push(tokio::spawn(run_reaper(
@@ -401,7 +408,11 @@ async fn up(
     let (refused_tx, mut refused) = tokio::sync::mpsc::channel::<String>(1);
     for device in devices {
         let wcfg = WorkerConfig::from_env(device).map_err(anyhow::Error::msg)?;
-        let worker = Arc::new(Worker::new(worker_broker.clone(), wcfg));
+        let worker = Arc::new(Worker::new(
+            worker_broker.clone(),
+            wcfg,
+            worker_metrics.clone(),
+        ));
         let (stop, refused_tx) = (shutdown.token(), refused_tx.clone());
         tasks.push(tokio::spawn(async move {
             if let Err(e) = worker.run(stop).await {
@@ -409,7 +420,7 @@ async fn up(
             }
         }));
     }
-    crucible_api_server::auth::log_mode(&auth, addr);
+    crucible_api_server::auth::log_mode(&state.auth, addr);
     tracing::info!(
         broker = broker.kind(),
         workers = tasks.len() - 1,
@@ -417,7 +428,7 @@ async fn up(
     );
     let server = tokio::spawn(crucible_api_server::serve(
         listener,
-        crucible_api_server::AppState::new(broker, auth).with_problems(problems),
+        state,
         shutdown.token().cancelled_owned(),
     ));
     let refusal = tokio::select! {

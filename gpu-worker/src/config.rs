@@ -179,6 +179,39 @@ impl WorkerConfig {
     }
 }
 
+/// The port a standalone worker of GPU `N` serves its metrics on by default is this plus `N`
+/// (next to the API's 10907; 9400, the first thought, is the DCGM exporter's); a CPU worker's
+/// is one below it.
+pub const METRICS_PORT_BASE: u16 = 10910;
+/// The value of `--metrics-addr` / `CRUCIBLE_WORKER_METRICS_ADDR` that serves no metrics.
+pub const METRICS_OFF: &str = "off";
+
+/// Pure: where a standalone worker on `device` serves its metrics (`--metrics-addr`, or
+/// `CRUCIBLE_WORKER_METRICS_ADDR`): `value` as `host:port`, [`METRICS_OFF`] for nowhere, or
+/// by default loopback at [`METRICS_PORT_BASE`] + the GPU's index (a CPU worker: one below),
+/// so that the workers of one node never pick the same port. `Err` says what does not parse.
+pub fn metrics_addr(
+    value: Option<&str>,
+    device: &DeviceSlot,
+) -> Result<Option<std::net::SocketAddr>, String> {
+    match value.map(str::trim).filter(|v| !v.is_empty()) {
+        Some(METRICS_OFF) => Ok(None),
+        Some(v) => v.parse().map(Some).map_err(|e| {
+            format!("CRUCIBLE_WORKER_METRICS_ADDR: {v:?} is not host:port or {METRICS_OFF}: {e}")
+        }),
+        None => {
+            let port = match device.index() {
+                Some(index) => u16::try_from(index)
+                    .ok()
+                    .and_then(|i| METRICS_PORT_BASE.checked_add(i))
+                    .ok_or_else(|| format!("no default metrics port for GPU {index}"))?,
+                None => METRICS_PORT_BASE - 1,
+            };
+            Ok(Some(std::net::SocketAddr::from(([127, 0, 0, 1], port))))
+        }
+    }
+}
+
 /// Most device-stage children one worker runs at once.
 pub const MAX_DEVICE_SLOTS: u32 = 16;
 /// Device memory each default slot is given room for: a CUDA context, the problem's tensors
@@ -259,6 +292,27 @@ mod tests {
         assert_eq!(default_device_slots(&gpu, 128, gib(141)), 4, "capped");
         assert_eq!(default_device_slots(&gpu, 2, None), 1);
         assert_eq!(default_device_slots(&gpu, 16, None), 4, "memory unknown");
+    }
+
+    #[test]
+    fn metrics_are_served_on_loopback_at_a_port_per_device_unless_told() {
+        let gpu = |index| DeviceSlot::Gpu {
+            index,
+            name: "H100".into(),
+        };
+        let cpu = DeviceSlot::Cpu { name: "x".into() };
+        let addr = |s: &str| Some(s.parse::<std::net::SocketAddr>().unwrap());
+        assert_eq!(metrics_addr(None, &gpu(0)), Ok(addr("127.0.0.1:10910")));
+        assert_eq!(metrics_addr(Some(""), &gpu(7)), Ok(addr("127.0.0.1:10917")));
+        assert_eq!(metrics_addr(None, &cpu), Ok(addr("127.0.0.1:10909")));
+        assert_eq!(
+            metrics_addr(Some(" 0.0.0.0:9999 "), &gpu(1)),
+            Ok(addr("0.0.0.0:9999"))
+        );
+        assert_eq!(metrics_addr(Some("off"), &gpu(1)), Ok(None));
+        let err = metrics_addr(Some("localhost"), &cpu).unwrap_err();
+        assert!(err.contains("CRUCIBLE_WORKER_METRICS_ADDR"), "{err}");
+        assert!(metrics_addr(None, &gpu(70_000)).is_err());
     }
 
     #[test]

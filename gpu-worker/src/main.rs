@@ -2,7 +2,9 @@
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use crucible_gpu_worker::{DeviceSlot, Worker, WorkerConfig, probe};
+use crucible_gpu_worker::config::metrics_addr;
+use crucible_gpu_worker::{DeviceSlot, Worker, WorkerConfig, WorkerMetrics, probe};
+use crucible_runtime::metrics::{Component, build_info, serve_metrics};
 use crucible_runtime::{LogTo, Shutdown, shutdown_signal};
 use crucible_shared::BrokerConfig;
 use crucible_task_manager::{Broker, RedisBroker, RedisTarget};
@@ -26,6 +28,10 @@ struct Args {
     /// Its value is never printed, not even by --help.
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     redis_url: Option<String>,
+    /// Where to serve this worker's Prometheus metrics (`GET /metrics`): `host:port`, or `off`.
+    /// Default: 127.0.0.1, port 10910 + the GPU's index (a CPU worker: 10909).
+    #[arg(long, env = "CRUCIBLE_WORKER_METRICS_ADDR")]
+    metrics_addr: Option<String>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -54,9 +60,30 @@ async fn main() -> anyhow::Result<()> {
         Some(index) => DeviceSlot::gpu(index),
         None => DeviceSlot::cpu(),
     };
+    let metrics_at =
+        metrics_addr(args.metrics_addr.as_deref(), &device).map_err(anyhow::Error::msg)?;
     let cfg = WorkerConfig::from_env(device).map_err(anyhow::Error::msg)?;
-    let worker = Arc::new(Worker::new(broker, cfg));
+    let registry = prometheus::Registry::new();
+    registry.register(Box::new(build_info(Component::Worker)))?;
+    let metrics = Arc::new(WorkerMetrics::register(&registry)?);
     let shutdown = Shutdown::new();
+    // Bound before the worker starts: a port taken (by another worker on the same device?)
+    // stops it here, with the address, rather than leaving it unseen.
+    let metrics_server = match metrics_at {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                format!("binding the metrics address {addr} (--metrics-addr, CRUCIBLE_WORKER_METRICS_ADDR; `off` serves none)")
+            })?;
+            tracing::info!(addr = %listener.local_addr()?, "serving metrics");
+            Some(tokio::spawn(serve_metrics(
+                listener,
+                registry,
+                shutdown.token(),
+            )))
+        }
+        None => None,
+    };
+    let worker = Arc::new(Worker::new(broker, cfg, metrics));
     let mut run = tokio::spawn(worker.run(shutdown.token()));
     tokio::select! {
         signal = shutdown_signal() => {
@@ -64,9 +91,15 @@ async fn main() -> anyhow::Result<()> {
             tracing::info!("shutdown requested");
         }
         // The worker stopped by itself: it refused to serve.
-        ended = &mut run => return Ok(ended??),
+        ended = &mut run => {
+            shutdown.cancel();
+            return Ok(ended??);
+        }
     }
     shutdown.cancel();
     run.await??;
+    if let Some(server) = metrics_server {
+        server.await??;
+    }
     Ok(())
 }

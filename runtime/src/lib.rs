@@ -7,9 +7,13 @@
 //! - [`Shutdown`]: the process's one cancellation token. Every long-running loop of a binary
 //!   is stopped through it, the library loops (`Worker::run`, `run_reaper`, the server)
 //!   included: they take its [`Shutdown::token`].
+//! - [`metrics`]: `crucible_build_info`, which every binary exports, and the endpoint a
+//!   standalone worker serves its metrics on.
 //!
 //! It exists so that the binaries do not each carry a copy of this code, and so that a crate
 //! that needs none of it (the HTTP client) does not depend on a binary to get it.
+
+pub mod metrics;
 
 use tokio::signal::unix::{SignalKind, signal};
 pub use tokio_util::sync::CancellationToken;

@@ -16,6 +16,7 @@ pub mod status;
 pub mod task;
 pub mod tenant;
 pub mod timing;
+pub mod wire;
 pub mod worker;
 
 pub use bounds::{
@@ -40,4 +41,5 @@ pub use tenant::{
     TenantInfo, TenantList,
 };
 pub use timing::{TimingMode, TimingRequest};
+pub use wire::wire_name;
 pub use worker::{WorkerInfo, WorkerState};

@@ -36,6 +36,9 @@ pub fn service_env(redis_url: &str, prefix: &str) -> Vec<(String, String)> {
         ("CRUCIBLE_KEY_PREFIX".into(), prefix.to_owned()),
         ("CRUCIBLE_PYTHON".into(), python()),
         ("CRUCIBLE_CPU_THREADS".into(), "1".into()),
+        // Workers serve their metrics on a free port of their own unless a test names one:
+        // the default port is per device, and tests run several CPU workers at once.
+        ("CRUCIBLE_WORKER_METRICS_ADDR".into(), "127.0.0.1:0".into()),
         (
             "RUST_LOG".into(),
             std::env::var("CRUCIBLE_TEST_LOG").unwrap_or_else(|_| "info".into()),
@@ -145,14 +148,9 @@ impl Api {
 
     /// The Prometheus exposition of `/metrics`.
     pub async fn metrics_text(&self) -> String {
-        self.http
-            .get(format!("{}/metrics", self.base))
-            .send()
+        scrape(&self.http, &format!("{}/metrics", self.base))
             .await
             .expect("metrics request")
-            .text()
-            .await
-            .expect("metrics body")
     }
 
     /// `POST /evaluate`, asserting 202; returns the task id.
@@ -211,4 +209,96 @@ pub fn eval_body(problem_name: &str, candidate_file: &str, timeout_s: u32) -> Va
         "num_perf_trials": 5,
         "timeout_s": timeout_s,
     })
+}
+
+/// The body of `GET url` (a Prometheus exposition); `None` when nothing answers with 200.
+pub async fn scrape(http: &reqwest::Client, url: &str) -> Option<String> {
+    let resp = http.get(url).send().await.ok()?;
+    if !resp.status().is_success() {
+        return None;
+    }
+    resp.text().await.ok()
+}
+
+/// The value of the sample of metric `name` in the exposition `text` whose labels include
+/// every pair of `labels` (others may be there too); `None` when there is none. Panics if
+/// more than one sample matches: a test names labels enough to pick one.
+pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let matching: Vec<f64> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (metric, found) = match series.split_once('{') {
+                Some((metric, rest)) => (metric, parse_labels(rest.strip_suffix('}')?)?),
+                None => (series, Vec::new()),
+            };
+            let wanted = metric == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| found.iter().any(|(fk, fv)| fk == k && fv == v));
+            wanted.then(|| value.parse().ok()).flatten()
+        })
+        .collect();
+    assert!(
+        matching.len() <= 1,
+        "{name} {labels:?} matches {} samples in\n{text}",
+        matching.len()
+    );
+    matching.first().copied()
+}
+
+/// `a="x",b="y \"q\""` as pairs, escapes undone; `None` when it does not parse.
+fn parse_labels(mut rest: &str) -> Option<Vec<(String, String)>> {
+    let mut pairs = Vec::new();
+    while !rest.is_empty() {
+        let (key, after) = rest.split_once("=\"")?;
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let end = loop {
+            match chars.next()? {
+                (i, '"') => break i,
+                (_, '\\') => match chars.next()?.1 {
+                    'n' => value.push('\n'),
+                    c => value.push(c),
+                },
+                (_, c) => value.push(c),
+            }
+        };
+        pairs.push((key.trim_start_matches(',').to_owned(), value));
+        rest = &after[end + 1..];
+    }
+    Some(pairs)
+}
+
+/// The names of the metric families `text` declares with `# TYPE name kind`, with their kind.
+pub fn metric_types(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|t| t.split_once(' '))
+        .map(|(name, kind)| (name.to_owned(), kind.to_owned()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_are_found_by_name_and_labels() {
+        let text = "# TYPE a_total counter\n\
+                    a_total{x=\"1\",y=\"q \\\"z\\\", w\"} 3\n\
+                    a_total{x=\"2\",y=\"\"} 4\n\
+                    b 5.5\n\
+                    a_total_bucket{x=\"1\"} 9\n";
+        assert_eq!(sample(text, "a_total", &[("x", "2")]), Some(4.0));
+        assert_eq!(sample(text, "a_total", &[("y", "q \"z\", w")]), Some(3.0));
+        assert_eq!(sample(text, "a_total", &[("y", "")]), Some(4.0));
+        assert_eq!(sample(text, "b", &[]), Some(5.5));
+        assert_eq!(sample(text, "a_total", &[("x", "3")]), None);
+        assert_eq!(
+            metric_types(text),
+            vec![("a_total".to_owned(), "counter".to_owned())]
+        );
+    }
 }

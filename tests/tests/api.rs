@@ -368,8 +368,13 @@ async fn identical_requests_share_one_evaluation_and_then_hit_the_cache() {
         "{queue}"
     );
     let metrics = api.metrics_text().await;
-    assert!(
-        metrics.contains(r#"crucible_result_cache_lookups{outcome="hit"} 2"#),
+    assert_eq!(
+        sample(
+            &metrics,
+            "crucible_result_cache_total",
+            &[("outcome", "hit")]
+        ),
+        Some(2.0),
         "{metrics}"
     );
 }
@@ -465,9 +470,16 @@ async fn candidates_of_one_problem_time_the_reference_once() {
         "{queue}"
     );
     let metrics = api.metrics_text().await;
-    assert!(
-        metrics.contains(r#"crucible_reference_cache_lookups{outcome="hit"} 3"#)
-            && metrics.contains(r#"crucible_reference_cache_lookups{outcome="miss"} 2"#),
+    let lookups = |outcome| {
+        crucible_tests::sample(
+            &metrics,
+            "crucible_reference_cache_total",
+            &[("outcome", outcome)],
+        )
+    };
+    assert_eq!(
+        (lookups("hit"), lookups("miss")),
+        (Some(3.0), Some(2.0)),
         "{metrics}"
     );
 }
@@ -539,7 +551,14 @@ async fn openapi_docs_health_and_metrics_are_real() {
         (200, Some("degraded")),
         "{health}"
     );
-    let mut worker = Proc::spawn("worker", worker_command(&s.env), &s.logs);
+    // The standalone worker serves its own metrics on the port it is given.
+    let metrics_port = free_port();
+    let mut worker_env = s.env.clone();
+    worker_env.push((
+        "CRUCIBLE_WORKER_METRICS_ADDR".to_owned(),
+        format!("127.0.0.1:{metrics_port}"),
+    ));
+    let mut worker = Proc::spawn("worker", worker_command(&worker_env), &s.logs);
     eventually(
         "health to see the worker",
         Duration::from_secs(30),
@@ -553,11 +572,88 @@ async fn openapi_docs_health_and_metrics_are_real() {
     for name in [
         "crucible_queue_depth",
         "crucible_workers",
-        "crucible_broker_up 1",
         "crucible_http_requests_total",
     ] {
         assert!(metrics.contains(name), "metrics lack {name}");
     }
+    assert_eq!(
+        sample(&metrics, "crucible_broker_up", &[]),
+        Some(1.0),
+        "{metrics}"
+    );
+    let replica = format!(":{}", api.base.rsplit(':').next().unwrap());
+    assert!(
+        metrics.contains(&format!("{replica}\"}}")),
+        "cluster figures carry the replica's host:port\n{metrics}"
+    );
+    assert_eq!(
+        sample(&metrics, "crucible_workers", &[("state", "idle")]),
+        Some(1.0),
+        "{metrics}"
+    );
+    // A verdict decided at once (the candidate does not parse): the worker counts it, and
+    // its queue wait, on its own port; the API's /metrics has none of the worker's.
+    let task = api
+        .evaluate_and_wait(
+            json!({"reference_code": problem("elementwise_relu"), "kernel_code": "def broken(:\n"}),
+            Duration::from_secs(120),
+        )
+        .await;
+    assert_eq!(task["result"]["error_code"], "SYNTAX", "{task}");
+    let worker_url = format!("http://127.0.0.1:{metrics_port}/metrics");
+    let worker_metrics = eventually("the worker's metrics", Duration::from_secs(10), || async {
+        let text = scrape(&api.http, &worker_url).await?;
+        sample(&text, "crucible_queue_wait_seconds_count", &[])
+            .is_some_and(|n| n >= 1.0)
+            .then_some(text)
+    })
+    .await;
+    let worker_sample = |name, labels: &[(&str, &str)]| sample(&worker_metrics, name, labels);
+    assert_eq!(
+        worker_sample(
+            "crucible_evaluations_total",
+            &[
+                ("verdict", "error"),
+                ("error_code", "SYNTAX"),
+                ("backend", "triton")
+            ]
+        ),
+        Some(1.0),
+        "{worker_metrics}"
+    );
+    assert_eq!(
+        worker_sample("crucible_worker_info", &[("gpu", "cpu")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        worker_sample("crucible_worker_healthy", &[("gpu", "cpu")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        worker_sample("crucible_build_info", &[("component", "worker")]),
+        Some(1.0),
+        "{worker_metrics}"
+    );
+    assert_eq!(
+        worker_sample(
+            "crucible_evaluation_seconds_count",
+            &[("backend", "triton")]
+        ),
+        Some(1.0)
+    );
+    assert!(metric_types(&worker_metrics).contains(&(
+        "crucible_evaluations_total".to_owned(),
+        "counter".to_owned()
+    )));
+    assert!(!metrics.contains("crucible_worker_info"), "{metrics}");
+    assert_eq!(
+        sample(
+            &api.metrics_text().await,
+            "crucible_build_info",
+            &[("component", "api")]
+        ),
+        Some(1.0)
+    );
     // A clean worker shutdown deregisters it.
     assert!(
         worker.terminate(Duration::from_secs(20)),

@@ -1,5 +1,6 @@
 //! The README's first command's binary: `crucible up` on the embedded broker serves an
-//! evaluation end to end; `crucible eval` evaluates a pair without a server.
+//! evaluation end to end, and its one `/metrics` the API's and its workers' metrics;
+//! `crucible eval` evaluates a pair without a server.
 
 use crucible_tests::*;
 use serde_json::Value;
@@ -30,6 +31,81 @@ async fn crucible_up_serves_on_the_embedded_broker() {
     assert_eq!(task["status"], "done", "{task}");
     assert_eq!(task["result"]["correct"], true, "{task}");
     assert_eq!(task["result"]["device"]["kind"], "cpu");
+
+    // The worker's metrics are in the API's /metrics: the process opens no other port.
+    let metrics = eventually(
+        "the verdict in /metrics",
+        Duration::from_secs(10),
+        || async {
+            let text = api.metrics_text().await;
+            let counted = sample(
+                &text,
+                "crucible_evaluations_total",
+                &[("verdict", "ok"), ("error_code", ""), ("backend", "triton")],
+            );
+            (counted == Some(1.0)).then_some(text)
+        },
+    )
+    .await;
+    let types = metric_types(&metrics);
+    for (name, kind) in [
+        ("crucible_evaluations_total", "counter"),
+        ("crucible_tasks_finished_total", "counter"),
+        ("crucible_evaluation_seconds", "histogram"),
+        ("crucible_evaluation_stage_seconds", "histogram"),
+        ("crucible_queue_wait_seconds", "histogram"),
+    ] {
+        assert!(
+            types.contains(&(name.to_owned(), kind.to_owned())),
+            "{name} is not a {kind} in\n{metrics}"
+        );
+    }
+    for (name, kind) in &types {
+        assert!(
+            !name.ends_with("_total") || kind == "counter",
+            "{name} is a {kind}"
+        );
+    }
+    let one = |name, labels: &[(&str, &str)]| sample(&metrics, name, labels);
+    assert_eq!(
+        one("crucible_tasks_finished_total", &[("status", "done")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        one("crucible_queue_wait_seconds_count", &[]),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        one(
+            "crucible_evaluation_seconds_count",
+            &[("backend", "triton")]
+        ),
+        Some(1.0)
+    );
+    // Every stage the result reports is observed under its own name.
+    let stages = task["result"]["stage_ms"].as_object().expect("stage_ms");
+    assert!(stages.contains_key("correctness"), "{task}");
+    for stage in stages.keys() {
+        assert_eq!(
+            one(
+                "crucible_evaluation_stage_seconds_count",
+                &[("stage", stage)]
+            ),
+            Some(1.0),
+            "stage {stage}\n{metrics}"
+        );
+    }
+    assert_eq!(one("crucible_worker_info", &[("gpu", "cpu")]), Some(1.0));
+    assert_eq!(one("crucible_worker_healthy", &[("gpu", "cpu")]), Some(1.0));
+    assert_eq!(
+        one("crucible_build_info", &[("component", "up")]),
+        Some(1.0)
+    );
+    assert!(
+        !metrics.contains(r#"component="api""#) && !metrics.contains(r#"component="worker""#),
+        "one build_info for the one process\n{metrics}"
+    );
     assert!(
         up.terminate(Duration::from_secs(20)),
         "crucible up did not stop on SIGTERM:\n{}",

@@ -5,9 +5,11 @@
 
 use super::Worker;
 use crate::budget::{remaining, task_budget};
+use crate::metrics::queue_wait;
 use crate::prepare::{PrepareContext, PrepareEnd, Ready, prepare};
 use crate::supervisor::Launcher;
 use crate::verdict::{Classified, VerdictContext, budget_spent};
+use crucible_shared::TaskId;
 use crucible_task_manager::{Lease, LeaseState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +26,8 @@ pub(super) struct ClaimedTask {
     pub(super) cancel: CancellationToken,
     renewer: tokio::task::JoinHandle<()>,
     _place: OwnedSemaphorePermit,
+    /// When it was claimed: the start of its `crucible_evaluation_seconds`.
+    pub(super) claimed_at: Instant,
 }
 
 impl Drop for ClaimedTask {
@@ -77,6 +81,10 @@ impl Worker {
             match claimed {
                 Ok(Some(lease)) => {
                     claim_errors = 0;
+                    tokio::spawn(
+                        self.clone()
+                            .observe_queue_wait(lease.task_id.clone(), lease.attempt),
+                    );
                     let task = self.claimed(lease, place, &shutdown);
                     cpu_stages.spawn(self.clone().cpu_stage(task, ready_tx.clone()));
                 }
@@ -132,6 +140,24 @@ impl Worker {
             cancel,
             renewer,
             _place: place,
+            claimed_at: Instant::now(),
+        }
+    }
+
+    /// Reads back a task just claimed for how long it queued (`crucible_queue_wait_seconds`):
+    /// the claim does not return its times, the task's record has them from the broker's
+    /// clock. A read that fails costs the sample, nothing else.
+    async fn observe_queue_wait(self: Arc<Self>, task_id: TaskId, attempt: u32) {
+        match self.broker.get_task(&task_id).await {
+            Ok(Some(view)) => {
+                if let Some(wait) = queue_wait(&view, attempt) {
+                    self.metrics.queue_waited(wait);
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!(worker_id = %self.id, task_id = %task_id, error = %e, "could not read the queue wait of a claimed task");
+            }
         }
     }
 
@@ -150,7 +176,7 @@ impl Worker {
                 () = task.cancel.cancelled() => None,
             };
             let Some(template) = template else {
-                self.finish(&task.lease, Ok(Classified::Cancelled)).await;
+                self.finish(&task, Ok(Classified::Cancelled)).await;
                 return;
             };
             let launcher = template
@@ -176,7 +202,7 @@ impl Worker {
                 Ok(PrepareEnd::Ready(r)) => ready = *r,
                 Ok(PrepareEnd::Final(classified)) => {
                     tracing::info!(worker_id = %self.id, task_id = %task.lease.task_id, "decided in the cpu stage");
-                    self.finish(&task.lease, Ok(classified)).await;
+                    self.finish(&task, Ok(classified)).await;
                     return;
                 }
                 Err(e) => {
@@ -191,7 +217,7 @@ impl Worker {
         let Some(budget) = remaining(task_budget(&task.lease.spec), ready.cpu_used) else {
             tracing::info!(worker_id = %self.id, task_id = %task.lease.task_id, "budget spent in the cpu stage");
             let ctx = VerdictContext::for_task(&task.lease.spec, &self.cfg);
-            self.finish(&task.lease, Ok(budget_spent(&ctx))).await;
+            self.finish(&task, Ok(budget_spent(&ctx))).await;
             return;
         };
         let task = ReadyTask {

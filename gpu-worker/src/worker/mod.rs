@@ -17,6 +17,7 @@ mod run;
 use crate::build_cache::BuildCache;
 use crate::config::WorkerConfig;
 use crate::device::{DeviceSlot, check_gpu};
+use crate::metrics::WorkerMetrics;
 use crate::reference_cache::{self, SoftwareVersions};
 use crate::stage::child_env;
 use crate::template::{Template, TemplateSlot};
@@ -60,11 +61,14 @@ pub struct Worker {
     build_cache: Option<BuildCache>,
     /// The device's architecture for CUDA builds on the CPU (`"9.0"`).
     cuda_arch: Option<String>,
+    /// The process's worker metrics, shared by its workers.
+    metrics: Arc<WorkerMetrics>,
 }
 
 impl Worker {
-    /// A worker for `cfg`'s device; nothing is sent to the broker until it runs.
-    pub fn new(broker: Arc<dyn Broker>, cfg: WorkerConfig) -> Self {
+    /// A worker for `cfg`'s device, counted in `metrics`; nothing is sent to the broker until
+    /// it runs.
+    pub fn new(broker: Arc<dyn Broker>, cfg: WorkerConfig, metrics: Arc<WorkerMetrics>) -> Self {
         let id = WorkerId(format!(
             "{}-{}-{}",
             cfg.node,
@@ -92,8 +96,10 @@ impl Worker {
                 .ok()
             })
             .flatten();
+        metrics.worker_started(&cfg.node, &cfg.device);
         Self {
             broker,
+            metrics,
             driver,
             build_cache,
             cuda_arch,
@@ -176,19 +182,23 @@ impl Worker {
 
     /// GPU workers check their device before taking work; CPU workers are always ready.
     pub(super) async fn ensure_healthy(&self) -> bool {
-        let DeviceSlot::Gpu { index, .. } = &self.cfg.device else {
-            return true;
+        let healthy = match &self.cfg.device {
+            DeviceSlot::Cpu { .. } => true,
+            DeviceSlot::Gpu { index, .. } => {
+                match check_gpu(*index, self.cfg.probe_command.as_deref()).await {
+                    Ok(detail) => {
+                        tracing::info!(worker_id = %self.id, gpu = index, detail, "gpu healthy");
+                        true
+                    }
+                    Err(detail) => {
+                        tracing::error!(worker_id = %self.id, gpu = index, detail, "gpu unhealthy");
+                        false
+                    }
+                }
+            }
         };
-        match check_gpu(*index, self.cfg.probe_command.as_deref()).await {
-            Ok(detail) => {
-                tracing::info!(worker_id = %self.id, gpu = index, detail, "gpu healthy");
-                true
-            }
-            Err(detail) => {
-                tracing::error!(worker_id = %self.id, gpu = index, detail, "gpu unhealthy");
-                false
-            }
-        }
+        self.metrics.device_health(&self.cfg.device, healthy);
+        healthy
     }
 }
 

@@ -2,6 +2,7 @@
 //! or the task given back to the queue; and the reference-timing cache the verdicts feed and
 //! the next tasks of the same problem read.
 
+use super::claim::ClaimedTask;
 use super::{TaskEnd, Worker};
 use crate::device::{DeviceSlot, check_gpu};
 use crate::reference_cache::{self, REF_CACHE_NAMESPACE, SoftwareVersions};
@@ -13,11 +14,12 @@ impl Worker {
     /// Stores a task's verdict, or gives the task back: the end of every claimed task.
     pub(super) async fn finish(
         &self,
-        lease: &Lease,
+        task: &ClaimedTask,
         outcome: std::io::Result<Classified>,
     ) -> TaskEnd {
+        let lease = &task.lease;
         match outcome {
-            Ok(Classified::Verdict(result)) => self.store_verdict(lease, *result).await,
+            Ok(Classified::Verdict(result)) => self.store_verdict(task, *result).await,
             Ok(Classified::ServiceFault(reason)) => {
                 self.give_back(lease, &reason).await;
                 TaskEnd::ServiceFault
@@ -111,7 +113,8 @@ impl Worker {
         }
     }
 
-    async fn store_verdict(&self, lease: &Lease, mut result: EvalResult) -> TaskEnd {
+    async fn store_verdict(&self, task: &ClaimedTask, mut result: EvalResult) -> TaskEnd {
+        let lease = &task.lease;
         // Every verdict names the version of the problem it judged.
         result.problem_hash = Some(crucible_shared::problem_hash(
             &lease.spec.request.reference_code,
@@ -121,7 +124,9 @@ impl Worker {
         {
             // A fault is the kernel's only if the GPU is fine afterwards; otherwise the
             // verdict cannot be trusted and the task is retried on a healthy device.
-            if let Err(detail) = check_gpu(*index, self.cfg.probe_command.as_deref()).await {
+            let check = check_gpu(*index, self.cfg.probe_command.as_deref()).await;
+            self.metrics.device_health(&self.cfg.device, check.is_ok());
+            if let Err(detail) = check {
                 tracing::error!(worker_id = %self.id, task_id = %lease.task_id, detail, "gpu unhealthy after a cuda fault");
                 self.give_back(
                     lease,
@@ -133,8 +138,15 @@ impl Worker {
             tracing::info!(worker_id = %self.id, task_id = %lease.task_id, "gpu healthy after a cuda fault");
         }
         let (verdict, error_code) = (result.verdict, result.error_code);
+        // Counted only once the broker accepted it: a stale verdict is not this worker's.
+        let counted = result.clone();
         match self.broker.complete(lease, result).await {
             Ok(AckOutcome::Accepted) => {
+                self.metrics.verdict_stored(
+                    lease.spec.request.backend,
+                    &counted,
+                    task.claimed_at.elapsed(),
+                );
                 self.status.lock().expect("worker status lock").tasks_done += 1;
                 tracing::info!(worker_id = %self.id, task_id = %lease.task_id, ?verdict, ?error_code, "task done");
             }

@@ -324,7 +324,7 @@ impl Worker {
                     && let Some(reason) = neighbours.retry_reason(result, &timing)
                 {
                     tracing::warn!(worker_id = %self.id, task_id = %lease.task_id, reason, "a neighbour on the device may have caused the failure, retrying");
-                    self.finish(lease, Ok(Classified::ServiceFault(reason)))
+                    self.finish(&ready.task, Ok(Classified::ServiceFault(reason)))
                         .await;
                     return TaskEnd::Retried;
                 }
@@ -366,6 +366,6 @@ impl Worker {
                 slot.note_success();
             }
         }
-        self.finish(lease, outcome).await
+        self.finish(&ready.task, outcome).await
     }
 }
