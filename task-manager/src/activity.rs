@@ -75,19 +75,6 @@ pub fn is_failure(status: TaskStatus, verdict: Option<Verdict>) -> bool {
     }
 }
 
-/// `s` cut to at most `max` bytes at a character boundary, with `…` added when cut (the Lua
-/// `clip` of `lua/prelude.lua` cuts alike).
-pub fn clip(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
-}
-
 /// The tasks that finished within one bucket. Stored as JSON by the Redis broker (field
 /// `activity:{bucket}` of `stats`, written by the Lua scripts), kept as is by the memory
 /// broker; verdicts and error codes by their wire names.
@@ -286,14 +273,5 @@ mod tests {
         assert!(is_failure(TaskStatus::Done, Some(Verdict::Decoy)));
         assert!(!is_failure(TaskStatus::Done, Some(Verdict::Ok)));
         assert!(!is_failure(TaskStatus::Cancelled, None));
-    }
-
-    #[test]
-    fn messages_are_clipped_at_a_character_boundary() {
-        assert_eq!(clip("short", 10), "short");
-        assert_eq!(clip("abcdef", 3), "abc…");
-        // 'é' is two bytes: a cut inside it backs off before it.
-        assert_eq!(clip("aé", 2), "a…");
-        assert_eq!(clip("ééé", 3), "é…");
     }
 }

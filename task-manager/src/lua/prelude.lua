@@ -129,7 +129,7 @@ local ACTIVITY_FAILURES_FIELD = 'activity:failures'
 local function activity_field(minute) return 'activity:' .. minute end
 
 -- `s` cut to at most `n` bytes, never inside a UTF-8 sequence, with an ellipsis when cut
--- (activity.rs `clip`).
+-- (crucible_shared::clip).
 local function clip(s, n)
   if not s or #s <= n then return s end
   local i = n

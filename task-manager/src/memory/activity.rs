@@ -4,11 +4,11 @@
 
 use crate::activity::{
     ActivityReport, BUCKETS_KEPT, Bucket, FAILURES_KEPT, FailureRecord, MESSAGE_BYTES, Outcome,
-    bucket_of, clip, is_failure, windows,
+    bucket_of, is_failure, windows,
 };
 use crate::broker::BrokerError;
 use chrono::{DateTime, Utc};
-use crucible_shared::{RecentFailure, TaskId, TaskStatus, TenantId};
+use crucible_shared::{RecentFailure, TaskId, TaskStatus, TenantId, clip};
 use std::collections::VecDeque;
 
 /// Buckets and failures, each bounded.

@@ -4,8 +4,8 @@
 //! bounded; cached answers are not counted.
 
 use crate::common::*;
-use crucible_shared::{BrokerConfig, TaskStatus, Verdict, VerdictCode};
-use crucible_task_manager::activity::{FAILURES_KEPT, MESSAGE_BYTES, WINDOWS_MIN, clip};
+use crucible_shared::{BrokerConfig, TaskStatus, Verdict, VerdictCode, clip};
+use crucible_task_manager::activity::{FAILURES_KEPT, MESSAGE_BYTES, WINDOWS_MIN};
 use crucible_task_manager::{AckOutcome, CancelOutcome};
 
 contract!(
