@@ -13,6 +13,7 @@ use crucible_shared::{
     WorkerInfo, WorkerState,
 };
 use crucible_task_manager::{AckOutcome, Broker, MemoryBroker};
+use crucible_test_support::data_cell as cell;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -138,17 +139,6 @@ fn result(verdict: Verdict, message: &str) -> EvalResult {
         (r.error_code, r.error_message, r.correct) = (None, None, true);
     }
     r
-}
-
-/// The text of the element carrying `data-cell="{cell}"`.
-fn cell<'a>(html: &'a str, cell: &str) -> &'a str {
-    let at = html
-        .find(&format!(r#"data-cell="{cell}""#))
-        .unwrap_or_else(|| panic!("no cell {cell}"));
-    let text = &html[at..];
-    let start = text.find('>').unwrap() + 1;
-    let end = text.find('<').unwrap();
-    &text[start..end]
 }
 
 fn assert_page_headers(headers: &HeaderMap, content_type: &str) {
