@@ -5,6 +5,14 @@ crucible_root() { cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd; }
 
 log() { printf '[crucible] %s\n' "$*" >&2; }
 
+# Installs Debian packages from the archive (as root, or through sudo), without recommends.
+apt_install() {
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
 # A Python with torch and triton. Order: $CRUCIBLE_PYTHON, then a python3 that already has
 # torch, then the cached venv (created on first use: ~1.5 min and ~5 GB, reused afterwards).
 crucible_venv() { printf '%s' "${CRUCIBLE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/crucible/venv}"; }
@@ -79,10 +87,7 @@ check_prerequisites() {
 ensure_cxx() {
   if command -v c++ >/dev/null 2>&1; then return 0; fi
   log "installing g++ from Debian"
-  local sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends g++ >/dev/null
+  apt_install g++
   command -v c++ >/dev/null 2>&1
 }
 
@@ -90,10 +95,7 @@ ensure_cxx() {
 ensure_redis() {
   if ! command -v redis-server >/dev/null 2>&1; then
     log "installing redis-server from Debian"
-    local sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+    apt_install redis-server
     # The package starts a system instance; the tests start their own on free ports.
     command -v redis-server >/dev/null 2>&1
   fi
@@ -115,9 +117,24 @@ ensure_tls_tools() {
   fi
   if command -v openssl >/dev/null 2>&1; then return 0; fi
   log "installing openssl from Debian"
-  local sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends openssl >/dev/null
+  apt_install openssl
   command -v openssl >/dev/null 2>&1
+}
+
+# Headless Chromium for the status page's browser test (tests/tests/status_page.rs): Debian's
+# `chromium`. That test fails when no browser is found, unless CRUCIBLE_SKIP_BROWSER=1 (a
+# developer's opt-out, also honoured here: nothing is installed then); CRUCIBLE_CHROMIUM names
+# another Chromium binary.
+ensure_chromium() {
+  if [ -n "${CRUCIBLE_CHROMIUM:-}" ] || command -v chromium >/dev/null 2>&1 ||
+    command -v chromium-browser >/dev/null 2>&1; then
+    return 0
+  fi
+  if [ "${CRUCIBLE_SKIP_BROWSER:-}" = 1 ]; then
+    log "no chromium and CRUCIBLE_SKIP_BROWSER=1: the status page's browser test is skipped"
+    return 0
+  fi
+  log "installing chromium from Debian (the status page's browser test)"
+  apt_install chromium
+  command -v chromium >/dev/null 2>&1
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the tests need when missing (redis-server, openssl, the Python venv with torch and
-# triton), builds every binary, and runs the whole suite: unit tests, broker contract tests
-# against a real redis-server, the harness checks and the end-to-end tests that start real
-# API and worker processes, and the Python client's tests against a live server.
+# triton, chromium for the status page's browser test), builds every binary, and runs the whole
+# suite: unit tests, broker contract tests against a real redis-server, the harness checks and
+# the end-to-end tests that start real API and worker processes (and a headless browser), and
+# the Python client's tests against a live server.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$(crucible_root)"
@@ -10,6 +11,7 @@ ensure_redis
 ensure_tls_tools
 ensure_python
 ensure_cxx
+ensure_chromium
 log "python: $CRUCIBLE_PYTHON ($("$CRUCIBLE_PYTHON" -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'))"
 log "redis: $(redis-server --version | cut -d' ' -f3)"
 export CRUCIBLE_PYTHON

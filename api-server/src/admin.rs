@@ -1,5 +1,6 @@
-//! `/admin/tenants`: the admin creates, lists and deletes tenants; and the per-tenant counts
-//! the status endpoints show (every tenant to the admin, only its own to a tenant).
+//! `/admin/tenants`: the admin creates, lists and deletes tenants; and what the status
+//! endpoints and the status page show of tenants and workers (every tenant to the admin, only
+//! its own to a tenant; workers' current tasks to the admin only).
 
 use crate::auth::{Caller, new_token, token_sha256};
 use crate::error::HttpError;
@@ -9,10 +10,11 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use crucible_shared::{
-    ApiError, CreateTenantRequest, CreatedTenant, DeletedTenant, TenantCounts, TenantInfo,
-    TenantList,
+    ApiError, BUILTIN_TENANT_NAME, CreateTenantRequest, CreatedTenant, DeletedTenant, TenantCounts,
+    TenantId, TenantInfo, TenantList, WorkerInfo,
 };
 use crucible_task_manager::{Tenant, TenantLoad};
+use std::collections::HashMap;
 
 fn info(tenant: &Tenant, load: Option<&TenantLoad>) -> TenantInfo {
     TenantInfo {
@@ -145,4 +147,33 @@ pub async fn visible_counts(
                 running: 0,
             }),
     ])
+}
+
+/// Every registered worker as `caller` may see it: a tenant sees no worker's `current_task`
+/// (it may be another tenant's).
+pub async fn visible_workers(
+    state: &AppState,
+    caller: &Caller,
+) -> Result<Vec<WorkerInfo>, HttpError> {
+    let mut workers = state.broker.list_workers().await?;
+    if !caller.admin {
+        for w in &mut workers {
+            w.current_task = None;
+        }
+    }
+    Ok(workers)
+}
+
+/// Tenant ids to names (admin only: names are not shown to tenants), the built-in tenant's
+/// included; a deleted tenant has none.
+pub async fn tenant_names(state: &AppState) -> Result<HashMap<TenantId, String>, HttpError> {
+    let mut names: HashMap<TenantId, String> = state
+        .broker
+        .list_tenants()
+        .await?
+        .into_iter()
+        .map(|t| (t.id, t.name))
+        .collect();
+    names.insert(TenantId::builtin(), BUILTIN_TENANT_NAME.to_owned());
+    Ok(names)
 }

@@ -27,15 +27,26 @@ pub const PUBLIC_PATHS: [&str; 3] = ["/health", "/metrics", "/openapi.json"];
 /// Swagger UI's pages (which only render the public `/openapi.json`); public so a browser,
 /// which sends no bearer token, can open them.
 pub const DOCS_PATH: &str = "/docs";
+/// The status page (also served at `/`).
+pub const PAGE_PATH: &str = "/status";
+/// The status page's script.
+pub const SCRIPT_PATH: &str = "/status.js";
+/// The status page's stylesheet.
+pub const STYLE_PATH: &str = "/status.css";
+/// The status page and its assets: served to anyone, so a browser (which sends no bearer
+/// token) can load them; the page holds data only for a request whose token it checks itself,
+/// and its data comes from `/status.json`, which is not public (`status_page.rs`).
+pub const PAGE_PATHS: [&str; 4] = ["/", PAGE_PATH, SCRIPT_PATH, STYLE_PATH];
 /// Shortest admin token accepted at start.
 pub const MIN_ADMIN_TOKEN_BYTES: usize = 32;
 /// Tenant tokens start with this, so secret scanners and people recognise them.
 pub const TOKEN_PREFIX: &str = "crt_";
 
-/// Whether `path` is served without a token: [`PUBLIC_PATHS`] and everything under
-/// [`DOCS_PATH`].
+/// Whether `path` is served without a token: [`PUBLIC_PATHS`], [`PAGE_PATHS`] and everything
+/// under [`DOCS_PATH`].
 pub fn is_public(path: &str) -> bool {
     PUBLIC_PATHS.contains(&path)
+        || PAGE_PATHS.contains(&path)
         || path
             .strip_prefix(DOCS_PATH)
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
@@ -353,7 +364,7 @@ mod tests {
     }
 
     #[test]
-    fn only_health_metrics_and_the_contract_are_public() {
+    fn only_health_metrics_the_contract_and_the_page_are_public() {
         for path in [
             "/health",
             "/metrics",
@@ -361,6 +372,10 @@ mod tests {
             "/docs",
             "/docs/",
             "/docs/index.css",
+            "/",
+            "/status",
+            "/status.js",
+            "/status.css",
         ] {
             assert!(is_public(path), "{path}");
         }
@@ -370,7 +385,9 @@ mod tests {
             "/admin/tenants",
             "/docsx",
             "/health/x",
-            "/",
+            "/status.json",
+            "/status/x",
+            "/workers/status",
         ] {
             assert!(!is_public(path), "{path}");
         }

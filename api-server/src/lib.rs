@@ -1,7 +1,7 @@
 //! The HTTP API: routes, request validation, the OpenAPI document and Swagger UI, Prometheus
 //! metrics, the health check, the problem registry and the rollout endpoints that turn
 //! model completions into rewards, authentication of tenants (`auth`) and their admin
-//! endpoints (`admin`). Stateless: everything another replica would need lives in the broker,
+//! endpoints (`admin`), and the status page (`status_page`). Stateless: everything another replica would need lives in the broker,
 //! so any number of replicas can serve the same queue.
 
 pub mod access;
@@ -16,6 +16,7 @@ pub mod rollouts;
 pub mod router;
 pub mod routes;
 pub mod state;
+pub mod status_page;
 pub mod submission;
 
 pub use auth::{Auth, AuthMode};

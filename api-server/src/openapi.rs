@@ -2,7 +2,7 @@
 //! it in one place ([`doc`]), from the same list of public paths the middleware uses, so no
 //! protected path can go undocumented.
 
-use crate::auth::{PUBLIC_PATHS, is_public};
+use crate::auth::{PAGE_PATHS, PUBLIC_PATHS, is_public};
 use crate::routes;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
@@ -26,6 +26,8 @@ pub const BEARER_SCHEME: &str = "bearer";
         routes::get_problem,
         routes::workers_status,
         routes::queue_status,
+        crate::status_page::status_json,
+        crate::status_page::page,
         crate::admin::create_tenant,
         crate::admin::list_tenants,
         crate::admin::delete_tenant,
@@ -78,15 +80,23 @@ pub const BEARER_SCHEME: &str = "bearer";
         routes::BatchSubmitResponse,
         routes::CancelResponse,
         routes::WorkersResponse,
+        crucible_shared::StatusPage,
+        crucible_shared::StatusWorker,
+        crucible_shared::WorkerHealth,
+        crucible_shared::Activity,
+        crucible_shared::ActivityWindow,
+        crucible_shared::VerdictCounts,
+        crucible_shared::RecentFailure,
+        crucible_shared::CacheRate,
     )),
-    tags((name = "tasks", description = "Submit, follow and cancel evaluations"), (name = "rollouts", description = "Model completions in, rewards and next-turn feedback out"), (name = "problems", description = "The problem registry requests may name by level and id"), (name = "status", description = "Workers, queue, health, metrics"), (name = "admin", description = "Tenants and their tokens (admin token only)"))
+    tags((name = "tasks", description = "Submit, follow and cancel evaluations"), (name = "rollouts", description = "Model completions in, rewards and next-turn feedback out"), (name = "problems", description = "The problem registry requests may name by level and id"), (name = "status", description = "Workers, queue, recent activity, the status page, health, metrics"), (name = "admin", description = "Tenants and their tokens (admin token only)"))
 )]
 /// The OpenAPI document of every route and schema, derived from the handlers' annotations
 /// and the wire types' doc comments.
 pub struct ApiDoc;
 
-/// The document with its bearer scheme: every path but [`PUBLIC_PATHS`] requires it and
-/// documents 401, and the admin paths document 403.
+/// The document with its bearer scheme: every path but [`PUBLIC_PATHS`] and [`PAGE_PATHS`]
+/// requires it and documents 401, and the admin paths document 403.
 pub fn doc() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
     let scheme = HttpBuilder::new()
@@ -114,7 +124,9 @@ pub fn doc() -> utoipa::openapi::OpenApi {
     };
     for (path, item) in doc.paths.paths.iter_mut() {
         if is_public(path) {
-            debug_assert!(PUBLIC_PATHS.contains(&path.as_str()));
+            debug_assert!(
+                PUBLIC_PATHS.contains(&path.as_str()) || PAGE_PATHS.contains(&path.as_str())
+            );
             continue;
         }
         let admin = path.starts_with("/admin/");
@@ -151,6 +163,9 @@ pub fn doc() -> utoipa::openapi::OpenApi {
 
 #[cfg(test)]
 mod tests {
+    use crate::auth::PAGE_PATH;
+    use crate::status_page::JSON_PATH;
+
     /// The measurement options, with their names, on `/evaluate` and on rollouts.
     #[test]
     fn the_document_describes_the_measurement_options() {
@@ -174,6 +189,38 @@ mod tests {
                 assert!(property.to_string().contains(schema), "{request}.{field}");
             }
             assert_eq!(schemas[schema]["enum"], serde_json::json!(names));
+        }
+    }
+
+    /// The page's JSON is documented with its schema and needs a token; the page itself is
+    /// documented as public HTML.
+    #[test]
+    fn the_document_describes_the_status_page() {
+        let doc = serde_json::to_value(super::doc()).unwrap();
+        let json = &doc["paths"][JSON_PATH]["get"];
+        assert!(
+            json["responses"]["200"].to_string().contains("StatusPage"),
+            "{json}"
+        );
+        assert!(json["security"].is_array(), "{json}");
+        assert!(json["responses"].get("401").is_some());
+        let page = &doc["paths"][PAGE_PATH]["get"];
+        assert!(
+            page["responses"]["200"]["content"]
+                .get("text/html")
+                .is_some(),
+            "{page}"
+        );
+        assert!(page.get("security").is_none(), "{page}");
+        let schemas = &doc["components"]["schemas"];
+        for name in [
+            "StatusPage",
+            "ActivityWindow",
+            "RecentFailure",
+            "CacheRate",
+            "WorkerHealth",
+        ] {
+            assert!(schemas.get(name).is_some(), "{name}");
         }
     }
 

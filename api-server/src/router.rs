@@ -2,8 +2,10 @@
 //! layers every request passes (authentication, timeout, traces, metrics). It is the only
 //! module that names the handlers of every other one, and no handler names it back.
 
+use crate::auth::{PAGE_PATH, SCRIPT_PATH, STYLE_PATH};
 use crate::error::not_found;
 use crate::state::AppState;
+use crate::status_page::{self, JSON_PATH};
 use crate::{admin, rollouts, routes};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -50,6 +52,11 @@ pub fn router(state: AppState) -> Router {
             post(admin::create_tenant).get(admin::list_tenants),
         )
         .route("/admin/tenants/{name}", delete(admin::delete_tenant))
+        .route("/", get(status_page::page))
+        .route(PAGE_PATH, get(status_page::page))
+        .route(JSON_PATH, get(status_page::status_json))
+        .route(SCRIPT_PATH, get(status_page::script))
+        .route(STYLE_PATH, get(status_page::stylesheet))
         .route("/health", get(routes::health))
         .route("/metrics", get(routes::metrics));
     Router::new()

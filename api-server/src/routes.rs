@@ -322,7 +322,7 @@ pub async fn workers_status(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
 ) -> Result<Json<WorkersResponse>, HttpError> {
-    let mut workers = state.broker.list_workers().await?;
+    let workers = crate::admin::visible_workers(&state, &caller).await?;
     let alive = workers
         .iter()
         .filter(|w| w.state != WorkerState::Lost)
@@ -330,9 +330,6 @@ pub async fn workers_status(
     let tenants = if caller.admin {
         Some(crate::admin::visible_counts(&state, &caller).await?)
     } else {
-        for w in &mut workers {
-            w.current_task = None;
-        }
         None
     };
     Ok(Json(WorkersResponse {

@@ -1,7 +1,10 @@
 //! Wire types shared by every Crucible process: requests, task views, results, worker and
-//! queue views, tenants, problems, rollouts and rewards, the measurement options (`parity`) (all serde + utoipa schemas), the API error codes with their one HTTP mapping,
+//! queue views, recent activity and the status page's view, tenants, problems, rollouts and
+//! rewards, the measurement options (`parity`) (all serde + utoipa schemas), the API error codes
+//! with their one HTTP mapping,
 //! request validation and configuration parsing. Nothing here does I/O.
 
+pub mod activity;
 pub mod bounds;
 pub mod config;
 pub mod error;
@@ -19,6 +22,10 @@ pub mod timing;
 pub mod wire;
 pub mod worker;
 
+pub use activity::{
+    Activity, ActivityWindow, CacheRate, RecentFailure, StatusPage, StatusWorker, VerdictCounts,
+    WorkerHealth, clip,
+};
 pub use bounds::{
     Bounds, CORRECT_TRIALS, MAX_BATCH_TASKS, MAX_CODE_BYTES, MAX_IDEMPOTENCY_KEY_BYTES,
     MAX_SCREENING_RULES, MAX_SPEEDUP, MAX_TIME_MS, MIN_ADAPTIVE_TRIALS, PERF_TRIALS,

@@ -465,7 +465,10 @@ pub fn feedback(facts: &CompletionFacts, result: Option<&EvalResult>) -> String 
     // A decoy's why: the runtime proof of work (with what the candidate's own kernel or
     // build raised before its fallback ran, when the harness saw it) or the screening rule.
     if r.verdict == Verdict::Decoy
-        && let Some(f) = r.flags.iter().find(|f| DECOY_RULES.contains(&f.rule.as_str()))
+        && let Some(f) = r
+            .flags
+            .iter()
+            .find(|f| DECOY_RULES.contains(&f.rule.as_str()))
     {
         lines.push(format!("Why: {}.", f.detail.trim_end_matches('.')));
     }

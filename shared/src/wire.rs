@@ -15,7 +15,7 @@ pub fn wire_name<T: Serialize>(value: &T) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Backend, Verdict, VerdictCode, WorkerState};
+    use crate::{Backend, TaskStatus, Verdict, VerdictCode, WorkerState};
 
     #[test]
     fn unit_variants_have_their_serde_names() {
@@ -23,6 +23,7 @@ mod tests {
         assert_eq!(wire_name(&VerdictCode::CudaFault), "CUDA_FAULT");
         assert_eq!(wire_name(&Verdict::Incorrect), "incorrect");
         assert_eq!(wire_name(&Backend::Cuda), Backend::Cuda.as_str());
+        assert_eq!(wire_name(&TaskStatus::Failed), "failed");
         assert_eq!(wire_name(&3u32), "", "not a string");
     }
 }

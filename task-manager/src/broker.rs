@@ -1,6 +1,7 @@
 //! The queue contract both brokers implement; `tests/contract/` runs one suite against both
 //! (`tests/tenants.rs` the tenant part of it).
 
+use crate::activity::ActivityReport;
 pub use crate::error::BrokerError;
 use crate::kv::{KvCounts, KvNamespace};
 use crate::tenants::TenantRegistry;
@@ -162,6 +163,11 @@ pub trait Broker: TenantRegistry + Send + Sync + 'static {
 
     /// Queue depths and counts for `/queue/status` and the metrics.
     async fn queue_status(&self) -> Result<QueueStatus, BrokerError>;
+
+    /// Tasks finished over the last minutes (one window per
+    /// [`WINDOWS_MIN`](crate::activity::WINDOWS_MIN)) and the latest failures, by the broker's
+    /// clock (`activity.rs`).
+    async fn activity(&self) -> Result<ActivityReport, BrokerError>;
 
     /// Takes the next task for `worker`, waiting up to `wait` for one to arrive. Tenants are
     /// served in a weighted fair share; within a tenant, high before normal before low, but

@@ -3,9 +3,10 @@
 //! leases with fencing tokens, retries, the reaper, cancellation, idempotency keys, batches and their logs of finished tasks,
 //! result TTLs, the worker registry, the result cache with coalescing, a small key-value
 //! cache (reference timings), tenants (tokens by hash, quotas, per-tenant caches and keys),
-//! the fair share between them, and how a process reaches Redis (credentials, TLS:
+//! the fair share between them, the recent activity the status page shows (`activity`), and how a process reaches Redis (credentials, TLS:
 //! `redis_conn`). It knows nothing about HTTP or Python.
 
+pub mod activity;
 pub mod broker;
 pub mod error;
 pub mod fair;
@@ -17,6 +18,7 @@ pub mod redis_broker;
 pub mod redis_conn;
 pub mod tenants;
 
+pub use activity::{ActivityReport, FailureRecord};
 pub use broker::{
     AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, Lease, LeaseState, ReapReport,
     Submitted,

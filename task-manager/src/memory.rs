@@ -1,13 +1,15 @@
 //! [`MemoryBroker`]: the whole queue in one process, behind one mutex. Claimers and waiters are
 //! woken by [`Notify`], never by polling. Submission is in `memory/submit.rs`, tenants in
-//! `memory/tenants.rs`. Also home of the pure helpers both brokers share.
+//! `memory/tenants.rs`, recent activity in `memory/activity.rs`. Also home of the pure helpers both brokers share.
 
+mod activity;
 mod state;
 mod submit;
 mod tenants;
 
 use state::Retry;
 
+use crate::activity::ActivityReport;
 use crate::broker::{
     AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, Lease, LeaseState, ReapReport,
     Submitted,
@@ -150,6 +152,8 @@ struct State {
     /// is the order in which they finished.
     expiries: VecDeque<(Instant, Expiring)>,
     stats: Lifetime,
+    /// Tasks finished in the last hour and the latest failures.
+    activity: activity::ActivityLog,
     tenants: tenants::Table,
     /// The key-value cache: (namespace, key) → value and when it expires. Entries expire on
     /// read; expired ones are swept when the map has doubled since the last sweep.
@@ -371,6 +375,10 @@ impl Broker for MemoryBroker {
             ref_cache_misses_total: ref_misses,
             tenants: None,
         })
+    }
+
+    async fn activity(&self) -> Result<ActivityReport, BrokerError> {
+        self.lock().activity.report(Utc::now())
     }
 
     async fn claim(&self, worker: &WorkerId, wait: Duration) -> Result<Option<Lease>, BrokerError> {

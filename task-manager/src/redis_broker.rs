@@ -1,11 +1,14 @@
 //! [`RedisBroker`]: the queue shared by every API replica and worker. Every state transition
 //! is one Lua script (`src/lua/`), so it is atomic, and every timestamp comes from Redis `TIME`,
 //! so all nodes share one clock. Submission is in `redis_broker/submit.rs`, reads of tasks and
-//! batch logs in `redis_broker/views.rs`, tenants in `redis_broker/tenants.rs`; the key layout,
+//! batch logs in `redis_broker/views.rs`, tenants in `redis_broker/tenants.rs`, recent activity
+//! in `redis_broker/activity.rs`, the scripts in `redis_broker/scripts.rs`; the key layout,
 //! and which role reaches which keys, in `redis_broker/keys.rs`.
 
+mod activity;
 mod claim;
 mod keys;
+mod scripts;
 mod submit;
 mod tenants;
 #[cfg(test)]
@@ -14,8 +17,10 @@ mod views;
 
 use claim::MIN_BLOCK;
 use keys::Keys;
+use scripts::Scripts;
 use views::{VIEW_FIELDS, decode_view};
 
+use crate::activity::{ActivityReport, Outcome};
 use crate::broker::{
     AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, Lease, LeaseState, ReapReport,
     Submitted,
@@ -27,11 +32,11 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crucible_shared::{
     BatchId, BatchStatus, BrokerConfig, EvalResult, QueueStatus, StatusCounts, TaskId, TaskSpec,
-    TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo,
+    TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo, wire_name,
 };
 use deadpool_redis::{Connection, Manager, Pool, Runtime};
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Script};
+use redis::{AsyncConnectionConfig, ErrorKind, RedisError};
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -45,46 +50,6 @@ const REAP_CHUNK: u64 = 500;
 /// First and longest pause of `wait_terminal`'s polling.
 const POLL_START: Duration = Duration::from_millis(20);
 const POLL_MAX: Duration = Duration::from_millis(200);
-
-macro_rules! lua {
-    ($file:literal) => {
-        Script::new(concat!(
-            include_str!("lua/prelude.lua"),
-            "\n",
-            include_str!(concat!("lua/", $file))
-        ))
-    };
-}
-
-struct Scripts {
-    submit: Script,
-    claim: Script,
-    renew: Script,
-    complete: Script,
-    release: Script,
-    reap: Script,
-    cancel: Script,
-    heartbeat: Script,
-    list_workers: Script,
-    kv_get: Script,
-}
-
-impl Scripts {
-    fn load() -> Self {
-        Self {
-            submit: lua!("submit.lua"),
-            claim: lua!("claim.lua"),
-            renew: lua!("renew.lua"),
-            complete: lua!("complete.lua"),
-            release: lua!("release.lua"),
-            reap: lua!("reap.lua"),
-            cancel: lua!("cancel.lua"),
-            heartbeat: lua!("heartbeat.lua"),
-            list_workers: lua!("list_workers.lua"),
-            kv_get: lua!("kv_get.lua"),
-        }
-    }
-}
 
 /// The broker of deployments: every state change is one Lua script, atomic on the Redis
 /// server, so any number of API servers and workers share one queue.
@@ -376,6 +341,10 @@ impl Broker for RedisBroker {
         self.read_queue_status().await
     }
 
+    async fn activity(&self) -> Result<ActivityReport, BrokerError> {
+        self.read_activity().await
+    }
+
     async fn claim(&self, worker: &WorkerId, wait: Duration) -> Result<Option<Lease>, BrokerError> {
         let deadline = Instant::now() + wait;
         loop {
@@ -413,6 +382,7 @@ impl Broker for RedisBroker {
 
     async fn complete(&self, lease: &Lease, result: EvalResult) -> Result<AckOutcome, BrokerError> {
         let json = serde_json::to_string(&result).map_err(|e| corrupt(format!("result: {e}")))?;
+        let outcome = Outcome::of(&result);
         let mut c = self.conn().await?;
         let reply: String = self
             .scripts
@@ -422,6 +392,14 @@ impl Broker for RedisBroker {
             .arg(lease.token.as_str())
             .arg(json)
             .arg(ms(self.cfg.result_ttl))
+            .arg(wire_name(&outcome.verdict))
+            .arg(
+                outcome
+                    .error_code
+                    .map(|c| wire_name(&c))
+                    .unwrap_or_default(),
+            )
+            .arg(outcome.message.unwrap_or_default())
             .invoke_async(&mut c)
             .await
             .map_err(redis_err)?;

@@ -7,6 +7,7 @@
 //! - [`Proc`]: a child process with its output in a log file, killed on drop.
 //! - [`bin`]: a binary of this workspace, next to the running test.
 //! - [`free_port`], [`eventually`] (a bounded poll) and [`log_dir`] (a fresh per-test folder).
+//! - [`data_cell`]: a figure of the status page's HTML, by its `data-cell` name.
 //!
 //! It is a dev-only crate: nothing it holds ships in a binary.
 
@@ -79,6 +80,18 @@ pub fn log_dir(test: &str) -> PathBuf {
     }
     std::fs::create_dir_all(&dir).expect("log dir");
     dir
+}
+
+/// The text of the status page's element that carries `data-cell="{name}"` (the page's
+/// HTML, as served or as a browser dumped it); panics naming the cell when there is none.
+pub fn data_cell<'a>(html: &'a str, name: &str) -> &'a str {
+    let at = html
+        .find(&format!(r#"data-cell="{name}""#))
+        .unwrap_or_else(|| panic!("no cell {name} in:\n{html}"));
+    let text = &html[at..];
+    let start = text.find('>').expect("the tag ends") + 1;
+    let end = start + text[start..].find('<').expect("the element ends");
+    &text[start..end]
 }
 
 /// A child process killed (SIGKILL) when dropped.

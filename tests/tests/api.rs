@@ -503,6 +503,8 @@ async fn openapi_docs_health_and_metrics_are_real() {
         "/batches/{id}/results",
         "/problems",
         "/problems/{level}/{id}",
+        "/status",
+        "/status.json",
     ] {
         assert!(doc["paths"].get(path).is_some(), "openapi lacks {path}");
     }
@@ -524,6 +526,9 @@ async fn openapi_docs_health_and_metrics_are_real() {
         ("Rollout", "completion"),
         ("RolloutResult", "feedback"),
         ("RolloutResultsPage", "cursor"),
+        ("StatusPage", "activity"),
+        ("ActivityWindow", "per_minute"),
+        ("RecentFailure", "error_code"),
     ] {
         assert!(
             schemas[schema]["properties"].get(field).is_some(),

@@ -238,6 +238,11 @@ async fn each_role_does_its_whole_job_with_nothing_refused() {
     api.get_task(&queued.task_id).await.unwrap().unwrap();
     api.get_spec(&queued.task_id).await.unwrap().unwrap();
     api.queue_status().await.unwrap();
+    // What those transitions recorded, the worker's and the API's alike, read by the API.
+    let activity = api.activity().await.unwrap();
+    let hour = &activity.windows[1];
+    assert_eq!((hour.done, hour.cancelled), (2, 2), "{hour:?}");
+    assert_eq!(activity.failures.len(), 2, "{activity:?}");
 
     // Each role's own key-value namespaces.
     let ttl = Duration::from_secs(60);

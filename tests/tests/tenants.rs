@@ -110,7 +110,17 @@ async fn tokens_decide_who_may_see_and_do_what() {
         .await
         .unwrap();
     assert_eq!(basic.status().as_u16(), 401);
-    for path in ["/health", "/metrics", "/openapi.json", "/docs/"] {
+    // The status page and its assets too (the page without data: docs/STATUS-PAGE.md).
+    for path in [
+        "/health",
+        "/metrics",
+        "/openapi.json",
+        "/docs/",
+        "/",
+        "/status",
+        "/status.js",
+        "/status.css",
+    ] {
         let status = s
             .anon
             .http
@@ -456,7 +466,7 @@ async fn the_contract_documents_the_bearer_scheme_on_every_protected_path() {
             "{schema}"
         );
     }
-    let public = ["/health", "/metrics"];
+    let public = ["/health", "/metrics", "/status"];
     let mut protected = 0;
     for (path, item) in doc["paths"].as_object().unwrap() {
         let methods = ["get", "post", "put", "delete", "patch"];

@@ -118,15 +118,81 @@ local function expire_batch_if_finished(b, ttl)
   end
 end
 
+-- Recent activity (task-manager/src/activity.rs says what and why; the ACTIVITY_* constants
+-- come from the header Rust puts in front of every script). Fields of STATS, which every role
+-- that makes a transition may already read and write: `activity:{minute}` the JSON counts of
+-- the tasks that finished in that minute of Redis time, only the last ACTIVITY_BUCKETS kept;
+-- `activity:head` the newest minute written; `activity:failures` a JSON array of the latest
+-- ACTIVITY_FAILURES failures, newest first.
+local ACTIVITY_HEAD = 'activity:head'
+local ACTIVITY_FAILURES_FIELD = 'activity:failures'
+local function activity_field(minute) return 'activity:' .. minute end
+
+-- `s` cut to at most `n` bytes, never inside a UTF-8 sequence, with an ellipsis when cut
+-- (crucible_shared::clip).
+local function clip(s, n)
+  if not s or #s <= n then return s end
+  local i = n
+  while i > 0 do
+    local c = s:byte(i + 1)
+    if c < 0x80 or c >= 0xC0 then break end
+    i = i - 1
+  end
+  return s:sub(1, i) .. '\226\128\166'
+end
+
+-- Counts a task that has just become terminal (`to`) in the bucket of `now`, and lists it when
+-- it failed: `failed`, or `done` with a verdict other than ok (activity.rs `is_failure`).
+-- `outcome` is {verdict, code, message} for a done task, `err` the task's error.
+local function record_activity(id, tenant, to, now, outcome, err)
+  local minute = math.floor(now / ACTIVITY_BUCKET_MS)
+  local head = tonumber(redis.call('HGET', STATS, ACTIVITY_HEAD))
+  if head and minute <= head - ACTIVITY_BUCKETS then return end
+  if not head or minute > head then
+    -- Every bucket kept lies in [head - ACTIVITY_BUCKETS + 1, head]: drop those that fall out.
+    if head then
+      local drop = {}
+      for old = head - ACTIVITY_BUCKETS + 1, math.min(head, minute - ACTIVITY_BUCKETS) do
+        drop[#drop + 1] = activity_field(old)
+      end
+      if #drop > 0 then redis.call('HDEL', STATS, unpack(drop)) end
+    end
+    redis.call('HSET', STATS, ACTIVITY_HEAD, minute)
+  end
+  local field = activity_field(minute)
+  local raw = redis.call('HGET', STATS, field)
+  local counts = raw and cjson.decode(raw) or { done = 0, failed = 0, cancelled = 0 }
+  counts[to] = (counts[to] or 0) + 1
+  counts.verdicts = counts.verdicts or {}
+  counts.errors = counts.errors or {}
+  if outcome then
+    counts.verdicts[outcome.verdict] = (counts.verdicts[outcome.verdict] or 0) + 1
+    if outcome.code then counts.errors[outcome.code] = (counts.errors[outcome.code] or 0) + 1 end
+  end
+  redis.call('HSET', STATS, field, cjson.encode(counts))
+  if not (to == 'failed' or (to == 'done' and outcome and outcome.verdict ~= 'ok')) then return end
+  local listed = redis.call('HGET', STATS, ACTIVITY_FAILURES_FIELD)
+  local failures = listed and cjson.decode(listed) or {}
+  local message = err
+  if outcome then message = outcome.message end
+  table.insert(failures, 1, {
+    task_id = id, tenant = tenant, at = now, status = to,
+    verdict = outcome and outcome.verdict or nil, error_code = outcome and outcome.code or nil,
+    message = clip(message, ACTIVITY_MESSAGE_BYTES),
+  })
+  while #failures > ACTIVITY_FAILURES do table.remove(failures) end
+  redis.call('HSET', STATS, ACTIVITY_FAILURES_FIELD, cjson.encode(failures))
+end
+
 -- Moves a task from one status to another and keeps everything derived from statuses in step:
 -- the counters of every batch the task is counted in (its own, plus batches that reused it
 -- through an idempotency key; a batch may count it more than once), the open-task counters,
--- the lifetime stats and, for a terminal status, finished_at, the TTLs of the task and its
--- idempotency key, and the end of its in-flight entry (so no later request joins a finished
--- task).
-local function transition(id, from, to, now, ttl)
+-- the lifetime stats and, for a terminal status, finished_at, the recent activity, the TTLs of
+-- the task and its idempotency key, and the end of its in-flight entry (so no later request
+-- joins a finished task). `outcome` ({verdict, code, message}) only for `done`.
+local function transition(id, from, to, now, ttl, outcome)
   local key = task_key(id)
-  local fields = redis.call('HMGET', key, 'batches', 'idem', 'ckey', 'tenant', 'priority')
+  local fields = redis.call('HMGET', key, 'batches', 'idem', 'ckey', 'tenant', 'priority', 'error')
   local batches, idem, ckey, tenant, prio = fields[1], fields[2], fields[3], fields[4], fields[5]
   count_open(tenant, prio, from, -1)
   count_open(tenant, prio, to, 1)
@@ -143,6 +209,7 @@ local function transition(id, from, to, now, ttl)
   if TERMINAL[to] then
     redis.call('HSET', key, 'finished_at', now)
     redis.call('HINCRBY', STATS, to, 1)
+    record_activity(id, tenant, to, now, outcome, fields[6] or nil)
     redis.call('PEXPIRE', key, ttl)
     -- The key may already name a newer task if this one's record had vanished; leave that be.
     if idem and redis.call('GET', idem_key(tenant, idem)) == id then

@@ -1,7 +1,9 @@
 //! The memory broker's state transitions: sweeping expired records, moving a task between
 //! statuses (and its batch's counts), coalescing, requeue-or-fail. Called under the lock.
 
+use super::activity::Finished;
 use super::*;
+use crate::activity::Outcome;
 
 /// What happened to a running task that ended without a verdict.
 pub(super) enum Retry {
@@ -48,7 +50,8 @@ impl State {
         }
     }
 
-    /// Moves a task to `to`, keeping batch counters, lifetime stats and expiries in step.
+    /// Moves a task to `to`, keeping batch counters, lifetime stats, recent activity and
+    /// expiries in step.
     pub(super) fn transition(&mut self, id: &TaskId, to: TaskStatus, ttl: Duration) {
         let now = Instant::now();
         let Some(rec) = self.tasks.get_mut(id) else {
@@ -58,7 +61,20 @@ impl State {
         rec.status = to;
         let finished = to.is_terminal();
         if finished {
-            rec.finished_at = Some(Utc::now());
+            let finished_at = Utc::now();
+            rec.finished_at = Some(finished_at);
+            self.activity.record(
+                finished_at,
+                Finished {
+                    id,
+                    tenant: &rec.tenant,
+                    status: to,
+                    outcome: (to == TaskStatus::Done)
+                        .then(|| rec.result.as_ref().map(Outcome::of))
+                        .flatten(),
+                    error: rec.error.as_deref(),
+                },
+            );
             self.expiries
                 .push_back((now + ttl, Expiring::Task(id.clone())));
             match to {

@@ -25,7 +25,13 @@
 //!   id of the tenant's open task evaluating it (deleted when it finishes); both expire after
 //!   `result_ttl`. `ckey` is `{cache_scope}:{sha256}`.
 //! - `stats` hash of lifetime counters; the key-value cache counts its lookups in fields
-//!   `kv:{namespace}:hits` / `misses`.
+//!   `kv:{namespace}:hits` / `misses`; the recent activity (`activity.rs`) is its fields
+//!   `activity:{minute}` (JSON counts of the tasks that finished in that minute of Redis time,
+//!   the last hour's only), `activity:head` (the newest minute written) and
+//!   `activity:failures` (JSON, the latest failures). Kept in `stats` because every
+//!   transition that makes a task terminal writes it, the workers' (complete, release) and the
+//!   API's (cancel, reap, tenant deletion) alike, and both roles already read and write
+//!   `stats` with the commands it needs: no grant is added.
 //! - `kv:{len(namespace)}:{namespace}:{key}` strings of the key-value cache, each with its TTL;
 //!   each role reaches only its own namespaces.
 //! - `worker:{id}` JSON and `workers` zset of last-seen ms, both expiring when workers go quiet.

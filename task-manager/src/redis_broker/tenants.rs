@@ -2,6 +2,7 @@
 //! cancels a deleted tenant's queued tasks in chunks (run by the deleting request, and by every
 //! reaper pass in case that request's replica stopped half way).
 
+use super::scripts::script;
 use super::{RedisBroker, corrupt, ms, redis_err, time_from_ms};
 use crate::broker::BrokerError;
 use crate::tenants::{Tenant, TenantLoad, TenantRegistry, deleted_reason};
@@ -18,16 +19,6 @@ const TENANT_ROW: usize = 6;
 /// stalls Redis.
 const PURGE_CHUNK: u64 = 500;
 
-macro_rules! lua {
-    ($file:literal) => {
-        Script::new(concat!(
-            include_str!("../lua/prelude.lua"),
-            "\n",
-            include_str!(concat!("../lua/", $file))
-        ))
-    };
-}
-
 struct Scripts {
     create: Script,
     auth: Script,
@@ -38,12 +29,12 @@ struct Scripts {
 }
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    create: lua!("tenant_create.lua"),
-    auth: lua!("tenant_auth.lua"),
-    list: lua!("tenant_list.lua"),
-    delete: lua!("tenant_delete.lua"),
-    purge: lua!("tenant_purge.lua"),
-    loads: lua!("tenant_loads.lua"),
+    create: script(include_str!("../lua/tenant_create.lua")),
+    auth: script(include_str!("../lua/tenant_auth.lua")),
+    list: script(include_str!("../lua/tenant_list.lua")),
+    delete: script(include_str!("../lua/tenant_delete.lua")),
+    purge: script(include_str!("../lua/tenant_purge.lua")),
+    loads: script(include_str!("../lua/tenant_loads.lua")),
 });
 
 /// A tenant from the row `tenant_row` in `lua/prelude.lua` returns: id, name, max_queued,

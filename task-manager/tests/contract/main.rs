@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod activity;
 mod batches;
 mod caches;
 mod kv;
