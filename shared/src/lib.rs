@@ -1,8 +1,9 @@
-//! Wire types shared by every Crucible process: requests, task views, results, worker and
-//! queue views, tenants, problems, rollouts and rewards (all serde + utoipa schemas), the API error codes with their one HTTP mapping,
+//! Wire types shared by every Crucible process: requests, task views, results, cancel answers,
+//! worker and queue views, tenants, problems, rollouts and rewards (all serde + utoipa schemas), the API error codes with their one HTTP mapping,
 //! request validation and configuration parsing. Nothing here does I/O.
 
 pub mod bounds;
+pub mod cancel;
 pub mod config;
 pub mod error;
 pub mod ids;
@@ -22,6 +23,7 @@ pub use bounds::{
     MAX_SCREENING_RULES, MAX_SPEEDUP, MAX_TIME_MS, MIN_ADAPTIVE_TRIALS, PERF_TRIALS,
     TARGET_REL_ERROR, TIMEOUT_S, TOLERANCE,
 };
+pub use cancel::{BatchCancelCounts, BatchCancelResponse, CancelResponse};
 pub use config::{BrokerConfig, ConfigError};
 pub use error::{ApiError, ApiErrorCode};
 pub use ids::{BatchId, LeaseToken, TaskId, TenantId, WorkerId};
