@@ -20,6 +20,7 @@ pub const BEARER_SCHEME: &str = "bearer";
         routes::get_task,
         routes::cancel_task,
         routes::get_batch,
+        routes::cancel_batch,
         crate::rollouts::submit_rollouts,
         crate::rollouts::batch_results,
         routes::list_problems,
@@ -73,7 +74,8 @@ pub const BEARER_SCHEME: &str = "bearer";
         crucible_shared::DeletedTenant,
         crucible_shared::TenantCounts,
         routes::BatchSubmitResponse,
-        routes::CancelResponse,
+        crucible_shared::CancelResponse,
+        crucible_shared::BatchCancelResponse,
         routes::WorkersResponse,
     )),
     tags((name = "tasks", description = "Submit, follow and cancel evaluations"), (name = "rollouts", description = "Model completions in, rewards and next-turn feedback out"), (name = "problems", description = "The problem registry requests may name by level and id"), (name = "status", description = "Workers, queue, health, metrics"), (name = "admin", description = "Tenants and their tokens (admin token only)"))
