@@ -14,19 +14,9 @@ use std::time::Duration;
 /// Far beyond anything the test waits for: the sleeping task can only end early by its cancel.
 const SLEEPER_TIMEOUT_S: u32 = 900;
 
-/// The candidate's process (the runner, pid 2 in the task's namespace) of a running task, found
-/// by its working directory (the task's own, named after the task id).
+/// The candidate's process (the runner) of a running task.
 fn runner_of(task_id: &str) -> Option<i32> {
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-        let cwd = std::fs::read_link(e.path().join("cwd")).ok()?;
-        if !cwd.to_string_lossy().contains(task_id) {
-            return None;
-        }
-        let status = std::fs::read_to_string(e.path().join("status")).ok()?;
-        let nspid = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
-        (nspid.split_whitespace().nth(1) == Some("2")).then_some(pid)
-    })
+    task_process(task_id, "2")
 }
 
 /// Whether process `pid` is asleep in `nanosleep` (the candidate's `time.sleep`).

@@ -78,13 +78,6 @@ impl MemoryBroker {
         if counts.cancelled_queued + counts.cancelled_running > 0 {
             self.task_finished.notify_waiters();
         }
-        tracing::info!(
-            batch_id = %id,
-            cancelled_queued = counts.cancelled_queued,
-            cancelled_running = counts.cancelled_running,
-            already_finished = counts.already_finished,
-            "batch cancelled"
-        );
         Some(counts)
     }
 }

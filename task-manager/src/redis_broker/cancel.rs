@@ -2,6 +2,7 @@
 //! (`lua/cancel_batch.lua`) in chunks of distinct tasks, each chunk one atomic script call.
 
 use super::{RedisBroker, corrupt, ms, parse_status, redis_err};
+use crate::broker::Broker;
 use crate::broker::{BrokerError, CancelOutcome};
 use crate::policy::{CANCELLED_BY_REQUEST, batch_cancel_reason, distinct_tasks};
 use crucible_shared::{BatchCancelCounts, BatchId, TaskId};
@@ -40,30 +41,17 @@ impl RedisBroker {
         }
     }
 
-    /// [`Broker::cancel_batch`](crate::Broker::cancel_batch): the batch's task list is read
-    /// once (it never changes after submission), then its distinct tasks are cancelled
-    /// [`CANCEL_CHUNK`] at a time.
+    /// [`Broker::cancel_batch`]: the batch's task list is read once (it never changes after
+    /// submission), then its distinct tasks are cancelled [`CANCEL_CHUNK`] at a time.
     pub(super) async fn cancel_batch_tasks(
         &self,
         id: &BatchId,
     ) -> Result<Option<BatchCancelCounts>, BrokerError> {
-        let mut c = self.conn().await?;
-        let (total, task_ids): (Option<u64>, Vec<String>) = redis::pipe()
-            .atomic()
-            .cmd("HGET")
-            .arg(self.keys().batch(id))
-            .arg("total")
-            .cmd("LRANGE")
-            .arg(self.keys().batch_tasks(id))
-            .arg(0)
-            .arg(-1)
-            .query_async(&mut c)
-            .await
-            .map_err(redis_err)?;
-        if total.is_none() {
+        let Some(batch) = self.batch_status(id, false).await? else {
             return Ok(None);
-        }
-        let tasks = distinct_tasks(task_ids.into_iter().map(TaskId));
+        };
+        let tasks = distinct_tasks(batch.task_ids);
+        let mut c = self.conn().await?;
         let reason = batch_cancel_reason(id);
         let mut counts = BatchCancelCounts::default();
         for chunk in tasks.chunks(CANCEL_CHUNK) {
@@ -83,13 +71,6 @@ impl RedisBroker {
                 already_finished: finished,
             });
         }
-        tracing::info!(
-            batch_id = %id,
-            cancelled_queued = counts.cancelled_queued,
-            cancelled_running = counts.cancelled_running,
-            already_finished = counts.already_finished,
-            "batch cancelled"
-        );
         Ok(Some(counts))
     }
 }
