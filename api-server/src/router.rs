@@ -41,7 +41,10 @@ pub fn router(state: AppState) -> Router {
             "/tasks/{id}",
             get(routes::get_task).delete(routes::cancel_task),
         )
-        .route("/batches/{id}", get(routes::get_batch))
+        .route(
+            "/batches/{id}",
+            get(routes::get_batch).delete(routes::cancel_batch),
+        )
         .route("/batches/{id}/results", get(rollouts::batch_results))
         .route("/problems", get(routes::list_problems))
         .route("/problems/{level}/{id}", get(routes::get_problem))

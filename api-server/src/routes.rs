@@ -13,9 +13,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use crucible_shared::{
-    ApiError, ApiErrorCode, BatchId, BatchRequest, BatchStatus, EvaluateRequest, HealthStatus,
-    Problem, ProblemList, ProblemRef, QueueStatus, SubmitResponse, TaskId, TaskStatus, TaskView,
-    TenantCounts, WorkerInfo, WorkerState,
+    ApiError, ApiErrorCode, BatchCancelResponse, BatchId, BatchRequest, BatchStatus,
+    CancelResponse, EvaluateRequest, HealthStatus, Problem, ProblemList, ProblemRef, QueueStatus,
+    SubmitResponse, TaskId, TaskStatus, TaskView, TenantCounts, WorkerInfo, WorkerState,
 };
 use crucible_task_manager::CancelOutcome;
 use serde::{Deserialize, Serialize};
@@ -170,17 +170,6 @@ pub async fn get_task(
         .ok_or_else(|| ApiError::not_found(format!("task {id}")).into())
 }
 
-/// Answer to `DELETE /tasks/{id}` when the task was cancelled.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct CancelResponse {
-    /// The cancelled task.
-    pub task_id: TaskId,
-    /// Its status now: always `cancelled`.
-    pub status: TaskStatus,
-    /// The status the task had when it was cancelled.
-    pub was: TaskStatus,
-}
-
 /// Cancel a task: a queued task never runs; a running one has its child killed.
 #[utoipa::path(
     delete, path = "/tasks/{id}", tag = "tasks",
@@ -255,6 +244,43 @@ pub async fn get_batch(
         .await?
         .map(Json)
         .ok_or_else(|| ApiError::not_found(format!("batch {id}")).into())
+}
+
+/// Cancel a batch: its queued tasks never run, its running ones have their children killed
+/// (at their workers' next lease renewal, within a third of the lease), its finished ones keep
+/// their results. Answers with what became of each distinct task; cancelling a batch again
+/// (or one that already finished) is not an error: everything counts as already finished. A
+/// rollout batch's cancelled rollouts read back as `cancelled`, without a reward.
+#[utoipa::path(
+    delete, path = "/batches/{id}", tag = "tasks",
+    params(("id" = String, Path, description = "Batch id of `POST /evaluate/batch` or `POST /rollouts`")),
+    responses(
+        (status = 200, description = "Cancelled: counts of distinct tasks", body = BatchCancelResponse),
+        (status = 404, description = "Unknown (or expired) batch, or another tenant's", body = ApiError),
+        (status = 503, description = "Broker unavailable", body = ApiError),
+    )
+)]
+pub async fn cancel_batch(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<BatchCancelResponse>, HttpError> {
+    let id = BatchId(id);
+    authorize_batch(&state, &caller, &id, "batch").await?;
+    let counts = state
+        .broker
+        .cancel_batch(&id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("batch {id}")))?;
+    tracing::info!(
+        batch_id = %id,
+        tenant = %caller.tenant.name,
+        cancelled_queued = counts.cancelled_queued,
+        cancelled_running = counts.cancelled_running,
+        already_finished = counts.already_finished,
+        "batch cancelled"
+    );
+    Ok(Json(BatchCancelResponse::new(id, counts)))
 }
 
 /// The registered problems (without their sources).

@@ -1,8 +1,9 @@
 //! `crucible`: run the whole service on one machine (`crucible up`), evaluate one pair locally
 //! (`crucible eval`), or talk to a running service (`crucible submit`, `crucible status`,
-//! `crucible rollouts`, `crucible tenants`) with a bearer token (`--token` / `CRUCIBLE_TOKEN`)
-//! when it requires one.
+//! `crucible cancel`, `crucible rollouts`, `crucible tenants`) with a bearer token (`--token` /
+//! `CRUCIBLE_TOKEN`) when it requires one.
 
+mod cancel_cmd;
 mod rollouts_cmd;
 mod tenants_cmd;
 mod timing_arg;
@@ -106,6 +107,15 @@ enum Command {
     Rollouts {
         #[command(subcommand)]
         command: RolloutsCommand,
+    },
+    /// Cancel a task (`t_...`) or every open task of a batch (`b_...`) on a running service:
+    /// queued tasks never run, running ones have their children killed.
+    Cancel {
+        /// A task id (`t_...`) or a batch id (`b_...`, from `POST /evaluate/batch` or
+        /// `crucible rollouts submit`).
+        id: String,
+        #[command(flatten)]
+        remote: Remote,
     },
     /// Queue and workers of a running service.
     Status {
@@ -336,6 +346,7 @@ async fn main() -> anyhow::Result<()> {
             }
         },
         Command::Tenants { command } => tenants_cmd::run(command).await,
+        Command::Cancel { id, remote } => cancel_cmd::run(&id, remote).await,
         Command::Status { remote } => {
             let client = remote.client();
             println!("{}", serde_json::to_string_pretty(&client.queue().await?)?);

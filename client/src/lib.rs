@@ -12,9 +12,9 @@ use crucible_shared::rollout::{
     RolloutResult, RolloutResultsPage,
 };
 use crucible_shared::{
-    ApiError, BatchId, BatchRequest, BatchStatus, CreateTenantRequest, CreatedTenant,
-    DeletedTenant, EvaluateRequest, Problem, ProblemList, QueueStatus, SubmitResponse, TaskId,
-    TaskView, TenantList,
+    ApiError, BatchCancelResponse, BatchId, BatchRequest, BatchStatus, CancelResponse,
+    CreateTenantRequest, CreatedTenant, DeletedTenant, EvaluateRequest, Problem, ProblemList,
+    QueueStatus, SubmitResponse, TaskId, TaskView, TenantList,
 };
 use serde::de::DeserializeOwned;
 use std::time::Duration;
@@ -156,6 +156,20 @@ impl Client {
             None,
         )
         .await
+    }
+
+    /// Cancels a task (`DELETE /tasks/{id}`): a queued one never runs, a running one has its
+    /// child killed. A task that already finished is [`ClientError::Api`] with status 409.
+    pub async fn cancel_task(&self, id: &TaskId) -> Result<CancelResponse, ClientError> {
+        self.send::<(), _>(reqwest::Method::DELETE, &format!("/tasks/{id}"), None)
+            .await
+    }
+
+    /// Cancels every open task of a batch (`DELETE /batches/{id}`, a rollout batch's too) and
+    /// says what became of each distinct task; cancelling a finished batch is not an error.
+    pub async fn cancel_batch(&self, id: &BatchId) -> Result<BatchCancelResponse, ClientError> {
+        self.send::<(), _>(reqwest::Method::DELETE, &format!("/batches/{id}"), None)
+            .await
     }
 
     /// Queue depths, lifetime counters and cache figures (`GET /queue/status`).

@@ -14,9 +14,12 @@ macro_rules! string_id {
         pub struct $name(pub String);
 
         impl $name {
+            /// What every id of this kind made by [`Self::random`] starts with.
+            pub const PREFIX: &'static str = $prefix;
+
             /// A fresh random id.
             pub fn random() -> Self {
-                Self(format!(concat!($prefix, "{}"), uuid::Uuid::new_v4().simple()))
+                Self(format!("{}{}", Self::PREFIX, uuid::Uuid::new_v4().simple()))
             }
 
             /// The id as it appears on the wire and in Redis keys.

@@ -1,11 +1,12 @@
-//! Wire types shared by every Crucible process: requests, task views, results, worker and
-//! queue views, recent activity and the status page's view, tenants, problems, rollouts and
-//! rewards, the measurement options (`parity`) (all serde + utoipa schemas), the API error codes
-//! with their one HTTP mapping,
+//! Wire types shared by every Crucible process: requests, task views, results, cancel answers,
+//! worker and queue views, recent activity and the status page's view, tenants, problems,
+//! rollouts and rewards, the measurement options (`parity`) (all serde + utoipa schemas), the
+//! API error codes with their one HTTP mapping,
 //! request validation and configuration parsing. Nothing here does I/O.
 
 pub mod activity;
 pub mod bounds;
+pub mod cancel;
 pub mod config;
 pub mod error;
 pub mod ids;
@@ -31,6 +32,7 @@ pub use bounds::{
     MAX_SCREENING_RULES, MAX_SPEEDUP, MAX_TIME_MS, MIN_ADAPTIVE_TRIALS, PERF_TRIALS,
     TARGET_REL_ERROR, TIMEOUT_S, TOLERANCE,
 };
+pub use cancel::{BatchCancelCounts, BatchCancelResponse, CancelResponse};
 pub use config::{BrokerConfig, ConfigError};
 pub use error::{ApiError, ApiErrorCode};
 pub use ids::{BatchId, LeaseToken, TaskId, TenantId, WorkerId};

@@ -7,8 +7,8 @@ use crate::kv::{KvCounts, KvNamespace};
 use crate::tenants::TenantRegistry;
 use async_trait::async_trait;
 use crucible_shared::{
-    BatchId, BatchStatus, BrokerConfig, EvalResult, LeaseToken, QueueStatus, TaskId, TaskSpec,
-    TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo,
+    BatchCancelCounts, BatchId, BatchStatus, BrokerConfig, EvalResult, LeaseToken, QueueStatus,
+    TaskId, TaskSpec, TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo,
 };
 use std::time::Duration;
 
@@ -142,6 +142,15 @@ pub trait Broker: TenantRegistry + Send + Sync + 'static {
     /// A queued task never runs; a running one is marked `cancelled` at once and its worker
     /// learns it at its next renewal.
     async fn cancel(&self, id: &TaskId) -> Result<CancelOutcome, BrokerError>;
+
+    /// Cancels every open task of a batch as `cancel` does one (the error names the batch):
+    /// queued ones never run, running ones are `cancelled` at once and their workers learn it
+    /// at their next renewal, finished ones are left as they are. Each distinct task is counted
+    /// once. A task the batch shares with another submission of its tenant (coalesced) is
+    /// cancelled for both. Each task's transition is atomic, the batch's as a whole is not: a
+    /// task that finishes meanwhile is counted as finished. None for an unknown (or expired)
+    /// batch.
+    async fn cancel_batch(&self, id: &BatchId) -> Result<Option<BatchCancelCounts>, BrokerError>;
 
     /// A batch's counts per status, with every task's view when `include_tasks`; None for an
     /// unknown (or expired) batch.

@@ -16,7 +16,7 @@
 
 use crate::policy::{claim_order, queue_index, stride};
 use crucible_shared::{Priority, TaskId, TenantId};
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
 /// One tenant's queued tasks, by [`queue_index`].
 #[derive(Default)]
@@ -74,6 +74,16 @@ impl FairQueues {
     pub fn remove(&mut self, tenant: &TenantId, priority: Priority, id: &TaskId) {
         if let Some(lane) = self.lanes.get_mut(tenant) {
             lane.queues[queue_index(priority)].retain(|t| t != id);
+        }
+    }
+
+    /// Takes every task of `ids` out of `tenant`'s queues in one pass over them (a batch
+    /// cancel: one `remove` per task would walk the queues once per task).
+    pub fn remove_all(&mut self, tenant: &TenantId, ids: &HashSet<TaskId>) {
+        if let Some(lane) = self.lanes.get_mut(tenant) {
+            for queue in &mut lane.queues {
+                queue.retain(|t| !ids.contains(t));
+            }
         }
     }
 
@@ -235,8 +245,14 @@ mod tests {
         q.push_back(&a, Priority::Normal, TaskId::from("a1"));
         q.push_back(&b, Priority::Normal, TaskId::from("b1"));
         q.push_back(&b, Priority::Low, TaskId::from("b2"));
+        q.push_back(&a, Priority::High, TaskId::from("a2"));
+        q.push_back(&a, Priority::Low, TaskId::from("a3"));
+        q.push_back(&a, Priority::Low, TaskId::from("a4"));
         q.remove(&a, Priority::Normal, &TaskId::from("a1"));
-        assert_eq!((q.queued(&a), q.queued(&b)), (0, 2));
+        let batch: HashSet<TaskId> = ["a2", "a4", "b1"].map(TaskId::from).into();
+        q.remove_all(&a, &batch);
+        assert_eq!((q.queued(&a), q.queued(&b)), (1, 2));
+        assert_eq!(q.pop(|_| 1).map(|(_, id)| id.0), Some("a3".to_owned()));
         let drained = q.drain(&b);
         assert_eq!(drained.len(), 2);
         assert_eq!(q.pop(|_| 1), None);

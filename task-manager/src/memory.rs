@@ -1,8 +1,10 @@
 //! [`MemoryBroker`]: the whole queue in one process, behind one mutex. Claimers and waiters are
-//! woken by [`Notify`], never by polling. Submission is in `memory/submit.rs`, tenants in
-//! `memory/tenants.rs`, recent activity in `memory/activity.rs`. Also home of the pure helpers both brokers share.
+//! woken by [`Notify`], never by polling. Submission is in `memory/submit.rs`, cancelling in
+//! `memory/cancel.rs`, tenants in `memory/tenants.rs`, recent activity in `memory/activity.rs`.
+//! Also home of the pure helpers both brokers share.
 
 mod activity;
+mod cancel;
 mod state;
 mod submit;
 mod tenants;
@@ -20,16 +22,14 @@ use crate::policy::worker_retention;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crucible_shared::{
-    BatchId, BatchStatus, BrokerConfig, EvalResult, LeaseToken, Priority, QueueStatus,
-    StatusCounts, TaskId, TaskSpec, TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo,
-    WorkerState,
+    BatchCancelCounts, BatchId, BatchStatus, BrokerConfig, EvalResult, LeaseToken, Priority,
+    QueueStatus, StatusCounts, TaskId, TaskSpec, TaskStatus, TaskView, TenantId, WorkerId,
+    WorkerInfo, WorkerState,
 };
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
-
-const CANCELLED_ERROR: &str = "cancelled by request";
 
 /// In-process broker for a single API process (and for tests). Nothing survives a restart.
 pub struct MemoryBroker {
@@ -263,30 +263,11 @@ impl Broker for MemoryBroker {
     }
 
     async fn cancel(&self, id: &TaskId) -> Result<CancelOutcome, BrokerError> {
-        let mut guard = self.lock();
-        let st = &mut *guard;
-        let Some(rec) = st.tasks.get_mut(id) else {
-            return Ok(CancelOutcome::NotFound);
-        };
-        let was = rec.status;
-        match was {
-            TaskStatus::Done | TaskStatus::Failed | TaskStatus::Cancelled => {
-                return Ok(CancelOutcome::AlreadyFinished(was));
-            }
-            TaskStatus::Queued => {
-                st.queues.remove(&rec.tenant, rec.priority, id);
-            }
-            TaskStatus::Running => {
-                // The token stays so that its holder learns of the cancellation at renewal.
-                st.leases.remove(id);
-            }
-        }
-        rec.error = Some(CANCELLED_ERROR.to_owned());
-        st.transition(id, TaskStatus::Cancelled, self.cfg.result_ttl);
-        drop(guard);
-        self.task_finished.notify_waiters();
-        tracing::info!(task_id = %id, was = was.as_str(), "task cancelled");
-        Ok(CancelOutcome::Cancelled { was })
+        Ok(self.cancel_task(id))
+    }
+
+    async fn cancel_batch(&self, id: &BatchId) -> Result<Option<BatchCancelCounts>, BrokerError> {
+        Ok(self.cancel_batch_tasks(id))
     }
 
     async fn batch_status(

@@ -1,8 +1,10 @@
 //! The pure policy both brokers share, so the memory broker and the Redis one (with its Lua
 //! scripts, which get these numbers from Rust) cannot drift apart: the order of claims, how
-//! long silent workers are kept, and how result cache keys are scoped. No I/O, no state.
+//! long silent workers are kept, how result cache keys are scoped, and what a cancelled task's
+//! error says. No I/O, no state.
 
-use crucible_shared::{BrokerConfig, Priority, TaskSpec};
+use crucible_shared::{BatchId, BrokerConfig, Priority, TaskId, TaskSpec};
+use std::collections::HashSet;
 use std::time::Duration;
 
 /// The preferred queue of each claim in one turn of a tenant's weighted round robin over
@@ -60,4 +62,39 @@ pub fn worker_retention(liveness: Duration) -> Duration {
 /// brokers so their keys agree.
 pub fn scoped_cache_key(cfg: &BrokerConfig, spec: &TaskSpec) -> String {
     format!("{}:{}", cfg.cache_scope, spec.request.result_cache_key())
+}
+
+/// The `error` of a task cancelled by `DELETE /tasks/{id}`.
+pub const CANCELLED_BY_REQUEST: &str = "cancelled by request";
+
+/// The `error` of a task cancelled with its batch (`DELETE /batches/{id}`).
+pub fn batch_cancel_reason(batch: &BatchId) -> String {
+    format!("{CANCELLED_BY_REQUEST} (batch {batch})")
+}
+
+/// A batch's tasks, each once, in submission order: identical requests in one batch share a
+/// task, which a batch cancel counts (and cancels) once.
+pub fn distinct_tasks(ids: impl IntoIterator<Item = TaskId>) -> Vec<TaskId> {
+    let mut seen = HashSet::new();
+    ids.into_iter()
+        .filter(|id| seen.insert(id.clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_counts_each_task_once_in_order() {
+        let ids = ["t_b", "t_a", "t_b", "t_c", "t_a"].map(TaskId::from);
+        assert_eq!(
+            distinct_tasks(ids),
+            ["t_b", "t_a", "t_c"].map(TaskId::from).to_vec()
+        );
+        assert_eq!(
+            batch_cancel_reason(&BatchId::from("b_1")),
+            "cancelled by request (batch b_1)"
+        );
+    }
 }

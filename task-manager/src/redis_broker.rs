@@ -1,11 +1,13 @@
 //! [`RedisBroker`]: the queue shared by every API replica and worker. Every state transition
 //! is one Lua script (`src/lua/`), so it is atomic, and every timestamp comes from Redis `TIME`,
-//! so all nodes share one clock. Submission is in `redis_broker/submit.rs`, reads of tasks and
-//! batch logs in `redis_broker/views.rs`, tenants in `redis_broker/tenants.rs`, recent activity
-//! in `redis_broker/activity.rs`, the scripts in `redis_broker/scripts.rs`; the key layout,
-//! and which role reaches which keys, in `redis_broker/keys.rs`.
+//! so all nodes share one clock. Submission is in `redis_broker/submit.rs`, cancelling in
+//! `redis_broker/cancel.rs`, reads of tasks and batch logs in `redis_broker/views.rs`, tenants
+//! in `redis_broker/tenants.rs`, recent activity in `redis_broker/activity.rs`, the scripts in
+//! `redis_broker/scripts.rs`; the key layout, and which role reaches which keys, in
+//! `redis_broker/keys.rs`.
 
 mod activity;
+mod cancel;
 mod claim;
 mod keys;
 mod scripts;
@@ -31,8 +33,8 @@ use crate::redis_conn::{CONNECT_TIMEOUT, ConnectError, RedisTarget, check};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crucible_shared::{
-    BatchId, BatchStatus, BrokerConfig, EvalResult, QueueStatus, StatusCounts, TaskId, TaskSpec,
-    TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo, wire_name,
+    BatchCancelCounts, BatchId, BatchStatus, BrokerConfig, EvalResult, QueueStatus, StatusCounts,
+    TaskId, TaskSpec, TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo, wire_name,
 };
 use deadpool_redis::{Connection, Manager, Pool, Runtime};
 use redis::aio::MultiplexedConnection;
@@ -238,28 +240,11 @@ impl Broker for RedisBroker {
     }
 
     async fn cancel(&self, id: &TaskId) -> Result<CancelOutcome, BrokerError> {
-        let mut c = self.conn().await?;
-        let reply: Vec<String> = self
-            .scripts
-            .cancel
-            .arg(self.prefix())
-            .arg(id.as_str())
-            .arg(ms(self.cfg.result_ttl))
-            .invoke_async(&mut c)
-            .await
-            .map_err(redis_err)?;
-        match reply.as_slice() {
-            [what] if what == "not_found" => Ok(CancelOutcome::NotFound),
-            [what, status] if what == "finished" => {
-                Ok(CancelOutcome::AlreadyFinished(parse_status(status)?))
-            }
-            [what, status] if what == "cancelled" => {
-                let was = parse_status(status)?;
-                tracing::info!(task_id = %id, was = was.as_str(), "task cancelled");
-                Ok(CancelOutcome::Cancelled { was })
-            }
-            _ => Err(corrupt(format!("unexpected cancel reply {reply:?}"))),
-        }
+        self.cancel_task(id).await
+    }
+
+    async fn cancel_batch(&self, id: &BatchId) -> Result<Option<BatchCancelCounts>, BrokerError> {
+        self.cancel_batch_tasks(id).await
     }
 
     async fn batch_finished(

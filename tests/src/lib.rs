@@ -194,6 +194,23 @@ impl Api {
     }
 }
 
+/// The process of a running task whose sandboxed pid is `ns_pid` (1: the judge, 2: the
+/// runner, where the candidate's code runs), as the root this suite runs as in CI sees it:
+/// found by its working directory (the task's own, named after the task id) and its pid in the
+/// task's namespace.
+pub fn task_process(task_id: &str, ns_pid: &str) -> Option<i32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let cwd = std::fs::read_link(e.path().join("cwd")).ok()?;
+        if !cwd.to_string_lossy().contains(task_id) {
+            return None;
+        }
+        let status = std::fs::read_to_string(e.path().join("status")).ok()?;
+        let nspid = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+        (nspid.split_whitespace().nth(1) == Some(ns_pid)).then_some(pid)
+    })
+}
+
 /// The source of `tests/problems/<name>.py`.
 pub fn problem(name: &str) -> String {
     std::fs::read_to_string(

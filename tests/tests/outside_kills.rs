@@ -8,22 +8,6 @@ use crucible_tests::*;
 use serde_json::{Value, json};
 use std::time::Duration;
 
-/// The process of a running task whose sandboxed pid is `ns_pid` (1: the judge, 2: the
-/// runner): found by its working directory (the task's own, named after the task id) and its
-/// pid in the task's namespace.
-fn task_process(task_id: &str, ns_pid: &str) -> Option<i32> {
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-        let cwd = std::fs::read_link(e.path().join("cwd")).ok()?;
-        if !cwd.to_string_lossy().contains(task_id) {
-            return None;
-        }
-        let status = std::fs::read_to_string(e.path().join("status")).ok()?;
-        let nspid = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
-        (nspid.split_whitespace().nth(1) == Some(ns_pid)).then_some(pid)
-    })
-}
-
 fn slow_task() -> Value {
     json!({
         "reference_code": problem("elementwise_relu"),

@@ -6,8 +6,9 @@
 
 use chrono::Utc;
 use crucible_shared::{
-    BrokerConfig, CreateTenantRequest, DeviceInfo, DeviceKind, EvalResult, EvaluateRequest,
-    Priority, TaskSpec, TaskStatus, TenantId, VerdictCode, WorkerId, WorkerInfo, WorkerState,
+    BatchCancelCounts, BrokerConfig, CreateTenantRequest, DeviceInfo, DeviceKind, EvalResult,
+    EvaluateRequest, Priority, TaskSpec, TaskStatus, TenantId, VerdictCode, WorkerId, WorkerInfo,
+    WorkerState,
 };
 use crucible_task_manager::{
     AckOutcome, Broker, BrokerError, CancelOutcome, KvNamespace, Lease, LeaseState, RedisBroker,
@@ -243,6 +244,28 @@ async fn each_role_does_its_whole_job_with_nothing_refused() {
     let hour = &activity.windows[1];
     assert_eq!((hour.done, hour.cancelled), (2, 2), "{hour:?}");
     assert_eq!(activity.failures.len(), 2, "{activity:?}");
+
+    // A batch cancelled by the API: its running task's worker learns it at its renewal, and
+    // the next claim drops the queued one's id that the cancel left in the queue.
+    let (cancelled_batch, _) = api
+        .submit_batch(&TenantId::builtin(), vec![spec("e"), spec("f")])
+        .await
+        .unwrap();
+    let running = worker
+        .claim(&w, Duration::from_secs(2))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        api.cancel_batch(&cancelled_batch).await.unwrap(),
+        Some(BatchCancelCounts {
+            cancelled_queued: 1,
+            cancelled_running: 1,
+            already_finished: 0,
+        })
+    );
+    assert_eq!(worker.renew(&running).await.unwrap(), LeaseState::Cancelled);
+    assert_eq!(worker.claim(&w, Duration::ZERO).await.unwrap(), None);
 
     // Each role's own key-value namespaces.
     let ttl = Duration::from_secs(60);

@@ -199,6 +199,7 @@ async fn tokens_decide_who_may_see_and_do_what() {
     assert_eq!(status, 202, "{batch}");
     let batch_id = batch["batch_id"].as_str().unwrap();
     assert_eq!(bob.get(&format!("/batches/{batch_id}")).await.0, 404);
+    assert_eq!(delete(&bob, &format!("/batches/{batch_id}")).await.0, 404);
     assert_eq!(alice.get(&format!("/batches/{batch_id}")).await.0, 200);
     let rollouts = json!({"rollouts": [{"id": "r1", "reference_code": problem("elementwise_relu"),
         "completion": "no kernel in here"}], "idempotency_key": "rb-1"});

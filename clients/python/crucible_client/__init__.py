@@ -1,17 +1,21 @@
 """Python client of Crucible, the GPU kernel-evaluation service for RL trainers.
 
 ``Client`` / ``AsyncClient`` speak the HTTP API (evaluate one kernel; submit rollouts and
-stream their rewards); ``returns`` has the multi-turn helpers; ``reward_fn`` the VERL and
-TRL reward functions.
+stream their rewards; cancel tasks and batches); ``returns`` has the multi-turn helpers; the
+trainer adapters are ``verl_reward`` (VERL's custom reward function), ``trl_reward`` (TRL's
+``reward_funcs``) and ``tinker_env`` (a tinker_cookbook-style multi-turn environment).
 """
 
 from .aio import AsyncClient
 from .base import DEFAULT_URL, Submission, make_rollout, problem_ref
 from .client import Client
-from .errors import CrucibleError
+from .errors import CrucibleError, NotEvaluated
 from .retry import RetryPolicy
 from .returns import DEFAULT_GAMMA, discounted_returns, stops_early
-from .reward_fn import compute_score, compute_scores, make_trl_reward
+from .scoring import problem_target
+from .tinker_env import KernelEnv, KernelEnvGroupBuilder, StepResult
+from .trl_reward import make_async_trl_reward, make_trl_reward
+from .verl_reward import compute_score, compute_score_async, compute_scores, compute_scores_async
 
 __all__ = [
     "DEFAULT_GAMMA",
@@ -19,13 +23,21 @@ __all__ = [
     "AsyncClient",
     "Client",
     "CrucibleError",
+    "KernelEnv",
+    "KernelEnvGroupBuilder",
+    "NotEvaluated",
     "RetryPolicy",
+    "StepResult",
     "Submission",
     "compute_score",
+    "compute_score_async",
     "compute_scores",
+    "compute_scores_async",
     "discounted_returns",
+    "make_async_trl_reward",
     "make_rollout",
     "make_trl_reward",
     "problem_ref",
+    "problem_target",
     "stops_early",
 ]

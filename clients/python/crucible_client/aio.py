@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from .base import (
+    _OK,
     DEFAULT_TIMEOUT,
     DEFAULT_URL,
     MAX_RESULTS_PAGE,
@@ -20,12 +21,12 @@ from .base import (
     Submission,
     _Base,
     _batch_ids,
+    _batch_params,
     _check_wait,
     _deadline,
     _evaluate_body,
     _finished_view,
     _headers,
-    _OK,
     _poll_wait,
     _read_timeout,
     _rollout_batches,
@@ -34,11 +35,18 @@ from .base import (
 from .retry import DEFAULT_RETRY, RETRYABLE_ERRORS, RetryPolicy
 from .types import (
     Backend,
+    BatchCancelResponse,
+    BatchStatus,
+    CancelResponse,
     EvalSettings,
+    HealthStatus,
     Problem,
     ProblemInfo,
+    QueueStatus,
     Rollout,
     RolloutResult,
+    RolloutResultsPage,
+    SubmitResponse,
     TaskView,
     Timing,
 )
@@ -103,11 +111,11 @@ class AsyncClient(_Base):
             await asyncio.sleep(value)
         raise AssertionError("unreachable: itertools.count never ends")
 
-    async def health(self) -> dict[str, Any]:
+    async def health(self) -> HealthStatus:
         """See ``Client.health``."""
         return await self._request("GET", "/health", answers=frozenset({200, 503}))
 
-    async def queue_status(self) -> dict[str, Any]:
+    async def queue_status(self) -> QueueStatus:
         """See ``Client.queue_status``."""
         return await self._request("GET", "/queue/status")
 
@@ -124,6 +132,34 @@ class AsyncClient(_Base):
         return await self._request(
             "GET", f"/tasks/{task_id}", params={"wait": _check_wait(wait)}, wait_s=wait
         )
+
+    async def batch(self, batch_id: str, *, include_tasks: bool = False) -> BatchStatus:
+        """See ``Client.batch``."""
+        return await self._request(
+            "GET", f"/batches/{batch_id}", params=_batch_params(include_tasks)
+        )
+
+    async def cancel_task(self, task_id: str) -> CancelResponse:
+        """See ``Client.cancel_task``."""
+        return await self._request("DELETE", f"/tasks/{task_id}")
+
+    async def cancel_batch(self, batch_id: str) -> BatchCancelResponse:
+        """See ``Client.cancel_batch``."""
+        return await self._request("DELETE", f"/batches/{batch_id}")
+
+    async def submit(
+        self,
+        reference_code: str | None = None,
+        *,
+        kernel_code: str,
+        problem: ProblemLike | None = None,
+        backend: Backend = "triton",
+        timing: Timing | str | None = None,
+        **opts: Any,
+    ) -> SubmitResponse:
+        """See ``Client.submit``."""
+        body = _evaluate_body(reference_code, kernel_code, problem, backend, opts, timing)
+        return await self._request("POST", "/evaluate", json=body)
 
     async def evaluate(
         self,
@@ -165,7 +201,7 @@ class AsyncClient(_Base):
 
     async def _results_page(
         self, batch_id: str, after: int, wait: float, limit: int
-    ) -> dict[str, Any]:
+    ) -> RolloutResultsPage:
         return await self._request(
             "GET",
             f"/batches/{batch_id}/results",
@@ -186,7 +222,7 @@ class AsyncClient(_Base):
         _check_wait(wait)
         deadline = _deadline(timeout)
         cursors = dict.fromkeys(_batch_ids(batches), 0)
-        polls: dict[asyncio.Task[dict[str, Any]], str] = {}
+        polls: dict[asyncio.Task[RolloutResultsPage], str] = {}
 
         def poll(batch_id: str) -> None:
             page = self._results_page(

@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
@@ -22,7 +22,9 @@ from .types import (
     ProblemRef,
     Profile,
     Rollout,
+    RolloutBatchResponse,
     Timing,
+    TimingMode,
     Weights,
 )
 
@@ -112,7 +114,7 @@ def timing_body(timing: Timing | str | None) -> Timing | None:
     if timing is None:
         return None
     if isinstance(timing, str):
-        return {"mode": timing}  # type: ignore[typeddict-item]
+        return {"mode": cast(TimingMode, timing)}
     return dict(timing)  # type: ignore[return-value]
 
 
@@ -173,7 +175,7 @@ def _rollout_batches(
     return bodies
 
 
-def _submission(key: str, answers: Sequence[Mapping[str, Any]]) -> Submission:
+def _submission(key: str, answers: Sequence[RolloutBatchResponse]) -> Submission:
     return Submission(
         batch_ids=tuple(a["batch_id"] for a in answers),
         idempotency_key=key,
@@ -192,6 +194,10 @@ def _batch_ids(batches: str | Submission | Iterable[str]) -> list[str]:
     if not ids:
         raise ValueError("no batches to read")
     return ids
+
+
+def _batch_params(include_tasks: bool) -> dict[str, str]:
+    return {"include": "tasks"} if include_tasks else {}
 
 
 def _check_wait(wait: float) -> float:

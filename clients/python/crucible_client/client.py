@@ -12,6 +12,8 @@ from typing import Any
 import httpx
 
 from .base import (
+    _OK,
+    _SHARED_POLL_S,
     DEFAULT_TIMEOUT,
     DEFAULT_URL,
     MAX_RESULTS_PAGE,
@@ -19,26 +21,32 @@ from .base import (
     Submission,
     _Base,
     _batch_ids,
+    _batch_params,
     _check_wait,
     _deadline,
     _evaluate_body,
     _finished_view,
     _headers,
-    _OK,
     _poll_wait,
     _read_timeout,
     _rollout_batches,
-    _SHARED_POLL_S,
     _submission,
 )
 from .retry import DEFAULT_RETRY, RETRYABLE_ERRORS, RetryPolicy
 from .types import (
     Backend,
+    BatchCancelResponse,
+    BatchStatus,
+    CancelResponse,
     EvalSettings,
+    HealthStatus,
     Problem,
     ProblemInfo,
+    QueueStatus,
     Rollout,
     RolloutResult,
+    RolloutResultsPage,
+    SubmitResponse,
     TaskView,
     Timing,
 )
@@ -109,13 +117,13 @@ class Client(_Base):
             time.sleep(value)
         raise AssertionError("unreachable: itertools.count never ends")
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> HealthStatus:
         """``GET /health``: ``status`` ``ok``, ``degraded`` (no worker ready) or
         ``unavailable`` (broker down, HTTP 503: returned, not raised, since it is the
         answer a probe asks for)."""
         return self._request("GET", "/health", answers=frozenset({200, 503}))
 
-    def queue_status(self) -> dict[str, Any]:
+    def queue_status(self) -> QueueStatus:
         """``GET /queue/status``: depth by priority, running, cap and lifetime counters."""
         return self._request("GET", "/queue/status")
 
@@ -132,6 +140,42 @@ class Client(_Base):
         return self._request(
             "GET", f"/tasks/{task_id}", params={"wait": _check_wait(wait)}, wait_s=wait
         )
+
+    def batch(self, batch_id: str, *, include_tasks: bool = False) -> BatchStatus:
+        """``GET /batches/{id}``: the batch's counts by status and its task ids, with every
+        task's view when ``include_tasks``."""
+        return self._request("GET", f"/batches/{batch_id}", params=_batch_params(include_tasks))
+
+    def cancel_task(self, task_id: str) -> CancelResponse:
+        """``DELETE /tasks/{id}``: a queued task never runs, a running one has its child
+        killed (at its worker's next lease renewal). A task that already finished raises
+        ``CrucibleError`` 409 (``CONFLICT``); an unknown one, or another tenant's, 404."""
+        return self._request("DELETE", f"/tasks/{task_id}")
+
+    def cancel_batch(self, batch_id: str) -> BatchCancelResponse:
+        """``DELETE /batches/{id}``: cancels every open task of a batch (a rollout batch's
+        too: its cancelled rollouts read back as ``cancelled``, without a reward) and returns
+        what became of each distinct task (``cancelled_queued``, ``cancelled_running``,
+        ``already_finished``). Cancelling a finished batch is not an error. A ``Submission``
+        of several batches: cancel each of its ``batch_ids``."""
+        return self._request("DELETE", f"/batches/{batch_id}")
+
+    def submit(
+        self,
+        reference_code: str | None = None,
+        *,
+        kernel_code: str,
+        problem: ProblemLike | None = None,
+        backend: Backend = "triton",
+        timing: Timing | str | None = None,
+        **opts: Any,
+    ) -> SubmitResponse:
+        """``POST /evaluate`` without waiting: the new task (``status`` ``queued``), or the
+        earlier one that answers it (``cached``, ``coalesced``, ``deduplicated``). Follow it
+        with ``task(task_id, wait=...)``, stop it with ``cancel_task``. Arguments as
+        ``evaluate``."""
+        body = _evaluate_body(reference_code, kernel_code, problem, backend, opts, timing)
+        return self._request("POST", "/evaluate", json=body)
 
     def evaluate(
         self,
@@ -185,7 +229,9 @@ class Client(_Base):
         ]
         return _submission(key, answers)
 
-    def _results_page(self, batch_id: str, after: int, wait: float, limit: int) -> dict[str, Any]:
+    def _results_page(
+        self, batch_id: str, after: int, wait: float, limit: int
+    ) -> RolloutResultsPage:
         return self._request(
             "GET",
             f"/batches/{batch_id}/results",

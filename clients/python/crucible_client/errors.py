@@ -34,3 +34,21 @@ class CrucibleError(Exception):
         status = f"HTTP {self.status}" if self.status is not None else "no answer"
         tries = f" after {self.attempts} attempts" if self.attempts > 1 else ""
         return f"{status} {self.code or 'ERROR'}: {self.message}{where}{tries}"
+
+
+class NotEvaluated(CrucibleError):
+    """The service could not produce a verdict for some rollouts (status ``failed``,
+    ``cancelled`` or ``expired``: a lost worker, a sick GPU, a cancel), so they have no reward.
+    Raised by the trainer adapters under ``on_failure="raise"``; ``rollouts`` maps each such
+    rollout's id to the service's reason."""
+
+    def __init__(self, rollouts: dict[str, str]) -> None:
+        shown = "; ".join(f"{id}: {why}" for id, why in list(rollouts.items())[:5])
+        more = f" (and {len(rollouts) - 5} more)" if len(rollouts) > 5 else ""
+        super().__init__(
+            f"{len(rollouts)} rollout(s) got no verdict: {shown}{more}", code="NOT_EVALUATED"
+        )
+        self.rollouts = rollouts
+
+    def __str__(self) -> str:
+        return f"NOT_EVALUATED: {self.message}"

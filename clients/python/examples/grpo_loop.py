@@ -140,7 +140,8 @@ def run_turn(
         print(f"\n== turn {turn}, {key}: group of {len(members)}")
         for i, adv in zip(members, advs, strict=True):
             t, r = trajectories[i], results[i]
-            verdict = (r["result"] or {}).get("verdict", r["status"])
+            evaluation = r.get("result")
+            verdict = evaluation["verdict"] if evaluation else r["status"]
             reward = "-" if r["reward"] is None else f"{r['reward']:.3f}"
             shown = "-" if adv is None else f"{adv:+.3f}"
             print(f"  {t.name:<28} {verdict:<10} reward {reward:<6} advantage {shown}")

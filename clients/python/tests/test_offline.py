@@ -16,14 +16,10 @@ from crucible_client import (
     Client,
     CrucibleError,
     RetryPolicy,
-    compute_score,
-    compute_scores,
     discounted_returns,
     make_rollout,
-    make_trl_reward,
     stops_early,
 )
-from crucible_client.reward_fn import problem_target
 
 FAST = RetryPolicy(max_attempts=4, base_delay_s=0.001, max_delay_s=0.01, deadline_s=5.0)
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -93,15 +89,6 @@ def test_a_rollout_names_exactly_one_problem():
         make_rollout("c", "t")
     with pytest.raises(ValueError):
         make_rollout("c", "t", problem=(1, 1), reference_code="src")
-
-
-def test_ground_truth_names_a_registry_problem_or_a_source():
-    assert problem_target({"level": 1, "id": 19}) == {"problem": {"level": 1, "id": 19}}
-    assert problem_target('{"level": 2, "id": "3"}') == {"problem": {"level": 2, "id": 3}}
-    assert problem_target("import torch\n") == {"reference_code": "import torch\n"}
-    assert problem_target({"reference_code": "x"}) == {"reference_code": "x"}
-    with pytest.raises(ValueError):
-        problem_target({"name": "ReLU"})
 
 
 def test_long_submissions_split_into_batches_of_a_thousand_each_with_its_own_key():
@@ -428,68 +415,13 @@ def test_a_servers_retry_after_is_waited_at_least_and_capped(monkeypatch):
     def handler(request: httpx.Request) -> httpx.Response:
         calls.append(request)
         if len(calls) == 1:
-            return httpx.Response(429, headers={"Retry-After": "3"},
-                                  json={"code": "QUEUE_FULL", "message": "full", "field": None})
+            return httpx.Response(
+                429,
+                headers={"Retry-After": "3"},
+                json={"code": "QUEUE_FULL", "message": "full", "field": None},
+            )
         return httpx.Response(200, json={"status": "ok"})
 
     with client(handler) as c:
         assert c.health() == {"status": "ok"}
     assert waits == [3.0], waits
-
-
-# --- reward functions ------------------------------------------------------------------
-
-
-def scoring_server(reward: float | None) -> Handler:
-    """Scores every rollout at once with ``reward``; a None reward is a failed evaluation."""
-    batches: dict[str, list[dict]] = {}
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        if request.method == "POST":
-            body = json.loads(request.content)
-            batch_id = f"b{len(batches)}"
-            batches[batch_id] = body["rollouts"]
-            n = len(body["rollouts"])
-            return httpx.Response(202, json={"batch_id": batch_id, "rollouts": n, "evaluated": n})
-        rollouts = batches[request.url.path.split("/")[2]]
-        results = [
-            {
-                "id": r["id"],
-                "status": "done" if reward is not None else "failed",
-                "reward": reward,
-                "format_ok": True,
-                "result": {"verdict": "ok", "compiled": True, "speedup": 2.0}
-                if reward is not None
-                else None,
-                "feedback": "",
-            }
-            for r in rollouts
-        ]
-        return httpx.Response(
-            200, json={"results": results, "cursor": 1, "done": True, "total": len(results)}
-        )
-
-    return handler
-
-
-def test_compute_score_returns_the_reward_and_numeric_details():
-    with client(scoring_server(1.35)) as c:
-        got = compute_score("kb", "<KERNEL>...", {"level": 1, "id": 19}, {}, client=c)
-        assert got == {
-            "score": 1.35,
-            "evaluated": 1.0,
-            "format_ok": 1.0,
-            "compiled": 1.0,
-            "correct": 1.0,
-            "speedup": 2.0,
-        }
-        assert compute_score("kb", "x", "src", client=c, details=False) == 1.35
-
-
-def test_a_failed_evaluation_is_marked_not_scored_as_the_models_fault():
-    with client(scoring_server(None)) as c:
-        [got] = compute_scores(["kb"], ["x"], ["src"], client=c, failure_score=-1.0)
-        assert got["score"] == -1.0 and got["evaluated"] == 0.0
-        trl = make_trl_reward(client=c, profile="kevin")
-        assert trl.__name__ == "crucible_kevin"
-        assert trl(["p"], [[{"role": "assistant", "content": "x"}]], ground_truth=["src"]) == [None]

@@ -1,6 +1,6 @@
--- ARGV: prefix, task_id, result_ttl_ms.
+-- ARGV: prefix, task_id, result_ttl_ms, reason (the task's error).
 -- Returns {'cancelled', previous status}, {'finished', status} or {'not_found'}.
-local id, ttl = ARGV[2], tonumber(ARGV[3])
+local id, ttl, reason = ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local key = task_key(id)
 local f = redis.call('HMGET', key, 'status', 'priority', 'tenant')
 local status = f[1]
@@ -13,6 +13,6 @@ else
   -- The lease token stays so that its holder learns of the cancellation at its next renewal.
   redis.call('ZREM', LEASES, id)
 end
-redis.call('HSET', key, 'error', 'cancelled by request')
+redis.call('HSET', key, 'error', reason)
 transition(id, status, 'cancelled', now_ms(), ttl)
 return { 'cancelled', status }

@@ -92,13 +92,10 @@ impl TenantRegistry for MemoryBroker {
             .collect();
         let reason = deleted_reason(name);
         let mut cancel = |task: &TaskId, from: TaskStatus| {
-            let Some(rec) = st.tasks.get_mut(task).filter(|r| r.status == from) else {
+            if !st.tasks.get(task).is_some_and(|r| r.status == from) {
                 return 0;
-            };
-            rec.error = Some(reason.clone());
-            // A running task's lease token stays: its worker learns at its next renewal.
-            st.leases.remove(task);
-            st.transition(task, TaskStatus::Cancelled, self.cfg.result_ttl);
+            }
+            st.cancel_open(task, reason.clone(), self.cfg.result_ttl);
             1
         };
         let cancelled_queued = queued.iter().map(|t| cancel(t, TaskStatus::Queued)).sum();

@@ -11,8 +11,10 @@
 //!   started_at, finished_at (ms), result, error, batch_id, batches (every batch counting the
 //!   task), idem, tenant, ckey (scoped result cache key), cns (its tenant's cache namespace),
 //!   cached (`1` when answered from the cache). Expires `result_ttl` after the task finishes.
-//! - `queue:{t}:{high|normal|low}` lists of task ids (FIFO), `active` zset of tenants with
-//!   queued work scored by their pass in the fair share, `claim_seq` hash of claims per tenant,
+//! - `queue:{t}:{high|normal|low}` lists of task ids (FIFO; ids whose task is no longer queued,
+//!   left by a batch cancel or expired, are dropped by the claim that reaches them), `active`
+//!   zset of tenants with queued work scored by their pass in the fair share, `claim_seq` hash
+//!   of claims per tenant,
 //!   `tenant_weights` hash of each created tenant's weight (the one tenant setting a claim reads,
 //!   so it lives outside the registry), `queued` hash of queued tasks per priority,
 //!   `tenant_queued` / `tenant_running` hashes per tenant, `leases` zset scored by expiry ms,

@@ -9,6 +9,7 @@ mod common;
 mod activity;
 mod batches;
 mod caches;
+mod cancel;
 mod kv;
 mod leases;
 mod priorities;

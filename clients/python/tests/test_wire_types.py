@@ -1,0 +1,133 @@
+"""The Python wire types against the live server's OpenAPI document (conftest.py's server), so
+that they cannot drift apart again: every field of every schema the client models exists in its
+``TypedDict`` and every key of the ``TypedDict`` in the schema; a field is required in one
+exactly when in the other, nullable (``X | None``) in one exactly when in the other; a field
+that holds another modelled schema is typed with that schema's type; every ``Literal`` has its
+enum's values. ``types.SCHEMAS`` and ``types.ENUMS`` say which schema each type mirrors."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import operator
+import types
+import typing
+from typing import Any, Literal, get_args, get_origin, get_type_hints
+
+import httpx
+import pytest
+from conftest import Server
+
+from crucible_client import types as wire
+
+
+@pytest.fixture(scope="module")
+def schemas(server: Server) -> dict[str, Any]:
+    answer = httpx.get(f"{server.url}/openapi.json", timeout=30.0)
+    assert answer.status_code == 200, answer.text
+    return answer.json()["components"]["schemas"]
+
+
+def ref_name(ref: str) -> str:
+    return ref.rsplit("/", 1)[-1]
+
+
+def object_fields(schemas: dict[str, Any], name: str) -> tuple[dict[str, Any], set[str]]:
+    """A schema's properties and required names, ``allOf`` parts (the document's way of
+    flattening one struct into another) merged."""
+    schema = schemas[name]
+    props: dict[str, Any] = dict(schema.get("properties", {}))
+    required = set(schema.get("required", []))
+    for part in schema.get("allOf", []):
+        if "$ref" in part:
+            more, more_required = object_fields(schemas, ref_name(part["$ref"]))
+        else:
+            more, more_required = part.get("properties", {}), set(part.get("required", []))
+        props.update(more)
+        required |= more_required
+    assert props, f"schema {name} has no properties: {schema}"
+    return props, required
+
+
+def nullable(prop: dict[str, Any]) -> bool:
+    kind = prop.get("type")
+    if isinstance(kind, list) and "null" in kind:
+        return True
+    return any(p.get("type") == "null" for p in prop.get("oneOf", []) + prop.get("anyOf", []))
+
+
+def referenced(prop: dict[str, Any]) -> tuple[str, str] | None:
+    """``("one" | "many", schema name)`` when the property holds another schema (or a list of
+    them), else None."""
+    if "$ref" in prop:
+        return "one", ref_name(prop["$ref"])
+    for part in prop.get("oneOf", []) + prop.get("allOf", []):
+        if "$ref" in part:
+            return "one", ref_name(part["$ref"])
+    items = prop.get("items", {})
+    if "$ref" in items:
+        return "many", ref_name(items["$ref"])
+    return None
+
+
+def without_none(hint: Any) -> tuple[Any, bool]:
+    """The hint without ``None``, and whether it had it."""
+    if get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in get_args(hint) if a is not type(None)]
+        had = len(args) < len(get_args(hint))
+        return functools.reduce(operator.or_, args), had
+    return hint, False
+
+
+def python_type_of(schema_name: str) -> Any:
+    if schema_name in wire.SCHEMAS:
+        return wire.SCHEMAS[schema_name]
+    return wire.ENUMS.get(schema_name)
+
+
+def test_every_modelled_type_is_checked():
+    typed_dicts = {
+        name
+        for name, value in vars(wire).items()
+        if inspect.isclass(value)
+        and typing.is_typeddict(value)
+        and not name.startswith("_")
+        and value.__module__ == wire.__name__
+    }
+    assert typed_dicts == {t.__name__ for t in wire.SCHEMAS.values()}
+
+
+@pytest.mark.parametrize("schema_name", sorted(wire.SCHEMAS))
+def test_the_type_has_the_schemas_fields(schemas: dict[str, Any], schema_name: str):
+    typed: Any = wire.SCHEMAS[schema_name]
+    props, required = object_fields(schemas, schema_name)
+    hints = get_type_hints(typed)
+    assert set(hints) == set(props), (
+        f"{typed.__name__}: missing {sorted(set(props) - set(hints))}, "
+        f"not in {schema_name} {sorted(set(hints) - set(props))}"
+    )
+    assert set(typed.__required_keys__) == required, (
+        f"{typed.__name__}: required {sorted(typed.__required_keys__)}, "
+        f"{schema_name} requires {sorted(required)}"
+    )
+    wrong = []
+    for field, prop in props.items():
+        hint, optional = without_none(hints[field])
+        if optional != nullable(prop):
+            wrong.append(f"{field}: nullable {nullable(prop)} in the schema, {optional} here")
+        ref = referenced(prop)
+        if ref is None or python_type_of(ref[1]) is None:
+            continue
+        many, target = ref[0] == "many", python_type_of(ref[1])
+        inner = get_args(hint)[0] if many and get_origin(hint) is list else hint
+        if inner is not target and not (
+            get_origin(inner) is Literal and get_args(inner) == get_args(target)
+        ):
+            wrong.append(f"{field}: holds {ref[1]}, typed {hints[field]}")
+    assert not wrong, f"{typed.__name__}: " + "; ".join(wrong)
+
+
+@pytest.mark.parametrize("schema_name", sorted(wire.ENUMS))
+def test_the_literal_has_the_enums_values(schemas: dict[str, Any], schema_name: str):
+    values = get_args(wire.ENUMS[schema_name])
+    assert sorted(values) == sorted(schemas[schema_name]["enum"]), schema_name
