@@ -194,7 +194,8 @@ class Client(_Base):
         ``cancelled`` with an ``error``).
 
         ``opts`` are the other ``POST /evaluate`` fields (``num_correct_trials``,
-        ``num_perf_trials``, ``timeout_s``, ``priority``, ``seed``, ...). Each long-poll
+        ``num_perf_trials``, ``timeout_s``, ``priority``, ``seed``, ``precision``,
+        ``timing_method``, ``reference_backend``, ...). Each long-poll
         waits up to ``wait`` seconds; ``timeout`` bounds the whole call (TimeoutError; the
         task goes on) and None leaves it to the server's own task timeouts. ``timing`` is
         ``"adaptive"`` (stop timing once the median is known to 0.1 %, at most 2 s of timed

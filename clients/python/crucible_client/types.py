@@ -42,6 +42,9 @@ VerdictCode = Literal[
 DecoyReward = Literal["zero", "profile"]
 RolloutStatus = Literal["done", "no_kernel", "failed", "cancelled", "expired"]
 TimingMode = Literal["fixed", "adaptive"]
+Precision = Literal["fp32", "fp16", "bf16"]
+TimingMethod = Literal["cuda_event", "do_bench", "host_time"]
+ReferenceBackend = Literal["eager", "compile"]
 DeviceKind = Literal["cuda", "cpu"]
 #: Where a CUDA candidate's extensions came from when they were built ahead of the GPU.
 BuildSource = Literal["compile_pool", "cache"]
@@ -123,6 +126,10 @@ class EvalSettings(TypedDict, total=False):
     priority: Priority | None
     max_speedup: float | None
     timing: Timing | None
+    # KernelBench's measurement options (absent: fp32, cuda_event, eager).
+    precision: Precision | None
+    timing_method: TimingMethod | None
+    reference_backend: ReferenceBackend | None
 
 
 class _RolloutRequired(TypedDict):
@@ -414,6 +421,9 @@ ENUMS: dict[str, object] = {
     "DecoyReward": DecoyReward,
     "RolloutStatus": RolloutStatus,
     "TimingMode": TimingMode,
+    "Precision": Precision,
+    "TimingMethod": TimingMethod,
+    "ReferenceBackend": ReferenceBackend,
     "DeviceKind": DeviceKind,
     "BuildSource": BuildSource,
 }
