@@ -53,6 +53,17 @@ pub fn api_command(port: u16, env: &[(String, String)]) -> Command {
     cmd
 }
 
+/// `crucible up` with one CPU worker on 127.0.0.1:`port`, on its in-process broker (REDIS_URL
+/// removed), one CPU thread per child.
+pub fn up_command(port: u16) -> Command {
+    let mut cmd = Command::new(bin("crucible"));
+    cmd.args(["up", "--cpu", "--bind", &format!("127.0.0.1:{port}")])
+        .env_remove("REDIS_URL")
+        .env("CRUCIBLE_PYTHON", python())
+        .env("CRUCIBLE_CPU_THREADS", "1");
+    cmd
+}
+
 /// A CPU `crucible-worker` with `env`: no GPU needed.
 pub fn worker_command(env: &[(String, String)]) -> Command {
     let mut cmd = Command::new(bin("crucible-worker"));

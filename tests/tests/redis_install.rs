@@ -118,7 +118,8 @@ async fn a_broker_node_listens_on_its_bound_address_for_the_role_files_it_writes
     install(&etc, &["--role", "broker", "--redis-bind", address]);
     let conf = read(&etc.join("redis.conf"));
     assert!(
-        conf.lines().any(|l| l == format!("bind 127.0.0.1 -::1 {address}")),
+        conf.lines()
+            .any(|l| l == format!("bind 127.0.0.1 -::1 {address}")),
         "no bind line with {address}:\n{conf}"
     );
     for setting in ["appendonly yes", "maxmemory-policy noeviction"] {
