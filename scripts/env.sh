@@ -138,3 +138,41 @@ ensure_chromium() {
   apt_install chromium
   command -v chromium >/dev/null 2>&1
 }
+
+# promtool, Prometheus's checker (scripts/check_deploy.sh), as $PROMTOOL: the one on PATH, or
+# the one of Debian's prometheus package, unpacked into the cache rather than installed (the
+# package would start a Prometheus server on this machine).
+ensure_promtool() {
+  if command -v promtool >/dev/null 2>&1; then
+    PROMTOOL=$(command -v promtool); export PROMTOOL; return 0
+  fi
+  local dir=${XDG_CACHE_HOME:-$HOME/.cache}/crucible/promtool
+  if [ ! -x "$dir/usr/bin/promtool" ]; then
+    log "fetching promtool from Debian's prometheus package"
+    local sudo="" tmp
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    tmp=$(mktemp -d)
+    # apt downloads as its own user where it can write.
+    if [ "$(id -u)" -eq 0 ] && id _apt >/dev/null 2>&1; then chown _apt "$tmp"; fi
+    (cd "$tmp" && apt-get download -qq prometheus >/dev/null)
+    mkdir -p "$dir"
+    dpkg-deb --fsys-tarfile "$tmp"/prometheus_*.deb | tar -x -C "$dir" ./usr/bin/promtool
+    rm -rf "$tmp"
+  fi
+  PROMTOOL="$dir/usr/bin/promtool"; export PROMTOOL
+}
+
+# systemd-analyze 250 or later (offline security reviews), from Debian's systemd package.
+ensure_systemd_analyze() {
+  if ! command -v systemd-analyze >/dev/null 2>&1; then
+    log "installing systemd (for systemd-analyze) from Debian"
+    apt_install systemd
+  fi
+  local version
+  version=$(systemd-analyze --version | sed -n 's/^systemd \([0-9]*\).*/\1/p')
+  if [ "${version:-0}" -lt 250 ]; then
+    log "systemd-analyze is version ${version:-unknown}; --offline security reviews need 250 or later"
+    return 1
+  fi
+}

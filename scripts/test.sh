@@ -36,6 +36,9 @@ fi
 "$CRUCIBLE_PYTHON" scripts/check_env_example.py
 # No source file over 600 lines, no import circle between a crate's files.
 "$CRUCIBLE_PYTHON" scripts/check_layout.py
+# deploy/: the alert rules and their unit tests, the dashboard, a staged install of every role
+# and its units' verify and exposure bounds (installs promtool and systemd-analyze if missing).
+bash scripts/check_deploy.sh
 # The GPU benchmark's report and workload expansion (stdlib only; the small batch's shape).
 "$CRUCIBLE_PYTHON" scripts/bench/test_bench.py
 # The harness modules' layering: no module imports one above it, judge and runner apart.

@@ -1,9 +1,10 @@
 //! `crucible`: run the whole service on one machine (`crucible up`), evaluate one pair locally
-//! (`crucible eval`), or talk to a running service (`crucible submit`, `crucible status`,
+//! (`crucible eval`), talk to a running service (`crucible submit`, `crucible status`,
 //! `crucible cancel`, `crucible rollouts`, `crucible tenants`) with a bearer token (`--token` /
-//! `CRUCIBLE_TOKEN`) when it requires one.
+//! `CRUCIBLE_TOKEN`) when it requires one, or check a node (`crucible doctor`).
 
 mod cancel_cmd;
+mod doctor;
 mod rollouts_cmd;
 mod tenants_cmd;
 mod timing_arg;
@@ -127,6 +128,9 @@ enum Command {
         #[command(subcommand)]
         command: tenants_cmd::TenantsCommand,
     },
+    /// Check that this node can serve its role (Python, GPU, compilers, broker, disks, API):
+    /// one line per check; exits 1 when a required one fails.
+    Doctor(doctor::DoctorArgs),
     /// Check the CUDA device in this process (used by workers).
     #[command(hide = true)]
     ProbeGpu,
@@ -347,6 +351,14 @@ async fn main() -> anyhow::Result<()> {
         },
         Command::Tenants { command } => tenants_cmd::run(command).await,
         Command::Cancel { id, remote } => cancel_cmd::run(&id, remote).await,
+        Command::Doctor(args) => {
+            if !doctor::run(args).await? {
+                use std::io::Write;
+                std::io::stdout().flush()?;
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Command::Status { remote } => {
             let client = remote.client();
             println!("{}", serde_json::to_string_pretty(&client.queue().await?)?);

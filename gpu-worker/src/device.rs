@@ -1,5 +1,7 @@
 //! The device a worker owns: discovery (NVML), identity and health (NVML query plus the CUDA
-//! probe in a separate process).
+//! probe in a separate process); [`report`], what an operator's check reads of the node's GPUs.
+
+pub mod report;
 
 use crate::probe::ProbeReport;
 use crucible_shared::{DeviceInfo, DeviceKind};

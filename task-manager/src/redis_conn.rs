@@ -359,6 +359,24 @@ pub(crate) async fn check(
     url: &str,
     timeout: Duration,
 ) -> Result<(), ConnectError> {
+    checked_connection(client, url, timeout).await.map(drop)
+}
+
+impl RedisTarget {
+    /// One connection that answered `PING`, for an operator's checks (`crucible doctor`): the
+    /// same URL, TLS files and diagnosis as a process's start-up, except that a server that
+    /// cannot be reached is an error here too.
+    pub async fn connect(&self) -> Result<redis::aio::MultiplexedConnection, ConnectError> {
+        checked_connection(&self.client()?, &self.redacted(), CONNECT_TIMEOUT).await
+    }
+}
+
+/// [`check`]'s connection, kept.
+async fn checked_connection(
+    client: &redis::Client,
+    url: &str,
+    timeout: Duration,
+) -> Result<redis::aio::MultiplexedConnection, ConnectError> {
     let info = client.get_connection_info();
     let tcp = match info.addr() {
         ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
@@ -385,10 +403,11 @@ pub(crate) async fn check(
         let mut conn = client
             .get_multiplexed_async_connection_with_config(&cfg)
             .await?;
-        redis::cmd("PING").query_async::<String>(&mut conn).await
+        redis::cmd("PING").query_async::<String>(&mut conn).await?;
+        Ok(conn)
     }
     .await;
-    result.map(drop).map_err(|e| classify(&e, url, tls))
+    result.map_err(|e| classify(&e, url, tls))
 }
 
 /// What a failed connection attempt to a server that accepted TCP means.

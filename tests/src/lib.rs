@@ -57,7 +57,7 @@ pub fn api_command(port: u16, env: &[(String, String)]) -> Command {
 }
 
 /// `crucible up` with one CPU worker on 127.0.0.1:`port`, on the embedded broker (any
-/// `REDIS_URL` of the test's environment removed).
+/// `REDIS_URL` of the test's environment removed), one CPU thread per child.
 pub fn crucible_up(port: u16) -> Command {
     let mut cmd = Command::new(bin("crucible"));
     cmd.args(["up", "--cpu", "--bind", &format!("127.0.0.1:{port}")])

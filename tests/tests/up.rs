@@ -101,6 +101,17 @@ async fn crucible_up_serves_on_the_embedded_broker() {
         !metrics.contains(r#"component="api""#) && !metrics.contains(r#"component="worker""#),
         "one build_info for the one process\n{metrics}"
     );
+    // Every metric the shipped alerts and dashboard use is one this process really exports.
+    let exported: Vec<&str> = types.iter().map(|(name, _)| name.as_str()).collect();
+    for file in ["deploy/prometheus/alerts.yml", "deploy/grafana/crucible.json"] {
+        let text = std::fs::read_to_string(repo_root().join(file)).expect("deploy file");
+        for used in metric_names_in(&text) {
+            assert!(
+                exported.contains(&used.as_str()),
+                "{file} uses {used}, which crucible up does not export"
+            );
+        }
+    }
     assert!(
         up.terminate(Duration::from_secs(20)),
         "crucible up did not stop on SIGTERM:\n{}",
@@ -134,4 +145,24 @@ fn crucible_eval_runs_a_pair_without_a_server() {
         Some(crucible_shared::problem_hash(&problem("matmul")).as_str()),
         "{result}"
     );
+}
+
+/// The `crucible_*` metric names a PromQL text uses, a histogram's series by its own name.
+fn metric_names_in(text: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("crucible_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+            .unwrap_or(tail.len());
+        let name = &tail[..end];
+        let base = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix))
+            .unwrap_or(name);
+        names.insert(base.to_owned());
+        rest = &tail[end..];
+    }
+    names
 }
