@@ -103,7 +103,10 @@ async fn crucible_up_serves_on_the_embedded_broker() {
     );
     // Every metric the shipped alerts and dashboard use is one this process really exports.
     let exported: Vec<&str> = types.iter().map(|(name, _)| name.as_str()).collect();
-    for file in ["deploy/prometheus/alerts.yml", "deploy/grafana/crucible.json"] {
+    for file in [
+        "deploy/prometheus/alerts.yml",
+        "deploy/grafana/crucible.json",
+    ] {
         let text = std::fs::read_to_string(repo_root().join(file)).expect("deploy file");
         for used in metric_names_in(&text) {
             assert!(
