@@ -313,7 +313,7 @@ fn from_harness(r: HarnessResult, ctx: &VerdictContext, tail: Option<String>) ->
         ref_runtime_cached: r.ref_timing_cached,
         speedup: r.speedup,
         error_code: r.error_code,
-        error_message: r.error_message.map(|m| truncate(&m, 8192)),
+        error_message: r.error_message.map(|m| crucible_shared::clip(&m, 8192)),
         // The worker knows its device; the child's claim is not trusted.
         device: ctx.device.clone(),
         stage_ms: r.stage_ms,
@@ -345,17 +345,6 @@ fn tail_excerpt(output: &str) -> Option<String> {
         .find(|i| trimmed.is_char_boundary(*i))
         .unwrap_or(trimmed.len());
     Some(trimmed[start..].to_owned())
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
 }
 
 fn signal_name(sig: i32) -> String {
