@@ -232,6 +232,7 @@ mod tests {
                 &DeviceInfo {
                     kind: DeviceKind::Cuda,
                     name: "NVIDIA H200".into(),
+                    class: None,
                 },
                 "550.54",
                 &software(),
@@ -242,6 +243,7 @@ mod tests {
                 &DeviceInfo {
                     kind: DeviceKind::Cpu,
                     name: dev.name.clone(),
+                    class: None,
                 },
                 "550.54",
                 &software(),

@@ -1,11 +1,13 @@
 //! Wire types shared by every Crucible process: requests, task views, results, worker and
-//! queue views, tenants, problems, rollouts and rewards (all serde + utoipa schemas), the API error codes with their one HTTP mapping,
+//! queue views, device classes and where tasks may run, tenants, problems, rollouts and rewards (all serde + utoipa schemas), the API error codes with their one HTTP mapping,
 //! request validation and configuration parsing. Nothing here does I/O.
 
 pub mod bounds;
 pub mod config;
+pub mod device;
 pub mod error;
 pub mod ids;
+pub mod placement;
 pub mod problem;
 pub mod request;
 pub mod reward;
@@ -23,8 +25,10 @@ pub use bounds::{
     TARGET_REL_ERROR, TIMEOUT_S, TOLERANCE,
 };
 pub use config::{BrokerConfig, ConfigError};
+pub use device::{DeviceClass, InvalidDeviceClass};
 pub use error::{ApiError, ApiErrorCode};
 pub use ids::{BatchId, LeaseToken, TaskId, TenantId, WorkerId};
+pub use placement::{ClassQueue, LiveClasses, QueuedByClass};
 pub use problem::{Problem, ProblemInfo, ProblemList, ProblemRef, problem_hash};
 pub use request::{Backend, BatchRequest, EvaluateRequest, Priority, ScreeningAction, TaskSpec};
 pub use sandbox::{LayerState, LayerStatus, SandboxLayer, SandboxStatus};

@@ -82,6 +82,11 @@ pub struct RolloutEvalSettings {
     pub priority: Option<Priority>,
     /// A speedup above this is flagged `implausible-speedup`.
     pub max_speedup: Option<f64>,
+    /// Run every evaluation of the batch on workers of this device class (as `/evaluate`'s
+    /// `device_class`). Left out, each group of rollouts of one problem is placed on one class
+    /// at submission, so no group's speedups come from two kinds of device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_class: Option<crate::device::DeviceClass>,
 }
 
 /// `POST /rollouts`.
@@ -214,6 +219,7 @@ impl RolloutEvalSettings {
         if let Some(v) = self.max_speedup {
             r.max_speedup = v;
         }
+        r.device_class.clone_from(&self.device_class);
         r
     }
 }
@@ -439,6 +445,7 @@ mod tests {
             DeviceInfo {
                 kind: DeviceKind::Cpu,
                 name: "cpu".into(),
+                class: None,
             },
         );
         result.trials_passed = 5;
@@ -454,6 +461,7 @@ mod tests {
             attempts: 1,
             worker_id: None,
             priority: Priority::Normal,
+            device_class: None,
             batch_id: None,
             submitted_at: chrono::Utc::now(),
             started_at: None,

@@ -12,7 +12,6 @@ mod tenants;
 mod tests;
 mod views;
 
-use claim::MIN_BLOCK;
 use keys::Keys;
 use views::{VIEW_FIELDS, decode_view};
 
@@ -26,8 +25,8 @@ use crate::redis_conn::{CONNECT_TIMEOUT, ConnectError, RedisTarget, check};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crucible_shared::{
-    BatchId, BatchStatus, BrokerConfig, EvalResult, QueueStatus, StatusCounts, TaskId, TaskSpec,
-    TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo,
+    BatchId, BatchStatus, BrokerConfig, DeviceClass, EvalResult, QueueStatus, StatusCounts, TaskId,
+    TaskSpec, TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo,
 };
 use deadpool_redis::{Connection, Manager, Pool, Runtime};
 use redis::aio::MultiplexedConnection;
@@ -376,19 +375,13 @@ impl Broker for RedisBroker {
         self.read_queue_status().await
     }
 
-    async fn claim(&self, worker: &WorkerId, wait: Duration) -> Result<Option<Lease>, BrokerError> {
-        let deadline = Instant::now() + wait;
-        loop {
-            if let Some(lease) = self.try_claim(worker).await? {
-                return Ok(Some(lease));
-            }
-            // An empty claim deletes the wake list, so a token arriving from here on is fresh.
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            if remaining < MIN_BLOCK {
-                return Ok(None);
-            }
-            self.wait_for_wake(remaining).await?;
-        }
+    async fn claim(
+        &self,
+        worker: &WorkerId,
+        class: &DeviceClass,
+        wait: Duration,
+    ) -> Result<Option<Lease>, BrokerError> {
+        self.claim_within(worker, class, wait).await
     }
 
     async fn renew(&self, lease: &Lease) -> Result<LeaseState, BrokerError> {

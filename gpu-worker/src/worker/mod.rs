@@ -126,7 +126,7 @@ impl Worker {
         WorkerInfo {
             worker_id: self.id.clone(),
             node: self.cfg.node.clone(),
-            device: self.cfg.device.info(),
+            device: self.cfg.device_info(),
             device_index: self.cfg.device.index(),
             state: s.state,
             current_task: s.current_task,

@@ -8,6 +8,7 @@ mod common;
 
 mod batches;
 mod caches;
+mod classes;
 mod kv;
 mod leases;
 mod priorities;
