@@ -161,6 +161,14 @@ impl fmt::Display for DeviceClass {
     }
 }
 
+impl std::str::FromStr for DeviceClass {
+    type Err = InvalidDeviceClass;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
 impl TryFrom<String> for DeviceClass {
     type Error = InvalidDeviceClass;
 

@@ -96,6 +96,9 @@ class EvalSettings(TypedDict, total=False):
     priority: Priority
     max_speedup: float
     timing: Timing
+    # Evaluate every rollout on workers of this device class ("h100", "cpu", ...); absent, the
+    # server places each problem's rollouts together on one class. 422 when no worker has it.
+    device_class: str
 
 
 class _RolloutRequired(TypedDict):
