@@ -12,12 +12,9 @@ use std::time::Duration;
 async fn a_cpu_worker_runs_class_cpu_and_h100_is_refused() {
     let logs = log_dir("device-class");
     let port = free_port();
-    let mut cmd = Command::new(bin("crucible"));
-    cmd.args(["up", "--cpu", "--bind", &format!("127.0.0.1:{port}")])
-        .env_remove("REDIS_URL")
-        .env_remove("CRUCIBLE_DEVICE_CLASS")
-        .env("CRUCIBLE_PYTHON", python())
-        .env("CRUCIBLE_CPU_THREADS", "1");
+    let mut cmd = up_command(port);
+    // The class derived from the CPU, whatever the environment says.
+    cmd.env_remove("CRUCIBLE_DEVICE_CLASS");
     let mut up = Proc::spawn("crucible-up", cmd, &logs);
     let api = Api::new(port);
     api.wait_ready().await;

@@ -10,12 +10,7 @@ use std::time::Duration;
 async fn crucible_up_serves_on_the_embedded_broker() {
     let logs = log_dir("up");
     let port = free_port();
-    let mut cmd = Command::new(bin("crucible"));
-    cmd.args(["up", "--cpu", "--bind", &format!("127.0.0.1:{port}")])
-        .env_remove("REDIS_URL")
-        .env("CRUCIBLE_PYTHON", python())
-        .env("CRUCIBLE_CPU_THREADS", "1");
-    let mut up = Proc::spawn("crucible-up", cmd, &logs);
+    let mut up = Proc::spawn("crucible-up", up_command(port), &logs);
     let api = Api::new(port);
     api.wait_ready().await;
     let (_, health) = api.get("/health").await;
