@@ -1,7 +1,8 @@
 //! The HTTP API: routes, request validation, the OpenAPI document and Swagger UI, Prometheus
 //! metrics, the health check, the problem registry and the rollout endpoints that turn
 //! model completions into rewards, authentication of tenants (`auth`) and their admin
-//! endpoints (`admin`), and the status page (`status_page`). Stateless: everything another replica would need lives in the broker,
+//! endpoints (`admin`), the status page (`status_page`), and where a submission's tasks may
+//! run (`placement`: device classes). Stateless: everything another replica would need lives in the broker,
 //! so any number of replicas can serve the same queue.
 
 pub mod access;
@@ -11,6 +12,7 @@ pub mod error;
 pub mod extract;
 pub mod metrics;
 pub mod openapi;
+pub mod placement;
 pub mod problems;
 pub mod rollouts;
 pub mod router;

@@ -55,6 +55,10 @@ pub const BEARER_SCHEME: &str = "bearer";
         crucible_shared::RuntimeStats,
         crucible_shared::WorkerInfo,
         crucible_shared::QueueStatus,
+        crucible_shared::ClassQueue,
+        crucible_shared::DeviceClass,
+        crucible_shared::DeviceInfo,
+        crucible_shared::DeviceKind,
         crucible_shared::BatchStatus,
         crucible_shared::HealthStatus,
         crucible_shared::ProblemRef,
@@ -224,6 +228,40 @@ mod tests {
         ] {
             assert!(schemas.get(name).is_some(), "{name}");
         }
+    }
+
+    /// The contract shows `device_class` where a client sets it and where it reads it, with
+    /// the pattern validation applies, and the new error code.
+    #[test]
+    fn the_document_describes_device_classes() {
+        let doc = serde_json::to_value(super::doc()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        assert_eq!(
+            schemas["DeviceClass"]["pattern"],
+            "^[a-z0-9][a-z0-9_-]{0,31}$"
+        );
+        for (schema, field) in [
+            ("EvaluateRequest", "device_class"),
+            ("RolloutEvalSettings", "device_class"),
+            ("TaskView", "device_class"),
+            ("DeviceInfo", "class"),
+            ("ClassQueue", "device_class"),
+        ] {
+            let property = &schemas[schema]["properties"][field];
+            assert!(
+                property.to_string().contains("DeviceClass"),
+                "{schema}.{field}: {property}"
+            );
+        }
+        assert!(
+            schemas["QueueStatus"]["properties"]["classes"]
+                .to_string()
+                .contains("ClassQueue")
+        );
+        let codes = schemas["ApiErrorCode"].to_string();
+        assert!(codes.contains("DEVICE_CLASS_UNAVAILABLE"), "{codes}");
+        let evaluate = doc["paths"]["/evaluate"]["post"]["responses"]["422"].to_string();
+        assert!(evaluate.contains("DEVICE_CLASS_UNAVAILABLE"), "{evaluate}");
     }
 
     /// The contract shows `timing` with the bounds validation applies (`bounds.rs`) and the

@@ -9,6 +9,7 @@ use crate::access::authorize_batch;
 use crate::auth::Caller;
 use crate::error::HttpError;
 use crate::extract::{ApiJson, ApiQuery, wait_duration};
+use crate::placement;
 use crate::problems::ProblemRegistry;
 use crate::state::AppState;
 use crate::submission::{resolve_reference, spec_of};
@@ -103,6 +104,8 @@ pub fn plan(
 
 /// Score a batch of model completions: each rollout's kernel is extracted and evaluated,
 /// and `GET /batches/{batch_id}/results` streams its reward, components, result and feedback.
+/// Without `eval.device_class`, the rollouts of each problem (a GRPO group) are placed together
+/// on one live device class, so their speedups are comparable.
 #[utoipa::path(
     post, path = "/rollouts", tag = "rollouts",
     request_body = RolloutBatchRequest,
@@ -110,7 +113,7 @@ pub fn plan(
         (status = 202, description = "Accepted; read results from `GET /batches/{batch_id}/results`", body = RolloutBatchResponse),
         (status = 400, description = "Malformed JSON", body = ApiError),
         (status = 413, description = "Body too large", body = ApiError),
-        (status = 422, description = "A field is out of range, or an unknown problem", body = ApiError),
+        (status = 422, description = "A field is out of range, or an unknown problem (`VALIDATION`); no live worker has `eval.device_class` (`DEVICE_CLASS_UNAVAILABLE`)", body = ApiError),
         (status = 429, description = "Queue full (`QUEUE_FULL`) or the tenant's `max_queued` reached (`QUOTA_EXCEEDED`); no rollout was accepted", body = ApiError),
         (status = 503, description = "Broker unavailable", body = ApiError),
     )
@@ -140,6 +143,11 @@ pub async fn submit_rollouts(
     {
         return Ok((StatusCode::ACCEPTED, Json(answer(BatchId(earlier), true))));
     }
+    // One class per group of rollouts of a problem (or the batch's `eval.device_class`).
+    placement::place_batch(&state, &mut plan.requests, |_| {
+        "eval.device_class".to_owned()
+    })
+    .await?;
     let specs = std::mem::take(&mut plan.requests)
         .into_iter()
         .map(spec_of)

@@ -6,6 +6,7 @@ use crate::access::{authorize_batch, authorize_task};
 use crate::auth::Caller;
 use crate::error::HttpError;
 use crate::extract::{ApiJson, ApiQuery, WaitQuery, wait_duration};
+use crate::placement;
 use crate::state::AppState;
 use crate::submission::{resolve_request, spec_of};
 use axum::extract::{Path, State};
@@ -32,7 +33,7 @@ use utoipa::{IntoParams, ToSchema};
         (status = 200, description = "Finished within `wait` (at once for a cache hit)", body = TaskView),
         (status = 400, description = "Malformed JSON", body = ApiError),
         (status = 413, description = "Body too large", body = ApiError),
-        (status = 422, description = "A field is out of range", body = ApiError),
+        (status = 422, description = "A field is out of range (`VALIDATION`), or no live worker has the `device_class` (`DEVICE_CLASS_UNAVAILABLE`)", body = ApiError),
         (status = 429, description = "Queue full (`QUEUE_FULL`) or the tenant's `max_queued` reached (`QUOTA_EXCEEDED`)", body = ApiError),
         (status = 503, description = "Broker unavailable", body = ApiError),
     )
@@ -46,6 +47,7 @@ pub async fn evaluate(
     resolve_request(&mut request, &state.problems, "")?;
     request.validate()?;
     let wait = wait_duration(query.wait)?;
+    placement::check(&state, &request).await?;
     let labels = [
         serde_json::to_value(request.backend)
             .ok()
@@ -101,7 +103,9 @@ pub struct BatchSubmitResponse {
 
 /// Submit up to 1000 evaluations at once; all are accepted or none (queue cap). Each is
 /// answered as `POST /evaluate` would answer it: `task_ids` may name an identical open task
-/// (coalesced) or a task already done with a cached result.
+/// (coalesced) or a task already done with a cached result. Tasks without a `device_class` are
+/// placed at submission on one live class per group (the tasks of one reference), so a group's
+/// timings never come from two kinds of device (`GET /tasks/{id}` shows `device_class`).
 #[utoipa::path(
     post, path = "/evaluate/batch", tag = "tasks",
     request_body = BatchRequest,
@@ -109,7 +113,7 @@ pub struct BatchSubmitResponse {
         (status = 202, description = "Queued", body = BatchSubmitResponse),
         (status = 400, description = "Malformed JSON", body = ApiError),
         (status = 413, description = "Body too large", body = ApiError),
-        (status = 422, description = "A field is out of range", body = ApiError),
+        (status = 422, description = "A field is out of range (`VALIDATION`), or no live worker has a task's `device_class` (`DEVICE_CLASS_UNAVAILABLE`)", body = ApiError),
         (status = 429, description = "Queue full (`QUEUE_FULL`) or the tenant's `max_queued` reached (`QUOTA_EXCEEDED`); no task was accepted", body = ApiError),
     )
 )]
@@ -122,6 +126,10 @@ pub async fn evaluate_batch(
         resolve_request(request, &state.problems, &format!("tasks[{i}]."))?;
     }
     batch.validate()?;
+    placement::place_batch(&state, &mut batch.tasks, |i| {
+        format!("tasks[{i}].device_class")
+    })
+    .await?;
     let n = batch.tasks.len();
     let specs = batch.tasks.into_iter().map(spec_of).collect();
     let (batch_id, submitted) = state.broker.submit_batch(caller.tenant_id(), specs).await?;
@@ -366,8 +374,9 @@ pub async fn workers_status(
     }))
 }
 
-/// Queue depth by priority, running tasks and lifetime counters of the whole service, and the
-/// open tasks per tenant: every tenant's for the admin, the caller's own for a tenant.
+/// Queue depth by priority and by device class (`classes`, `unservable` where no live worker
+/// has the class), running tasks and lifetime counters of the whole service, and the open
+/// tasks per tenant: every tenant's for the admin, the caller's own for a tenant.
 #[utoipa::path(
     get, path = "/queue/status", tag = "status",
     responses((status = 200, description = "Queue", body = QueueStatus), (status = 503, body = ApiError))

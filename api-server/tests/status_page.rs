@@ -95,7 +95,7 @@ impl Server {
         let w = WorkerId("w_page".into());
         let lease = self
             .broker
-            .claim(&w, Duration::ZERO)
+            .claim(&w, &crucible_shared::DeviceClass::cpu(), Duration::ZERO)
             .await
             .unwrap()
             .expect("a task is queued");
@@ -114,6 +114,7 @@ impl Server {
             device: DeviceInfo {
                 kind: DeviceKind::Cpu,
                 name: "test cpu".into(),
+                class: Some(crucible_shared::DeviceClass::cpu()),
             },
             device_index: None,
             state: WorkerState::Busy,
@@ -131,6 +132,7 @@ fn result(verdict: Verdict, message: &str) -> EvalResult {
     let device = DeviceInfo {
         kind: DeviceKind::Cpu,
         name: "test cpu".into(),
+        class: Some(crucible_shared::DeviceClass::cpu()),
     };
     let mut r =
         EvalResult::failed_before_trials(VerdictCode::Correctness, message, true, 2, device);

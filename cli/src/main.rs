@@ -21,7 +21,7 @@ use crucible_runtime::metrics::{Component, build_info};
 use crucible_runtime::{LogTo, Shutdown, shutdown_signal};
 use crucible_shared::bounds::{CORRECT_TRIALS, PERF_TRIALS, TIMEOUT_S};
 use crucible_shared::rollout::RolloutEvalSettings;
-use crucible_shared::{Backend, BatchId, BrokerConfig, EvaluateRequest, TaskSpec};
+use crucible_shared::{Backend, BatchId, BrokerConfig, DeviceClass, EvaluateRequest, TaskSpec};
 use crucible_task_manager::{Broker, MemoryBroker, RedisBroker, RedisTarget, run_reaper};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -101,6 +101,10 @@ enum Command {
         kernel: PathBuf,
         #[arg(long, value_enum, default_value = "triton")]
         backend: BackendArg,
+        /// Run only on a worker of this device class (`h100`, `cpu`, ...; `crucible status`
+        /// lists the workers' classes). Default: any worker.
+        #[arg(long)]
+        device_class: Option<DeviceClass>,
         #[arg(long, default_value_t = 600)]
         wait_s: u64,
     },
@@ -201,6 +205,10 @@ struct EvalArgs {
     timeout_s: Option<u32>,
     #[arg(long)]
     max_speedup: Option<f64>,
+    /// Evaluate every rollout on workers of this device class (`h100`, `cpu`, ...). Default:
+    /// the server places each problem's rollouts together on one class.
+    #[arg(long)]
+    device_class: Option<DeviceClass>,
     #[command(flatten)]
     timing: TimingArgs,
 }
@@ -216,6 +224,7 @@ impl From<EvalArgs> for RolloutEvalSettings {
             precision: a.timing.precision,
             timing_method: a.timing.timing_method,
             reference_backend: a.timing.reference_backend,
+            device_class: a.device_class,
             ..RolloutEvalSettings::default()
         }
     }
@@ -304,11 +313,13 @@ async fn main() -> anyhow::Result<()> {
             reference,
             kernel,
             backend,
+            device_class,
             wait_s,
         } => {
             let client = remote.client();
             let mut request = EvaluateRequest::new(read(&reference)?, read(&kernel)?);
             request.backend = backend.into();
+            request.device_class = device_class;
             let submitted = client.evaluate(&request).await?;
             eprintln!("submitted {}", submitted.task_id);
             let view = client

@@ -98,6 +98,7 @@ mod tests {
                 DeviceInfo {
                     kind: DeviceKind::Cuda,
                     name: "H100".into(),
+                    class: None,
                 },
             );
             r.verdict = v;

@@ -4,6 +4,7 @@ use crate::device::DeviceSlot;
 use crate::limits::ChildLimits;
 use crate::sandbox::Sandbox;
 use crate::sandbox::config::SandboxSettings;
+use crucible_shared::{DeviceClass, DeviceInfo};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +20,10 @@ pub struct WorkerConfig {
     pub limits: ChildLimits,
     /// The device this worker owns.
     pub device: DeviceSlot,
+    /// Its device class (`CRUCIBLE_DEVICE_CLASS`, else derived from the device's name): the
+    /// worker claims tasks of this class and of none, and advertises it in the registry and in
+    /// every result's `device.class`.
+    pub device_class: DeviceClass,
     /// Device-stage children on the device at once (`CRUCIBLE_DEVICE_SLOTS`): they set up,
     /// compile, check and count side by side and time one at a time. 1 runs one task at a
     /// time, as before slots existed.
@@ -112,6 +117,7 @@ impl WorkerConfig {
         let prefetch = num("CRUCIBLE_PREFETCH")?
             .map(|n| n.min(64) as u32)
             .unwrap_or(if compile_pool { 4 } else { 0 });
+        let device_class = device_class(&device, lookup("CRUCIBLE_DEVICE_CLASS").as_deref())?;
         let device_memory = gpu_memory_bytes(&device);
         let device_slots = match num("CRUCIBLE_DEVICE_SLOTS")? {
             Some(n) => n.clamp(1, u64::from(MAX_DEVICE_SLOTS)) as u32,
@@ -138,6 +144,7 @@ impl WorkerConfig {
             work_root,
             limits,
             device,
+            device_class,
             device_slots,
             device_memory,
             node: lookup("HOSTNAME")
@@ -170,6 +177,14 @@ impl WorkerConfig {
             triton_precompile: switch("CRUCIBLE_TRITON_PRECOMPILE").unwrap_or(true),
             sandbox: Arc::new(Sandbox::new(SandboxSettings::from_lookup(&lookup)?)),
         })
+    }
+
+    /// The device as results and the registry report it, with this worker's class.
+    pub fn device_info(&self) -> DeviceInfo {
+        DeviceInfo {
+            class: Some(self.device_class.clone()),
+            ..self.device.info()
+        }
     }
 
     /// The settings from the process environment (`CRUCIBLE_*`); `Err` names the variable that
@@ -209,6 +224,16 @@ pub fn metrics_addr(
             };
             Ok(Some(std::net::SocketAddr::from(([127, 0, 0, 1], port))))
         }
+    }
+}
+
+/// Pure: the class of a worker on `device`: the operator's `CRUCIBLE_DEVICE_CLASS` when set
+/// (to tell apart what the name does not, e.g. H100 PCIe from SXM, or to pool kinds on
+/// purpose), else [`DeviceClass::of_device`] (`cpu` for a CPU).
+pub fn device_class(device: &DeviceSlot, set: Option<&str>) -> Result<DeviceClass, String> {
+    match set.map(str::trim).filter(|v| !v.is_empty()) {
+        Some(v) => DeviceClass::parse(v).map_err(|e| format!("CRUCIBLE_DEVICE_CLASS: {e}")),
+        None => Ok(DeviceClass::of_device(&device.info())),
     }
 }
 
@@ -313,6 +338,25 @@ mod tests {
         let err = metrics_addr(Some("localhost"), &cpu).unwrap_err();
         assert!(err.contains("CRUCIBLE_WORKER_METRICS_ADDR"), "{err}");
         assert!(metrics_addr(None, &gpu(70_000)).is_err());
+    }
+
+    #[test]
+    fn the_class_is_derived_from_the_device_unless_set() {
+        let gpu = DeviceSlot::Gpu {
+            index: 0,
+            name: "NVIDIA H100 80GB HBM3".into(),
+        };
+        let cpu = DeviceSlot::Cpu {
+            name: "Intel(R) Xeon(R) Platinum 8480+".into(),
+        };
+        let class = |d: &DeviceSlot, v: Option<&str>| device_class(d, v).map(|c| c.to_string());
+        assert_eq!(class(&gpu, None).unwrap(), "h100");
+        assert_eq!(class(&gpu, Some("  ")).unwrap(), "h100");
+        assert_eq!(class(&cpu, None).unwrap(), "cpu");
+        assert_eq!(class(&gpu, Some("h100-sxm")).unwrap(), "h100-sxm");
+        let err = class(&gpu, Some("H100")).unwrap_err();
+        assert!(err.starts_with("CRUCIBLE_DEVICE_CLASS: "), "{err}");
+        assert!(class(&cpu, Some("any")).is_err());
     }
 
     #[test]

@@ -26,17 +26,17 @@ pub enum DeviceSlot {
 }
 
 impl DeviceSlot {
-    /// The device as results and the registry report it.
+    /// The device's kind and name; its class is the worker's to say
+    /// (`WorkerConfig::device_info`).
     pub fn info(&self) -> DeviceInfo {
-        match self {
-            DeviceSlot::Gpu { name, .. } => DeviceInfo {
-                kind: DeviceKind::Cuda,
-                name: name.clone(),
-            },
-            DeviceSlot::Cpu { name } => DeviceInfo {
-                kind: DeviceKind::Cpu,
-                name: name.clone(),
-            },
+        let (kind, name) = match self {
+            DeviceSlot::Gpu { name, .. } => (DeviceKind::Cuda, name),
+            DeviceSlot::Cpu { name } => (DeviceKind::Cpu, name),
+        };
+        DeviceInfo {
+            kind,
+            name: name.clone(),
+            class: None,
         }
     }
 

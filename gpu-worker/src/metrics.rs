@@ -6,7 +6,7 @@
 //! `crucible up` in the API's `/metrics`. Nothing here serves HTTP.
 
 use crate::device::DeviceSlot;
-use crucible_shared::{Backend, EvalResult, TaskView, wire_name};
+use crucible_shared::{Backend, DeviceClass, EvalResult, TaskView, wire_name};
 use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
     core::Collector,
@@ -115,14 +115,14 @@ impl WorkerMetrics {
         ]
     }
 
-    /// A worker on `device` of `node` exists in this process.
-    pub fn worker_started(&self, node: &str, device: &DeviceSlot) {
+    /// A worker of device class `class` on `device` of `node` exists in this process.
+    pub fn worker_started(&self, node: &str, device: &DeviceSlot, class: &DeviceClass) {
         self.info
             .with_label_values(&[
                 node,
                 &gpu_label(device),
                 env!("CARGO_PKG_VERSION"),
-                &device.info().name,
+                class.as_str(),
             ])
             .set(1);
     }

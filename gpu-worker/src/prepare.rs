@@ -350,6 +350,7 @@ mod tests {
             device: DeviceInfo {
                 kind: DeviceKind::Cuda,
                 name: "H100".into(),
+                class: None,
             },
             timeout_s: 60,
             max_output_bytes: 1 << 20,

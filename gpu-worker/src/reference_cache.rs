@@ -273,6 +273,7 @@ mod tests {
                 &DeviceInfo {
                     kind: DeviceKind::Cuda,
                     name: "NVIDIA H200".into(),
+                    class: None,
                 },
                 "550.54",
                 &software(),
@@ -283,6 +284,7 @@ mod tests {
                 &DeviceInfo {
                     kind: DeviceKind::Cpu,
                     name: dev.name.clone(),
+                    class: None,
                 },
                 "550.54",
                 &software(),

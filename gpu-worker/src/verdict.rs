@@ -71,7 +71,7 @@ impl VerdictContext {
     pub fn for_task(spec: &TaskSpec, cfg: &WorkerConfig) -> Self {
         Self {
             trials_total: spec.request.num_correct_trials,
-            device: cfg.device.info(),
+            device: cfg.device_info(),
             timeout_s: spec.request.timeout_s,
             max_output_bytes: cfg.limits.max_output_bytes,
             max_memory_bytes: cfg.limits.max_memory_bytes,

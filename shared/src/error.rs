@@ -27,6 +27,9 @@ pub enum ApiErrorCode {
     QueueFull,
     /// The tenant has `max_queued` tasks queued already; retry when some have started.
     QuotaExceeded,
+    /// The request names a device class that no live worker has (the message lists the
+    /// classes that have workers); retrying helps only once a worker of the class is up.
+    DeviceClassUnavailable,
     /// The broker cannot be reached; retry later.
     BrokerUnavailable,
     /// A bug on our side.
@@ -38,7 +41,7 @@ impl ApiErrorCode {
     pub fn http_status(self) -> u16 {
         match self {
             ApiErrorCode::MalformedJson => 400,
-            ApiErrorCode::Validation => 422,
+            ApiErrorCode::Validation | ApiErrorCode::DeviceClassUnavailable => 422,
             ApiErrorCode::PayloadTooLarge => 413,
             ApiErrorCode::UnsupportedMediaType => 415,
             ApiErrorCode::Unauthorized => 401,

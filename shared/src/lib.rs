@@ -1,16 +1,18 @@
 //! Wire types shared by every Crucible process: requests, task views, results, cancel answers,
-//! worker and queue views, recent activity and the status page's view, tenants, problems,
-//! rollouts and rewards, the measurement options (`parity`) (all serde + utoipa schemas), the
-//! API error codes with their one HTTP mapping,
+//! worker and queue views, device classes and where tasks may run, recent activity and the
+//! status page's view, tenants, problems, rollouts and rewards, the measurement options
+//! (`parity`) (all serde + utoipa schemas), the API error codes with their one HTTP mapping,
 //! request validation and configuration parsing. Nothing here does I/O.
 
 pub mod activity;
 pub mod bounds;
 pub mod cancel;
 pub mod config;
+pub mod device;
 pub mod error;
 pub mod ids;
 pub mod parity;
+pub mod placement;
 pub mod problem;
 pub mod request;
 pub mod reward;
@@ -34,9 +36,11 @@ pub use bounds::{
 };
 pub use cancel::{BatchCancelCounts, BatchCancelResponse, CancelResponse};
 pub use config::{BrokerConfig, ConfigError};
+pub use device::{DeviceClass, InvalidDeviceClass};
 pub use error::{ApiError, ApiErrorCode};
 pub use ids::{BatchId, LeaseToken, TaskId, TenantId, WorkerId};
 pub use parity::{Precision, ReferenceBackend, TimingMethod};
+pub use placement::{ClassQueue, LiveClasses, QueuedByClass};
 pub use problem::{Problem, ProblemInfo, ProblemList, ProblemRef, problem_hash};
 pub use request::{Backend, BatchRequest, EvaluateRequest, Priority, ScreeningAction, TaskSpec};
 pub use sandbox::{LayerState, LayerStatus, SandboxLayer, SandboxStatus};

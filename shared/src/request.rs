@@ -8,6 +8,7 @@ use crate::bounds::{
     default_perf_trials, default_timeout_s, default_tolerance, default_true, max_speedup_schema,
     perf_trials_schema, rtol_schema, timeout_s_schema,
 };
+use crate::device::DeviceClass;
 use crate::error::ApiError;
 use crate::parity::{Precision, ReferenceBackend, TimingMethod};
 use crate::timing::TimingRequest;
@@ -171,6 +172,12 @@ pub struct EvaluateRequest {
     /// (`torch.compile`d; correctness is still checked against eager).
     #[serde(default, skip_serializing_if = "ReferenceBackend::is_default")]
     pub reference_backend: ReferenceBackend,
+    /// Run only on a worker of this device class (`h100`, `a100`, `cpu`, ...); left out, any
+    /// worker may run it. A class no live worker has is refused (422
+    /// `DEVICE_CLASS_UNAVAILABLE`, naming the classes there are). It changes the timings, not
+    /// the verdict, and is part of the result cache key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_class: Option<DeviceClass>,
 }
 
 /// What static screening does with a rule's findings.
@@ -209,6 +216,7 @@ impl EvaluateRequest {
             precision: Precision::default(),
             timing_method: TimingMethod::default(),
             reference_backend: ReferenceBackend::default(),
+            device_class: None,
         }
     }
 
@@ -273,6 +281,12 @@ impl EvaluateRequest {
                 "reference_backend",
                 self.reference_backend.as_str().as_bytes(),
             );
+        }
+        // The class decides where the timings come from: a speedup measured on an h100 must
+        // not answer a request for an a100, nor a result of whichever worker ran an unclassed
+        // request answer one that asked for a class. Requests without one keep their old keys.
+        if let Some(class) = &self.device_class {
+            field("device_class", class.as_str().as_bytes());
         }
         h.finalize().iter().map(|b| format!("{b:02x}")).collect()
     }

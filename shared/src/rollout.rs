@@ -82,15 +82,20 @@ pub struct RolloutEvalSettings {
     pub priority: Option<Priority>,
     /// A speedup above this is flagged `implausible-speedup`.
     pub max_speedup: Option<f64>,
-    /// The precision both models run in (`fp32`, `fp16`, `bf16`; as `/evaluate`'s).
+    /// `fp32`, `fp16` or `bf16`, as `/evaluate`'s `precision`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub precision: Option<crate::parity::Precision>,
-    /// How each call is timed (`cuda_event`, `do_bench`, `host_time`; as `/evaluate`'s).
+    /// `cuda_event`, `do_bench` or `host_time`, as `/evaluate`'s `timing_method`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timing_method: Option<crate::parity::TimingMethod>,
-    /// What the speedup is measured against (`eager`, `compile`; as `/evaluate`'s).
+    /// `eager` or `compile`, as `/evaluate`'s `reference_backend`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference_backend: Option<crate::parity::ReferenceBackend>,
+    /// Run every evaluation of the batch on workers of this device class (as `/evaluate`'s
+    /// `device_class`). Left out, each group of rollouts of one problem is placed on one class
+    /// at submission, so no group's speedups come from two kinds of device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_class: Option<crate::device::DeviceClass>,
 }
 
 /// `POST /rollouts`.
@@ -223,15 +228,10 @@ impl RolloutEvalSettings {
         if let Some(v) = self.max_speedup {
             r.max_speedup = v;
         }
-        if let Some(v) = self.precision {
-            r.precision = v;
-        }
-        if let Some(v) = self.timing_method {
-            r.timing_method = v;
-        }
-        if let Some(v) = self.reference_backend {
-            r.reference_backend = v;
-        }
+        r.precision = self.precision.unwrap_or_default();
+        r.timing_method = self.timing_method.unwrap_or_default();
+        r.reference_backend = self.reference_backend.unwrap_or_default();
+        r.device_class.clone_from(&self.device_class);
         r
     }
 }
@@ -457,6 +457,7 @@ mod tests {
             DeviceInfo {
                 kind: DeviceKind::Cpu,
                 name: "cpu".into(),
+                class: None,
             },
         );
         result.trials_passed = 5;
@@ -472,6 +473,7 @@ mod tests {
             attempts: 1,
             worker_id: None,
             priority: Priority::Normal,
+            device_class: None,
             batch_id: None,
             submitted_at: chrono::Utc::now(),
             started_at: None,

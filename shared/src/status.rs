@@ -1,6 +1,7 @@
 //! Queue, batch and health views.
 
 use crate::ids::{BatchId, TaskId};
+use crate::placement::ClassQueue;
 use crate::task::TaskView;
 use crate::tenant::TenantCounts;
 use serde::{Deserialize, Serialize};
@@ -74,6 +75,11 @@ pub struct QueueStatus {
     /// Reference cache lookups that found nothing, so the worker timed the reference.
     #[serde(default)]
     pub ref_cache_misses_total: u64,
+    /// Queued tasks and live workers per device class (a row without `device_class` for the
+    /// tasks any worker may run); `unservable` marks a class with queued tasks and no live
+    /// worker. Absent from brokers of before classes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classes: Option<Vec<ClassQueue>>,
     /// Open tasks per tenant: every tenant for the admin, the caller's own for a tenant.
     /// Filled in by the API (the broker's view has none).
     #[serde(default, skip_serializing_if = "Option::is_none")]

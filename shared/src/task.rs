@@ -1,5 +1,6 @@
 //! A task as clients see it, and the result of an evaluation.
 
+pub use crate::device::{DeviceInfo, DeviceKind};
 use crate::ids::{BatchId, TaskId, WorkerId};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -219,36 +220,6 @@ impl RuntimeStats {
     }
 }
 
-/// Where the timings were taken. CPU timings are labelled and never mixed with GPU timings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum DeviceKind {
-    /// An NVIDIA GPU: the timings mean what a trainer wants.
-    Cuda,
-    /// A CPU worker (a host without a GPU, tests): correctness means what it says, timings
-    /// say nothing about a GPU.
-    Cpu,
-}
-
-impl DeviceKind {
-    /// The name on the wire (`cuda`, `cpu`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeviceKind::Cuda => "cuda",
-            DeviceKind::Cpu => "cpu",
-        }
-    }
-}
-
-/// The device a worker evaluates on, and so what a result's timings were measured on.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct DeviceInfo {
-    /// GPU or CPU.
-    pub kind: DeviceKind,
-    /// e.g. "NVIDIA H100 80GB HBM3", or the CPU model.
-    pub name: String,
-}
-
 /// The verdict of one evaluation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct EvalResult {
@@ -381,6 +352,11 @@ pub struct TaskView {
     pub worker_id: Option<WorkerId>,
     /// The priority it was submitted with.
     pub priority: crate::request::Priority,
+    /// The device class it must run on: the request's, or the one its batch's group was
+    /// placed on at submission; absent when any worker may run it. `result.device.class` says
+    /// where it did run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_class: Option<crate::device::DeviceClass>,
     /// The batch it was submitted in, if any.
     pub batch_id: Option<BatchId>,
     /// When it was accepted.

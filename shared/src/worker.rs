@@ -25,6 +25,20 @@ pub enum WorkerState {
     Lost,
 }
 
+impl WorkerState {
+    /// Whether a worker in this state may take a task now or soon: starting, idle, busy, or
+    /// unhealthy (until its device passes a check again). Stopping and lost ones will not.
+    pub fn takes_tasks(self) -> bool {
+        match self {
+            WorkerState::Starting
+            | WorkerState::Idle
+            | WorkerState::Busy
+            | WorkerState::Unhealthy => true,
+            WorkerState::Stopping | WorkerState::Lost => false,
+        }
+    }
+}
+
 /// One worker, as written by its own heartbeats.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct WorkerInfo {
@@ -32,7 +46,8 @@ pub struct WorkerInfo {
     pub worker_id: WorkerId,
     /// Host name of the node the worker runs on.
     pub node: String,
-    /// The device it evaluates on.
+    /// The device it evaluates on, with its class (`device.class`): the tasks it claims are
+    /// those of its class and those of no class.
     pub device: DeviceInfo,
     /// Device index on its node (`None` for CPU workers).
     pub device_index: Option<u32>,

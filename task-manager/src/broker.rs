@@ -7,8 +7,8 @@ use crate::kv::{KvCounts, KvNamespace};
 use crate::tenants::TenantRegistry;
 use async_trait::async_trait;
 use crucible_shared::{
-    BatchCancelCounts, BatchId, BatchStatus, BrokerConfig, EvalResult, LeaseToken, QueueStatus,
-    TaskId, TaskSpec, TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo,
+    BatchCancelCounts, BatchId, BatchStatus, BrokerConfig, DeviceClass, EvalResult, LeaseToken,
+    QueueStatus, TaskId, TaskSpec, TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo,
 };
 use std::time::Duration;
 
@@ -170,7 +170,8 @@ pub trait Broker: TenantRegistry + Send + Sync + 'static {
         wait: Duration,
     ) -> Result<Option<FinishedPage>, BrokerError>;
 
-    /// Queue depths and counts for `/queue/status` and the metrics.
+    /// Queue depths and counts for `/queue/status` and the metrics, with the depth of each
+    /// device class and whether any live worker can serve it (`classes`).
     async fn queue_status(&self) -> Result<QueueStatus, BrokerError>;
 
     /// Tasks finished over the last minutes (one window per
@@ -178,10 +179,17 @@ pub trait Broker: TenantRegistry + Send + Sync + 'static {
     /// clock (`activity.rs`).
     async fn activity(&self) -> Result<ActivityReport, BrokerError>;
 
-    /// Takes the next task for `worker`, waiting up to `wait` for one to arrive. Tenants are
-    /// served in a weighted fair share; within a tenant, high before normal before low, but
-    /// low is guaranteed a share of claims so it never starves (`fair.rs`).
-    async fn claim(&self, worker: &WorkerId, wait: Duration) -> Result<Option<Lease>, BrokerError>;
+    /// Takes the next task for `worker`, a worker of device class `class`, waiting up to
+    /// `wait` for one to arrive: a task of that class or of no class, never one of another
+    /// class. Each class's workers serve tenants in a weighted fair share of their own; within
+    /// a tenant, high before normal before low, but low is guaranteed a share of claims so it
+    /// never starves, and within a priority the task queued first (`fair.rs`).
+    async fn claim(
+        &self,
+        worker: &WorkerId,
+        class: &DeviceClass,
+        wait: Duration,
+    ) -> Result<Option<Lease>, BrokerError>;
 
     /// Heartbeat of a lease: extends its expiry by `lease_ttl` if the token is current.
     async fn renew(&self, lease: &Lease) -> Result<LeaseState, BrokerError>;
@@ -190,10 +198,11 @@ pub trait Broker: TenantRegistry + Send + Sync + 'static {
     async fn complete(&self, lease: &Lease, result: EvalResult) -> Result<AckOutcome, BrokerError>;
 
     /// Gives the task back after a failure of the service (not of the kernel): it is requeued
-    /// for another attempt, or marked `failed` with `reason` once `max_attempts` are used.
+    /// (into the queue of its class) for another attempt, or marked `failed` with `reason` once `max_attempts` are used.
     async fn release(&self, lease: &Lease, reason: &str) -> Result<AckOutcome, BrokerError>;
 
-    /// Requeues (or fails) every task whose lease expired.
+    /// Requeues (or fails) every task whose lease expired, each into the queue of its own
+    /// class.
     async fn reap_expired(&self) -> Result<ReapReport, BrokerError>;
 
     /// Registers or refreshes a worker in the shared registry.

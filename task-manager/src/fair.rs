@@ -1,79 +1,183 @@
 //! Who is served next: the rules both brokers follow when a worker claims a task.
 //!
-//! Across tenants, stride scheduling (a weighted round robin): every tenant with queued work
-//! has a *pass*; a claim serves the tenant with the lowest pass (equal passes: the smaller
-//! tenant id) and advances its pass by `policy::stride(weight)`, so a tenant of weight 2 is served
-//! twice as often as one of weight 1, however many tasks each has queued. A tenant that
-//! becomes active (its first queued task after none) starts at the lowest pass of the active
-//! tenants, so time spent idle is never banked as credit; one whose queues ran empty leaves.
+//! A worker claims for its device class: it may take the tasks of its class and those of no
+//! class (`queue:{class}:...` and `queue:any:...` in Redis). Each class's workers share their
+//! claims among tenants by stride scheduling (a weighted round robin), each class keeping its
+//! own passes: every tenant with work for the class (tasks of the class, or of no class) has a
+//! *pass*; a claim serves the tenant with the lowest pass (equal passes: the smaller tenant id)
+//! and advances its pass by `policy::stride(weight)`, so a tenant of weight 2 is served twice
+//! as often as one of weight 1, however many tasks each has queued. A tenant that becomes
+//! active (its first task the class may take, after none) starts at the lowest pass of the
+//! class's active tenants, so time spent idle is never banked as credit; one whose queues ran
+//! empty for the class leaves. A tenant with tasks of no class joins a class's share at that
+//! class's next claim: passes only move at claims, so that is as if it had joined at
+//! submission. Per-class passes keep one pool's fairness from depending on another's: a
+//! tenant's heavy use of the h100s costs it nothing on the a100s.
 //!
-//! Within a tenant, its claims walk `policy::CLAIM_CYCLE`: high before normal before low, but low
-//! gets a guaranteed share so it never starves. Each tenant keeps its own place in the cycle.
+//! Within a tenant, a class's claims walk `policy::CLAIM_CYCLE`: high before normal before
+//! low, but low gets a guaranteed share so it never starves; each (class, tenant) keeps its own
+//! place in the cycle. Within one priority the tenant's task of the class and its task of no
+//! class that was queued first is served first, as if they were one FIFO.
 //!
 //! [`FairQueues`] is the memory broker's implementation; `lua/claim.lua` is the Redis one (it
 //! gets `policy::CLAIM_CYCLE` and `policy::PASS_SCALE` from Rust, so the numbers live in
 //! `policy` only).
 
 use crate::policy::{claim_order, queue_index, stride};
-use crucible_shared::{Priority, TaskId, TenantId};
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use crucible_shared::{DeviceClass, Priority, QueuedByClass, TaskId, TenantId};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
-/// One tenant's queued tasks, by [`queue_index`].
+/// Where a queued task waits: its tenant's lane, the class it must run on (`None`: any
+/// worker) and its priority.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    /// Who submitted it.
+    pub tenant: TenantId,
+    /// The device class it must run on; `None` for any.
+    pub class: Option<DeviceClass>,
+    /// Its queue priority.
+    pub priority: Priority,
+}
+
+/// One priority's queue: (queue order, task), the order telling which of two queues' heads was
+/// queued first.
+type Fifo = VecDeque<(u64, TaskId)>;
+
+/// One tenant's queued tasks, by the class they must run on and [`queue_index`].
 #[derive(Default)]
 struct Lane {
-    queues: [VecDeque<TaskId>; 3],
-    pass: u64,
+    queues: BTreeMap<Option<DeviceClass>, [Fifo; 3]>,
 }
 
 impl Lane {
     fn len(&self) -> usize {
-        self.queues.iter().map(VecDeque::len).sum()
+        self.queues.values().flatten().map(VecDeque::len).sum()
+    }
+
+    /// Tasks a worker of `class` may take.
+    fn len_for(&self, class: &DeviceClass) -> usize {
+        [Some(class.clone()), None]
+            .iter()
+            .filter_map(|c| self.queues.get(c))
+            .flatten()
+            .map(VecDeque::len)
+            .sum()
+    }
+
+    fn has_unclassed(&self) -> bool {
+        self.queues
+            .get(&None)
+            .is_some_and(|q| q.iter().any(|f| !f.is_empty()))
+    }
+
+    fn fifo(&mut self, class: Option<&DeviceClass>, priority: Priority) -> &mut Fifo {
+        let queues = self.queues.entry(class.cloned()).or_default();
+        &mut queues[queue_index(priority)]
+    }
+
+    /// The task of `class` or of no class at `priority` that was queued first, taken out.
+    fn pop_for(&mut self, class: &DeviceClass, priority: Priority) -> Option<TaskId> {
+        let head = |q: &BTreeMap<Option<DeviceClass>, [Fifo; 3]>, c: Option<DeviceClass>| {
+            q.get(&c)
+                .and_then(|f| f[queue_index(priority)].front())
+                .map(|(order, _)| (*order, c))
+        };
+        let own = head(&self.queues, Some(class.clone()));
+        let any = head(&self.queues, None);
+        let (_, from) = match (own, any) {
+            (Some(a), Some(b)) => a.min(b),
+            (Some(a), None) | (None, Some(a)) => a,
+            (None, None) => return None,
+        };
+        let fifo = self.fifo(from.as_ref(), priority);
+        fifo.pop_front().map(|(_, id)| id)
     }
 }
 
-/// Every queued task, by tenant and priority, and the order tenants are served in.
+/// One class's fair share: the pass of every tenant it serves.
+#[derive(Default)]
+struct Share {
+    /// (pass, tenant) of every active tenant; the first is served next.
+    order: BTreeSet<(u64, TenantId)>,
+    pass: HashMap<TenantId, u64>,
+}
+
+impl Share {
+    /// `tenant` joins at the lowest pass of the active tenants, unless it is active already.
+    fn activate(&mut self, tenant: &TenantId) {
+        if self.pass.contains_key(tenant) {
+            return;
+        }
+        let pass = self.order.first().map_or(0, |(pass, _)| *pass);
+        self.order.insert((pass, tenant.clone()));
+        self.pass.insert(tenant.clone(), pass);
+    }
+
+    fn leave(&mut self, tenant: &TenantId) {
+        if let Some(pass) = self.pass.remove(tenant) {
+            self.order.remove(&(pass, tenant.clone()));
+        }
+    }
+
+    fn advance(&mut self, tenant: &TenantId, to: u64) {
+        self.leave(tenant);
+        self.order.insert((to, tenant.clone()));
+        self.pass.insert(tenant.clone(), to);
+    }
+}
+
+/// Every queued task, by tenant, class and priority, and the order each class's workers serve
+/// tenants in.
 #[derive(Default)]
 pub struct FairQueues {
-    /// Tenants with a lane: every tenant with queued tasks, and tenants whose last tasks were
-    /// cancelled until a claim finds their lane empty (as Redis keeps them in its active set).
+    /// Queued tasks per tenant; a lane is dropped when its last task leaves.
     lanes: HashMap<TenantId, Lane>,
-    /// (pass, tenant) of every lane; the first is served next.
-    order: BTreeSet<(u64, TenantId)>,
-    /// Claims served per tenant: its place in `policy::CLAIM_CYCLE`, kept while it is idle.
-    served: HashMap<TenantId, u64>,
+    /// Each claiming class's share. A tenant stays in it until a claim of the class finds no
+    /// task of it left (as Redis keeps it in `active:{class}`).
+    shares: HashMap<DeviceClass, Share>,
+    /// Claims served per (class, tenant): its place in `policy::CLAIM_CYCLE`, kept while idle.
+    served: HashMap<(DeviceClass, TenantId), u64>,
+    /// The queue order of the next new task.
+    next_order: u64,
 }
 
 impl FairQueues {
-    /// The tenant's lane, made (at the lowest pass of the active tenants) when it has none.
-    fn lane(&mut self, tenant: &TenantId) -> &mut Lane {
-        if !self.lanes.contains_key(tenant) {
-            let pass = self.order.first().map_or(0, |(pass, _)| *pass);
-            self.order.insert((pass, tenant.clone()));
-            self.lanes.insert(
-                tenant.clone(),
-                Lane {
-                    pass,
-                    ..Lane::default()
-                },
-            );
+    /// A new task: at the back of its queue. Returns its queue order, which a requeue gives
+    /// back to [`FairQueues::push_front`].
+    pub fn push_back(&mut self, place: &Place, id: TaskId) -> u64 {
+        let order = self.next_order;
+        self.next_order += 1;
+        self.enter(place).push_back((order, id));
+        order
+    }
+
+    /// A task given back after a failed attempt: at the front (it has waited longest), with
+    /// the queue order it was first given.
+    pub fn push_front(&mut self, place: &Place, order: u64, id: TaskId) {
+        self.enter(place).push_front((order, id));
+    }
+
+    /// The queue of `place`; a task of a class makes its tenant active in that class's share
+    /// at once (tasks of no class, at each class's next claim).
+    fn enter(&mut self, place: &Place) -> &mut Fifo {
+        if let Some(class) = &place.class {
+            self.shares
+                .entry(class.clone())
+                .or_default()
+                .activate(&place.tenant);
         }
-        self.lanes.get_mut(tenant).expect("inserted above")
-    }
-
-    /// A new task: at the back of its tenant's queue for `priority`.
-    pub fn push_back(&mut self, tenant: &TenantId, priority: Priority, id: TaskId) {
-        self.lane(tenant).queues[queue_index(priority)].push_back(id);
-    }
-
-    /// A task given back after a failed attempt: at the front (it has waited longest).
-    pub fn push_front(&mut self, tenant: &TenantId, priority: Priority, id: TaskId) {
-        self.lane(tenant).queues[queue_index(priority)].push_front(id);
+        let lane = self.lanes.entry(place.tenant.clone()).or_default();
+        lane.fifo(place.class.as_ref(), place.priority)
     }
 
     /// Takes a cancelled task out of its queue.
-    pub fn remove(&mut self, tenant: &TenantId, priority: Priority, id: &TaskId) {
-        if let Some(lane) = self.lanes.get_mut(tenant) {
-            lane.queues[queue_index(priority)].retain(|t| t != id);
+    pub fn remove(&mut self, place: &Place, id: &TaskId) {
+        if let Some(lane) = self.lanes.get_mut(&place.tenant) {
+            lane.fifo(place.class.as_ref(), place.priority)
+                .retain(|(_, t)| t != id);
+            if lane.len() == 0 {
+                self.lanes.remove(&place.tenant);
+            }
         }
     }
 
@@ -81,33 +185,54 @@ impl FairQueues {
     /// cancel: one `remove` per task would walk the queues once per task).
     pub fn remove_all(&mut self, tenant: &TenantId, ids: &HashSet<TaskId>) {
         if let Some(lane) = self.lanes.get_mut(tenant) {
-            for queue in &mut lane.queues {
-                queue.retain(|t| !ids.contains(t));
+            for queue in lane.queues.values_mut().flatten() {
+                queue.retain(|(_, t)| !ids.contains(t));
+            }
+            if lane.len() == 0 {
+                self.lanes.remove(tenant);
             }
         }
     }
 
-    /// The next task to claim and its tenant; `weight` gives each tenant's weight.
-    pub fn pop(&mut self, weight: impl Fn(&TenantId) -> u32) -> Option<(TenantId, TaskId)> {
-        while let Some((pass, tenant)) = self.order.pop_first() {
+    /// The next task a worker of `class` claims, and its tenant; `weight` gives each tenant's
+    /// weight.
+    pub fn pop(
+        &mut self,
+        class: &DeviceClass,
+        weight: impl Fn(&TenantId) -> u32,
+    ) -> Option<(TenantId, TaskId)> {
+        let share = self.shares.entry(class.clone()).or_default();
+        for (tenant, lane) in &self.lanes {
+            if lane.has_unclassed() {
+                share.activate(tenant);
+            }
+        }
+        while let Some((pass, tenant)) = share.order.first().cloned() {
             let Some(lane) = self.lanes.get_mut(&tenant) else {
+                share.leave(&tenant);
                 continue;
             };
-            let served = self.served.get(&tenant).copied().unwrap_or(0);
-            let next = claim_order(served)
+            let served = self
+                .served
+                .entry((class.clone(), tenant.clone()))
+                .or_default();
+            let next = claim_order(*served)
                 .iter()
-                .find_map(|p| lane.queues[queue_index(*p)].pop_front());
+                .find_map(|p| lane.pop_for(class, *p));
             let Some(id) = next else {
-                // Emptied by cancellations: the tenant leaves until it queues again.
-                self.lanes.remove(&tenant);
+                // Emptied by cancellations or by other classes: it leaves until it has work
+                // for this class again.
+                share.leave(&tenant);
                 continue;
             };
-            *self.served.entry(tenant.clone()).or_default() += 1;
+            *served += 1;
+            if lane.len_for(class) == 0 {
+                share.leave(&tenant);
+            } else {
+                share.advance(&tenant, pass + stride(weight(&tenant)));
+            }
             if lane.len() == 0 {
                 self.lanes.remove(&tenant);
-            } else {
-                lane.pass = pass + stride(weight(&tenant));
-                self.order.insert((lane.pass, tenant.clone()));
             }
             return Some((tenant, id));
         }
@@ -116,12 +241,19 @@ impl FairQueues {
 
     /// Takes every queued task of `tenant` out and forgets the tenant (it was deleted).
     pub fn drain(&mut self, tenant: &TenantId) -> Vec<TaskId> {
-        self.served.remove(tenant);
+        self.served.retain(|(_, t), _| t != tenant);
+        for share in self.shares.values_mut() {
+            share.leave(tenant);
+        }
         let Some(lane) = self.lanes.remove(tenant) else {
             return Vec::new();
         };
-        self.order.remove(&(lane.pass, tenant.clone()));
-        lane.queues.into_iter().flatten().collect()
+        lane.queues
+            .into_values()
+            .flatten()
+            .flatten()
+            .map(|(_, id)| id)
+            .collect()
     }
 
     /// Tasks `tenant` has queued.
@@ -132,10 +264,20 @@ impl FairQueues {
     /// Queued tasks of every tenant by [`queue_index`].
     pub fn queued_by_priority(&self) -> [u64; 3] {
         let mut out = [0; 3];
-        for lane in self.lanes.values() {
-            for (n, q) in out.iter_mut().zip(&lane.queues) {
+        for queues in self.lanes.values().flat_map(|l| l.queues.values()) {
+            for (n, q) in out.iter_mut().zip(queues) {
                 *n += q.len() as u64;
             }
+        }
+        out
+    }
+
+    /// Queued tasks of every tenant by the class they must run on.
+    pub fn queued_by_class(&self) -> QueuedByClass {
+        let mut out = QueuedByClass::new();
+        for (class, queues) in self.lanes.values().flat_map(|l| &l.queues) {
+            *out.entry(class.clone()).or_default() +=
+                queues.iter().map(|q| q.len() as u64).sum::<u64>();
         }
         out
     }
@@ -179,17 +321,48 @@ mod tests {
         TenantId(format!("tn_{name}"))
     }
 
-    fn fill(q: &mut FairQueues, t: &TenantId, n: usize) {
-        for i in 0..n {
-            q.push_back(t, Priority::Normal, TaskId(format!("{t}-{i}")));
+    fn class(name: &str) -> DeviceClass {
+        DeviceClass::parse(name).unwrap()
+    }
+
+    fn place(t: &TenantId, class: Option<&str>, priority: Priority) -> Place {
+        Place {
+            tenant: t.clone(),
+            class: class.map(self::class),
+            priority,
         }
     }
 
-    /// The tenants of the first `n` claims.
+    fn fill(q: &mut FairQueues, t: &TenantId, n: usize) {
+        fill_class(q, t, None, n);
+    }
+
+    fn fill_class(q: &mut FairQueues, t: &TenantId, class: Option<&str>, n: usize) {
+        for i in 0..n {
+            let id = TaskId(format!("{t}-{}-{i}", class.unwrap_or("any")));
+            q.push_back(&place(t, class, Priority::Normal), id);
+        }
+    }
+
+    /// The tenants of the first `n` claims of an h100 worker.
     fn served(q: &mut FairQueues, n: usize, weight: impl Fn(&TenantId) -> u32) -> Vec<TenantId> {
+        served_on(q, "h100", n, weight)
+    }
+
+    /// The tenants of the first `n` claims of a worker of `class`.
+    fn served_on(
+        q: &mut FairQueues,
+        class: &str,
+        n: usize,
+        weight: impl Fn(&TenantId) -> u32,
+    ) -> Vec<TenantId> {
         (0..n)
-            .map_while(|_| q.pop(&weight).map(|(t, _)| t))
+            .map_while(|_| q.pop(&self::class(class), &weight).map(|(t, _)| t))
             .collect()
+    }
+
+    fn pop(q: &mut FairQueues, class: &str) -> Option<String> {
+        q.pop(&self::class(class), |_| 1).map(|(_, id)| id.0)
     }
 
     #[test]
@@ -231,10 +404,10 @@ mod tests {
     fn priorities_apply_within_each_tenant() {
         let a = tenant("a");
         let mut q = FairQueues::default();
-        q.push_back(&a, Priority::Low, TaskId::from("low"));
-        q.push_back(&a, Priority::High, TaskId::from("high"));
-        q.push_back(&a, Priority::Normal, TaskId::from("normal"));
-        let ids: Vec<String> = (0..3).map(|_| q.pop(|_| 1).unwrap().1.0).collect();
+        q.push_back(&place(&a, None, Priority::Low), TaskId::from("low"));
+        q.push_back(&place(&a, None, Priority::High), TaskId::from("high"));
+        q.push_back(&place(&a, None, Priority::Normal), TaskId::from("normal"));
+        let ids: Vec<String> = (0..3).map(|_| pop(&mut q, "cpu").unwrap()).collect();
         assert_eq!(ids, ["high", "normal", "low"]);
     }
 
@@ -242,20 +415,88 @@ mod tests {
     fn cancelled_and_drained_tasks_leave_the_queues() {
         let (a, b) = (tenant("a"), tenant("b"));
         let mut q = FairQueues::default();
-        q.push_back(&a, Priority::Normal, TaskId::from("a1"));
-        q.push_back(&b, Priority::Normal, TaskId::from("b1"));
-        q.push_back(&b, Priority::Low, TaskId::from("b2"));
-        q.push_back(&a, Priority::High, TaskId::from("a2"));
-        q.push_back(&a, Priority::Low, TaskId::from("a3"));
-        q.push_back(&a, Priority::Low, TaskId::from("a4"));
-        q.remove(&a, Priority::Normal, &TaskId::from("a1"));
+        q.push_back(&place(&a, None, Priority::Normal), TaskId::from("a1"));
+        q.push_back(&place(&b, None, Priority::Normal), TaskId::from("b1"));
+        q.push_back(&place(&b, Some("h100"), Priority::Low), TaskId::from("b2"));
+        q.remove(&place(&a, None, Priority::Normal), &TaskId::from("a1"));
+        assert_eq!((q.queued(&a), q.queued(&b)), (0, 2));
+        q.push_back(&place(&a, None, Priority::High), TaskId::from("a2"));
+        q.push_back(&place(&a, Some("h100"), Priority::Low), TaskId::from("a3"));
+        q.push_back(&place(&a, None, Priority::Low), TaskId::from("a4"));
         let batch: HashSet<TaskId> = ["a2", "a4", "b1"].map(TaskId::from).into();
         q.remove_all(&a, &batch);
-        assert_eq!((q.queued(&a), q.queued(&b)), (1, 2));
-        assert_eq!(q.pop(|_| 1).map(|(_, id)| id.0), Some("a3".to_owned()));
+        assert_eq!(
+            (q.queued(&a), q.queued(&b)),
+            (1, 2),
+            "b1 is not a's to remove"
+        );
+        assert_eq!(pop(&mut q, "h100"), Some("a3".to_owned()));
         let drained = q.drain(&b);
         assert_eq!(drained.len(), 2);
-        assert_eq!(q.pop(|_| 1), None);
+        assert_eq!(pop(&mut q, "h100"), None);
         assert_eq!(q.queued_by_priority(), [0, 0, 0]);
+        assert!(q.queued_by_class().values().all(|n| *n == 0));
+    }
+
+    #[test]
+    fn a_worker_takes_its_class_and_no_class_only() {
+        let a = tenant("a");
+        let mut q = FairQueues::default();
+        q.push_back(
+            &place(&a, Some("h100"), Priority::Normal),
+            TaskId::from("h"),
+        );
+        q.push_back(&place(&a, Some("a100"), Priority::High), TaskId::from("x"));
+        q.push_back(&place(&a, None, Priority::Normal), TaskId::from("any"));
+        assert_eq!(
+            q.queued_by_class(),
+            [
+                (None, 1),
+                (Some(class("a100")), 1),
+                (Some(class("h100")), 1)
+            ]
+            .into()
+        );
+        // Within a priority, the one queued first, whichever queue it is in.
+        assert_eq!(pop(&mut q, "h100").as_deref(), Some("h"));
+        assert_eq!(pop(&mut q, "h100").as_deref(), Some("any"));
+        assert_eq!(pop(&mut q, "h100"), None);
+        assert_eq!(pop(&mut q, "cpu"), None);
+        assert_eq!(pop(&mut q, "a100").as_deref(), Some("x"));
+    }
+
+    #[test]
+    fn a_requeued_task_keeps_its_place_before_later_ones() {
+        let a = tenant("a");
+        let mut q = FairQueues::default();
+        let first = q.push_back(&place(&a, None, Priority::Normal), TaskId::from("first"));
+        q.push_back(
+            &place(&a, Some("h100"), Priority::Normal),
+            TaskId::from("later"),
+        );
+        assert_eq!(pop(&mut q, "h100").as_deref(), Some("first"));
+        q.push_front(
+            &place(&a, None, Priority::Normal),
+            first,
+            TaskId::from("first"),
+        );
+        assert_eq!(pop(&mut q, "h100").as_deref(), Some("first"));
+    }
+
+    #[test]
+    fn each_class_shares_its_claims_fairly() {
+        let (a, b) = (tenant("a"), tenant("b"));
+        let mut q = FairQueues::default();
+        // a keeps the h100s busy; that costs it nothing on the cpu workers.
+        fill_class(&mut q, &a, Some("h100"), 100);
+        served_on(&mut q, "h100", 50, |_| 1);
+        fill_class(&mut q, &a, Some("cpu"), 10);
+        fill_class(&mut q, &b, Some("cpu"), 10);
+        let order = served_on(&mut q, "cpu", 10, |_| 1);
+        assert_eq!(order.iter().filter(|t| **t == a).count(), 5, "{order:?}");
+        // Tasks of no class share a class's claims with the class's own.
+        fill(&mut q, &b, 20);
+        let order = served_on(&mut q, "h100", 20, |_| 1);
+        assert_eq!(order.iter().filter(|t| **t == b).count(), 10, "{order:?}");
     }
 }

@@ -1,10 +1,12 @@
 //! [`MemoryBroker`]: the whole queue in one process, behind one mutex. Claimers and waiters are
-//! woken by [`Notify`], never by polling. Submission is in `memory/submit.rs`, cancelling in
+//! woken by [`Notify`], never by polling. Submission is in `memory/submit.rs`, claims, the
+//! queue view and the worker registry's reads in `memory/claims.rs`, cancelling in
 //! `memory/cancel.rs`, tenants in `memory/tenants.rs`, recent activity in `memory/activity.rs`.
 //! Also home of the pure helpers both brokers share.
 
 mod activity;
 mod cancel;
+mod claims;
 mod state;
 mod submit;
 mod tenants;
@@ -16,15 +18,14 @@ use crate::broker::{
     AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, Lease, LeaseState, ReapReport,
     Submitted,
 };
-use crate::fair::FairQueues;
+use crate::fair::{FairQueues, Place};
 use crate::kv::{KvCounts, KvNamespace};
-use crate::policy::worker_retention;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crucible_shared::{
-    BatchCancelCounts, BatchId, BatchStatus, BrokerConfig, EvalResult, LeaseToken, Priority,
-    QueueStatus, StatusCounts, TaskId, TaskSpec, TaskStatus, TaskView, TenantId, WorkerId,
-    WorkerInfo, WorkerState,
+    BatchCancelCounts, BatchId, BatchStatus, BrokerConfig, DeviceClass, EvalResult, LeaseToken,
+    Priority, QueueStatus, StatusCounts, TaskId, TaskSpec, TaskStatus, TaskView, TenantId,
+    WorkerId, WorkerInfo,
 };
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -66,6 +67,8 @@ struct TaskRec {
     cache_ns: String,
     /// Answered from the result cache without running.
     cached: bool,
+    /// Its order in the queues (`FairQueues::push_back`), kept for a requeue.
+    queue_order: u64,
 }
 
 impl TaskRec {
@@ -78,11 +81,21 @@ impl TaskRec {
             attempts: self.attempts,
             worker_id: self.worker_id.clone(),
             priority: self.priority,
+            device_class: self.spec.request.device_class.clone(),
             batch_id: self.batch_id.clone(),
             submitted_at: self.submitted_at,
             started_at: self.started_at,
             finished_at: self.finished_at,
             cached: self.cached,
+        }
+    }
+
+    /// Where it waits while queued.
+    fn place(&self) -> Place {
+        Place {
+            tenant: self.tenant.clone(),
+            class: self.spec.request.device_class.clone(),
+            priority: self.priority,
         }
     }
 
@@ -192,31 +205,6 @@ impl MemoryBroker {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.sweep(Instant::now());
         state
-    }
-
-    fn try_claim(&self, worker: &WorkerId) -> Option<Lease> {
-        let mut guard = self.lock();
-        let st = &mut *guard;
-        let tenants = &st.tenants;
-        let (_, id) = st.queues.pop(|t| tenants.weight(t))?;
-        let rec = st.tasks.get_mut(&id)?;
-        let token = LeaseToken::random();
-        rec.attempts += 1;
-        rec.worker_id = Some(worker.clone());
-        rec.token = Some(token.clone());
-        rec.started_at = Some(Utc::now());
-        let lease = Lease {
-            task_id: id.clone(),
-            token,
-            worker_id: worker.clone(),
-            spec: rec.spec.clone(),
-            attempt: rec.attempts,
-        };
-        st.leases
-            .insert(id.clone(), Instant::now() + self.cfg.lease_ttl);
-        st.transition(&id, TaskStatus::Running, self.cfg.result_ttl);
-        tracing::debug!(task_id = %id, worker_id = %worker, attempt = lease.attempt, "task claimed");
-        Some(lease)
     }
 
     fn view(&self, id: &TaskId) -> Option<TaskView> {
@@ -332,50 +320,20 @@ impl Broker for MemoryBroker {
     }
 
     async fn queue_status(&self) -> Result<QueueStatus, BrokerError> {
-        let st = self.lock();
-        let [queued_high, queued_normal, queued_low] = st.queues.queued_by_priority();
-        let KvCounts {
-            hits: ref_hits,
-            misses: ref_misses,
-        } = st.stats.kv[KvNamespace::Ref.index()];
-        Ok(QueueStatus {
-            queued_high,
-            queued_normal,
-            queued_low,
-            running: st.leases.len() as u64,
-            queue_cap: self.cfg.queue_cap,
-            submitted_total: st.stats.submitted,
-            done_total: st.stats.done,
-            failed_total: st.stats.failed,
-            cancelled_total: st.stats.cancelled,
-            requeued_total: st.stats.requeued,
-            cache_hits_total: st.stats.cache_hits,
-            cache_misses_total: st.stats.cache_misses,
-            coalesced_total: st.stats.coalesced,
-            ref_cache_hits_total: ref_hits,
-            ref_cache_misses_total: ref_misses,
-            tenants: None,
-        })
+        Ok(self.queue_view())
     }
 
     async fn activity(&self) -> Result<ActivityReport, BrokerError> {
         self.lock().activity.report(Utc::now())
     }
 
-    async fn claim(&self, worker: &WorkerId, wait: Duration) -> Result<Option<Lease>, BrokerError> {
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            // Registered before looking at the queues, so a submit in between still wakes us.
-            let queued = self.task_queued.notified();
-            tokio::pin!(queued);
-            queued.as_mut().enable();
-            if let Some(lease) = self.try_claim(worker) {
-                return Ok(Some(lease));
-            }
-            if tokio::time::timeout_at(deadline, queued).await.is_err() {
-                return Ok(self.try_claim(worker));
-            }
-        }
+    async fn claim(
+        &self,
+        worker: &WorkerId,
+        class: &DeviceClass,
+        wait: Duration,
+    ) -> Result<Option<Lease>, BrokerError> {
+        Ok(self.claim_within(worker, class, wait).await)
     }
 
     async fn renew(&self, lease: &Lease) -> Result<LeaseState, BrokerError> {
@@ -487,24 +445,7 @@ impl Broker for MemoryBroker {
     }
 
     async fn list_workers(&self) -> Result<Vec<WorkerInfo>, BrokerError> {
-        let mut st = self.lock();
-        let liveness = self.cfg.worker_liveness;
-        let retention = worker_retention(liveness);
-        st.workers
-            .retain(|_, (_, seen)| seen.elapsed() <= retention);
-        let mut out: Vec<WorkerInfo> = st
-            .workers
-            .values()
-            .map(|(info, seen)| {
-                let mut info = info.clone();
-                if seen.elapsed() > liveness {
-                    info.state = WorkerState::Lost;
-                }
-                info
-            })
-            .collect();
-        out.sort_by(|a, b| a.worker_id.cmp(&b.worker_id));
-        Ok(out)
+        Ok(self.lock().workers_now(&self.cfg))
     }
 
     async fn kv_get(

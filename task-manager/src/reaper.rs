@@ -65,7 +65,11 @@ mod tests {
             .task_id;
         let worker = WorkerId::from("w_reaper");
         broker
-            .claim(&worker, Duration::ZERO)
+            .claim(
+                &worker,
+                &crucible_shared::DeviceClass::cpu(),
+                Duration::ZERO,
+            )
             .await
             .unwrap()
             .expect("task is queued");

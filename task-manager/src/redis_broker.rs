@@ -17,7 +17,6 @@ mod tenants;
 mod tests;
 mod views;
 
-use claim::MIN_BLOCK;
 use keys::Keys;
 use scripts::Scripts;
 use views::{VIEW_FIELDS, decode_view};
@@ -33,8 +32,9 @@ use crate::redis_conn::{CONNECT_TIMEOUT, ConnectError, RedisTarget, check};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crucible_shared::{
-    BatchCancelCounts, BatchId, BatchStatus, BrokerConfig, EvalResult, QueueStatus, StatusCounts,
-    TaskId, TaskSpec, TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo, wire_name,
+    BatchCancelCounts, BatchId, BatchStatus, BrokerConfig, DeviceClass, EvalResult, QueueStatus,
+    StatusCounts, TaskId, TaskSpec, TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo,
+    wire_name,
 };
 use deadpool_redis::{Connection, Manager, Pool, Runtime};
 use redis::aio::MultiplexedConnection;
@@ -330,19 +330,13 @@ impl Broker for RedisBroker {
         self.read_activity().await
     }
 
-    async fn claim(&self, worker: &WorkerId, wait: Duration) -> Result<Option<Lease>, BrokerError> {
-        let deadline = Instant::now() + wait;
-        loop {
-            if let Some(lease) = self.try_claim(worker).await? {
-                return Ok(Some(lease));
-            }
-            // An empty claim deletes the wake list, so a token arriving from here on is fresh.
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            if remaining < MIN_BLOCK {
-                return Ok(None);
-            }
-            self.wait_for_wake(remaining).await?;
-        }
+    async fn claim(
+        &self,
+        worker: &WorkerId,
+        class: &DeviceClass,
+        wait: Duration,
+    ) -> Result<Option<Lease>, BrokerError> {
+        self.claim_within(worker, class, wait).await
     }
 
     async fn renew(&self, lease: &Lease) -> Result<LeaseState, BrokerError> {

@@ -9,7 +9,7 @@ mod common;
 use common::*;
 
 use crucible_shared::{BrokerConfig, CreateTenantRequest, TaskId, TaskStatus, TenantId};
-use crucible_task_manager::{Broker, BrokerError, LeaseState, Tenant};
+use crucible_task_manager::{Broker, BrokerError, LeaseState};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -29,25 +29,11 @@ contract!(
     loads_count_open_tasks_per_tenant,
 );
 
-/// The SHA-256 the API would store for `name`'s token (any unique string does here).
-fn token_hash(name: &str) -> String {
-    format!("{:0>64}", name.len().to_string() + name)
-}
-
-async fn create(env: &Env, name: &str, edit: impl FnOnce(&mut CreateTenantRequest)) -> Tenant {
-    let mut request = CreateTenantRequest::new(name);
-    edit(&mut request);
-    env.broker
-        .create_tenant(&request, &token_hash(name))
-        .await
-        .expect("create tenant")
-}
-
 /// Claims every queued task, returning their ids in claim order.
 async fn claim_all(broker: &Arc<dyn Broker>) -> Vec<TaskId> {
     let mut out = Vec::new();
     while let Some(lease) = broker
-        .claim(&worker(1), std::time::Duration::ZERO)
+        .claim(&worker(1), &h100(), std::time::Duration::ZERO)
         .await
         .unwrap()
     {
@@ -280,7 +266,7 @@ async fn results_and_open_tasks_are_never_shared_across_tenants(backend: Backend
     let mut leases = HashMap::new();
     while let Some(l) = env
         .broker
-        .claim(&worker(1), std::time::Duration::ZERO)
+        .claim(&worker(1), &h100(), std::time::Duration::ZERO)
         .await
         .unwrap()
     {
@@ -508,7 +494,7 @@ async fn deleting_a_big_tenant_cancels_every_queued_task(backend: Backend) {
     }
     assert_eq!(
         env.broker
-            .claim(&worker(1), std::time::Duration::ZERO)
+            .claim(&worker(1), &h100(), std::time::Duration::ZERO)
             .await
             .unwrap(),
         None

@@ -74,6 +74,17 @@ pub fn worker_command(env: &[(String, String)]) -> Command {
     cmd
 }
 
+/// `crucible up --cpu` on the embedded broker (no `REDIS_URL`) at 127.0.0.1:`port`: the API,
+/// its reaper and one CPU worker (one thread) in one process.
+pub fn up_command(port: u16) -> Command {
+    let mut cmd = Command::new(bin("crucible"));
+    cmd.args(["up", "--cpu", "--bind", &format!("127.0.0.1:{port}")])
+        .env_remove("REDIS_URL")
+        .env("CRUCIBLE_PYTHON", python())
+        .env("CRUCIBLE_CPU_THREADS", "1");
+    cmd
+}
+
 /// A small HTTP client for one API.
 #[derive(Clone)]
 pub struct Api {

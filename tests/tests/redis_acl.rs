@@ -6,9 +6,9 @@
 
 use chrono::Utc;
 use crucible_shared::{
-    BatchCancelCounts, BrokerConfig, CreateTenantRequest, DeviceInfo, DeviceKind, EvalResult,
-    EvaluateRequest, Priority, TaskSpec, TaskStatus, TenantId, VerdictCode, WorkerId, WorkerInfo,
-    WorkerState,
+    BatchCancelCounts, BrokerConfig, CreateTenantRequest, DeviceClass, DeviceInfo, DeviceKind,
+    EvalResult, EvaluateRequest, Priority, TaskSpec, TaskStatus, TenantId, VerdictCode, WorkerId,
+    WorkerInfo, WorkerState,
 };
 use crucible_task_manager::{
     AckOutcome, Broker, BrokerError, CancelOutcome, KvNamespace, Lease, LeaseState, RedisBroker,
@@ -47,6 +47,7 @@ fn verdict() -> EvalResult {
     let device = DeviceInfo {
         kind: DeviceKind::Cpu,
         name: "test cpu".to_owned(),
+        class: None,
     };
     EvalResult::failed_before_trials(VerdictCode::Correctness, "wrong", true, 2, device)
 }
@@ -58,6 +59,7 @@ fn worker_info(id: &WorkerId) -> WorkerInfo {
         device: DeviceInfo {
             kind: DeviceKind::Cpu,
             name: "test cpu".to_owned(),
+            class: Some(DeviceClass::cpu()),
         },
         device_index: None,
         state: WorkerState::Idle,
@@ -132,7 +134,7 @@ async fn each_role_does_its_whole_job_with_nothing_refused() {
     // An empty queue: the claim blocks in BLPOP until its wait ends.
     assert!(
         worker
-            .claim(&w, Duration::from_millis(300))
+            .claim(&w, &DeviceClass::cpu(), Duration::from_millis(300))
             .await
             .unwrap()
             .is_none()
@@ -141,7 +143,7 @@ async fn each_role_does_its_whole_job_with_nothing_refused() {
     // Submit, claim, renew, complete; the same request again is answered from the cache.
     let first = api.submit(&TenantId::builtin(), spec("a")).await.unwrap();
     let lease = worker
-        .claim(&w, Duration::from_secs(2))
+        .claim(&w, &DeviceClass::cpu(), Duration::from_secs(2))
         .await
         .unwrap()
         .unwrap();
@@ -176,7 +178,7 @@ async fn each_role_does_its_whole_job_with_nothing_refused() {
         .unwrap();
     assert!(subs[1].deduplicated && subs[3].coalesced, "{subs:?}");
     let lease = worker
-        .claim(&w, Duration::from_secs(2))
+        .claim(&w, &DeviceClass::cpu(), Duration::from_secs(2))
         .await
         .unwrap()
         .unwrap();
@@ -190,7 +192,7 @@ async fn each_role_does_its_whole_job_with_nothing_refused() {
     // A lease left to expire is reaped by the API; a running task cancelled by the API tells
     // its worker at the next renewal; a queued one is cancelled too.
     let lease = worker
-        .claim(&w, Duration::from_secs(2))
+        .claim(&w, &DeviceClass::cpu(), Duration::from_secs(2))
         .await
         .unwrap()
         .unwrap();
@@ -205,7 +207,7 @@ async fn each_role_does_its_whole_job_with_nothing_refused() {
     .await;
     assert_eq!(reaped.requeued, 1, "{reaped:?}");
     let lease2 = worker
-        .claim(&w, Duration::from_secs(2))
+        .claim(&w, &DeviceClass::cpu(), Duration::from_secs(2))
         .await
         .unwrap()
         .unwrap();
@@ -217,7 +219,7 @@ async fn each_role_does_its_whole_job_with_nothing_refused() {
     assert_eq!(worker.renew(&lease2).await.unwrap(), LeaseState::Cancelled);
     // The batch's other task, finished by a worker, joins the batch's log of finished tasks.
     let lease = worker
-        .claim(&w, Duration::from_secs(2))
+        .claim(&w, &DeviceClass::cpu(), Duration::from_secs(2))
         .await
         .unwrap()
         .unwrap();
@@ -252,7 +254,11 @@ async fn each_role_does_its_whole_job_with_nothing_refused() {
         .await
         .unwrap();
     let running = worker
-        .claim(&w, Duration::from_secs(2))
+        .claim(
+            &w,
+            &crucible_shared::DeviceClass::cpu(),
+            Duration::from_secs(2),
+        )
         .await
         .unwrap()
         .unwrap();
@@ -265,7 +271,45 @@ async fn each_role_does_its_whole_job_with_nothing_refused() {
         })
     );
     assert_eq!(worker.renew(&running).await.unwrap(), LeaseState::Cancelled);
-    assert_eq!(worker.claim(&w, Duration::ZERO).await.unwrap(), None);
+    assert_eq!(
+        worker
+            .claim(&w, &crucible_shared::DeviceClass::cpu(), Duration::ZERO)
+            .await
+            .unwrap(),
+        None
+    );
+
+    // A task of the worker's class and one of no class: the claim weighs both queues' heads,
+    // and a released task of the class goes back to its class's queue and fair share.
+    let mut classed = spec("e");
+    classed.request.device_class = Some(DeviceClass::cpu());
+    let classed = api.submit(&TenantId::builtin(), classed).await.unwrap();
+    let unclassed = api.submit(&TenantId::builtin(), spec("f")).await.unwrap();
+    let cpu = DeviceClass::cpu();
+    let lease = worker
+        .claim(&w, &cpu, Duration::from_secs(2))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(lease.task_id, classed.task_id);
+    assert_eq!(
+        worker.release(&lease, "test release").await.unwrap(),
+        AckOutcome::Accepted
+    );
+    for expected in [&classed.task_id, &unclassed.task_id] {
+        let lease = worker
+            .claim(&w, &cpu, Duration::from_secs(2))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&lease.task_id, expected);
+        assert_eq!(
+            worker.complete(&lease, verdict()).await.unwrap(),
+            AckOutcome::Accepted
+        );
+    }
+    let classes = api.queue_status().await.unwrap().classes.unwrap();
+    assert!(classes.iter().all(|r| r.queued == 0), "{classes:?}");
 
     // Each role's own key-value namespaces.
     let ttl = Duration::from_secs(60);
@@ -368,7 +412,7 @@ async fn tenants_run_through_their_roles_with_nothing_refused() {
     for _ in 0..5 {
         leases.push(
             worker
-                .claim(&w, Duration::from_secs(2))
+                .claim(&w, &DeviceClass::cpu(), Duration::from_secs(2))
                 .await
                 .unwrap()
                 .expect("queued work"),
@@ -391,7 +435,7 @@ async fn tenants_run_through_their_roles_with_nothing_refused() {
         AckOutcome::Accepted
     );
     let again = worker
-        .claim(&w, Duration::from_secs(2))
+        .claim(&w, &DeviceClass::cpu(), Duration::from_secs(2))
         .await
         .unwrap()
         .expect("the released task");
@@ -448,7 +492,7 @@ async fn tenants_run_through_their_roles_with_nothing_refused() {
     ));
     assert!(
         worker
-            .claim(&w, Duration::from_millis(300))
+            .claim(&w, &DeviceClass::cpu(), Duration::from_millis(300))
             .await
             .unwrap()
             .is_none()
@@ -731,7 +775,7 @@ async fn a_restart_keeps_what_the_scripts_wrote() {
             .await
             .unwrap();
         let lease = worker
-            .claim(&w, Duration::from_secs(2))
+            .claim(&w, &DeviceClass::cpu(), Duration::from_secs(2))
             .await
             .unwrap()
             .expect("queued work");
@@ -761,7 +805,7 @@ async fn a_restart_keeps_what_the_scripts_wrote() {
         .expect("a second task");
     assert_eq!(status(&queued).await, Some(TaskStatus::Queued));
     let lease = worker
-        .claim(&w, Duration::from_secs(2))
+        .claim(&w, &DeviceClass::cpu(), Duration::from_secs(2))
         .await
         .unwrap()
         .expect("the task queued before the restart");

@@ -380,7 +380,15 @@ async fn a_small_tenant_is_served_in_the_first_half_through_the_api() {
     .unwrap();
     let worker = WorkerId::from("w_fair");
     let mut order = Vec::new();
-    while let Some(lease) = broker.claim(&worker, Duration::ZERO).await.unwrap() {
+    while let Some(lease) = broker
+        .claim(
+            &worker,
+            &crucible_shared::DeviceClass::cpu(),
+            Duration::ZERO,
+        )
+        .await
+        .unwrap()
+    {
         order.push(lease.task_id);
     }
     assert_eq!(order.len(), 210);

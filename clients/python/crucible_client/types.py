@@ -130,6 +130,9 @@ class EvalSettings(TypedDict, total=False):
     precision: Precision | None
     timing_method: TimingMethod | None
     reference_backend: ReferenceBackend | None
+    # Evaluate every rollout on workers of this device class ("h100", "cpu", ...); absent, the
+    # server places each problem's rollouts together on one class. 422 when no worker has it.
+    device_class: str | None
 
 
 class _RolloutRequired(TypedDict):

@@ -21,6 +21,7 @@ fn result(code: Option<VerdictCode>, verdict: Verdict) -> EvalResult {
     let device = DeviceInfo {
         kind: DeviceKind::Cpu,
         name: "Test CPU".into(),
+        class: None,
     };
     let mut r = EvalResult::failed_before_trials(VerdictCode::Syntax, "x", false, 5, device);
     r.error_code = code;
@@ -71,18 +72,19 @@ fn worker_info_and_health_are_labelled_by_device() {
         index: 3,
         name: "NVIDIA H100".into(),
     };
-    metrics.worker_started("node-a", &gpu);
-    metrics.worker_started("node-a", &cpu());
+    let h100 = DeviceClass::parse("h100").unwrap();
+    metrics.worker_started("node-a", &gpu, &h100);
+    metrics.worker_started("node-a", &cpu(), &DeviceClass::cpu());
     metrics.device_health(&gpu, false);
     metrics.device_health(&cpu(), true);
     let t = text(&registry);
     let version = env!("CARGO_PKG_VERSION");
     for line in [
         format!(
-            r#"crucible_worker_info{{device_class="NVIDIA H100",gpu="3",node="node-a",version="{version}"}} 1"#
+            r#"crucible_worker_info{{device_class="h100",gpu="3",node="node-a",version="{version}"}} 1"#
         ),
         format!(
-            r#"crucible_worker_info{{device_class="Test CPU",gpu="cpu",node="node-a",version="{version}"}} 1"#
+            r#"crucible_worker_info{{device_class="cpu",gpu="cpu",node="node-a",version="{version}"}} 1"#
         ),
         r#"crucible_worker_healthy{gpu="3"} 0"#.to_owned(),
         r#"crucible_worker_healthy{gpu="cpu"} 1"#.to_owned(),
@@ -138,6 +140,7 @@ fn queue_wait_is_submission_to_this_attempts_start() {
         started_at: Some(at(42)),
         finished_at: None,
         cached: false,
+        device_class: None,
     };
     assert_eq!(queue_wait(&view, 2), Some(Duration::from_secs(42)));
     assert_eq!(queue_wait(&view, 1), None, "another attempt's view");

@@ -12,6 +12,7 @@ fn ctx() -> VerdictContext {
         device: DeviceInfo {
             kind: DeviceKind::Cpu,
             name: "test cpu".into(),
+            class: None,
         },
         timeout_s: 30,
         max_output_bytes: 1024,

@@ -75,7 +75,7 @@ impl Worker {
                 _ = stopped() => continue,
             };
             let claimed = tokio::select! {
-                c = self.broker.claim(&self.id, self.cfg.claim_wait) => c,
+                c = self.broker.claim(&self.id, &self.cfg.device_class, self.cfg.claim_wait) => c,
                 _ = stopped() => continue,
             };
             match claimed {

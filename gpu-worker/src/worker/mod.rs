@@ -96,7 +96,7 @@ impl Worker {
                 .ok()
             })
             .flatten();
-        metrics.worker_started(&cfg.node, &cfg.device);
+        metrics.worker_started(&cfg.node, &cfg.device, &cfg.device_class);
         Self {
             broker,
             metrics,
@@ -132,7 +132,7 @@ impl Worker {
         WorkerInfo {
             worker_id: self.id.clone(),
             node: self.cfg.node.clone(),
-            device: self.cfg.device.info(),
+            device: self.cfg.device_info(),
             device_index: self.cfg.device.index(),
             state: s.state,
             current_task: s.current_task,

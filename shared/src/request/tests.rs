@@ -117,6 +117,10 @@ fn cache_key_covers_what_decides_the_verdict_and_nothing_else() {
             "reference_backend",
         ),
         (
+            Box::new(|r| r.device_class = Some(DeviceClass::cpu())),
+            "device_class",
+        ),
+        (
             Box::new(|r| {
                 r.screening
                     .insert("no-kernel".into(), ScreeningAction::Reject);
@@ -143,6 +147,12 @@ fn cache_key_covers_what_decides_the_verdict_and_nothing_else() {
     let mut other_seed = valid();
     other_seed.seed = Some(8);
     assert_ne!(seeded.result_cache_key(), other_seed.result_cache_key());
+    let class = |name: &str| {
+        let mut r = valid();
+        r.device_class = Some(DeviceClass::parse(name).unwrap());
+        r.result_cache_key()
+    };
+    assert_ne!(class("h100"), class("a100"));
 
     let excluded: Vec<(Mutation, &str)> = vec![
         (Box::new(|r| r.priority = Priority::High), "priority"),
@@ -210,6 +220,38 @@ fn the_schema_shows_the_bounds_validation_applies() {
     assert_eq!(
         req.validate().unwrap_err().message,
         "max_speedup: must be a finite number from 1 to 1e9"
+    );
+}
+
+/// A request without a class hashes as it did before classes existed: the key of the default
+/// request is pinned, so cached results of earlier versions still answer.
+#[test]
+fn requests_without_a_class_keep_their_keys() {
+    assert_eq!(
+        valid().result_cache_key(),
+        "b52f3af1cbae24d405a13e3dc60cb10b1e8eb55a77c570ec840d7d36e3b5a079"
+    );
+}
+
+#[test]
+fn device_class_is_checked_and_optional() {
+    let req: EvaluateRequest =
+        serde_json::from_str(r#"{"reference_code":"a","kernel_code":"b","device_class":"h100"}"#)
+            .unwrap();
+    assert_eq!(
+        req.device_class.as_ref().map(DeviceClass::as_str),
+        Some("h100")
+    );
+    let err = serde_json::from_str::<EvaluateRequest>(
+        r#"{"reference_code":"a","kernel_code":"b","device_class":"H100"}"#,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("not a device class"), "{err}");
+    // Left out of the wire form when absent, so older readers see the shape they know.
+    assert!(
+        !serde_json::to_string(&valid())
+            .unwrap()
+            .contains("device_class")
     );
 }
 

@@ -14,6 +14,7 @@ fn result(verdict: Verdict, passed: u32, speedup: Option<f64>) -> EvalResult {
         DeviceInfo {
             kind: DeviceKind::Cuda,
             name: "H100".into(),
+            class: None,
         },
     );
     r.verdict = verdict;

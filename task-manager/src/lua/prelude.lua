@@ -6,16 +6,25 @@
 local P = ARGV[1]
 local STATS = P .. ':stats'
 local LEASES = P .. ':leases'
-local WAKE = P .. ':wake'
--- Tenants with queued work, scored by their pass in the fair share (fair.rs).
-local ACTIVE = P .. ':active'
--- Tenant id -> claims served: its place in the priority cycle.
+-- The queue class of tasks without a device class (no device class may be named so).
+local ANY = 'any'
+-- '{class}:{tenant id}' -> claims the class's workers served the tenant: its place in the
+-- priority cycle.
 local CLAIM_SEQ = P .. ':claim_seq'
--- Tasks in status queued per priority, and queued / running per tenant id; kept by the
--- transitions below, so quotas and the cap are read in O(1).
+-- Tasks in status queued per priority, per queue class (`any` included) and queued / running
+-- per tenant id; kept by the transitions below, so quotas, the cap and the views are read in
+-- O(1). QUEUED_CLASS keeps a field for every class that ever had a queued task: the list of
+-- queue classes a deleted tenant's tasks may be in.
 local QUEUED = P .. ':queued'
+local QUEUED_CLASS = P .. ':queued_class'
 local TENANT_QUEUED = P .. ':tenant_queued'
 local TENANT_RUNNING = P .. ':tenant_running'
+-- Tenant id -> its queued tasks of no class: the tenants each claim enters into its class's
+-- fair share.
+local UNCLASSED = P .. ':unclassed'
+-- Device class -> when a worker of it last claimed: the classes whose wake lists a task of no
+-- class wakes, and whose fair shares a deleted tenant leaves.
+local CLAIM_CLASSES = P .. ':claim_classes'
 -- Tenant id -> its weight in the fair share: the one setting a claim reads, kept out of the
 -- registry so that workers never need to read it.
 local TENANT_WEIGHTS = P .. ':tenant_weights'
@@ -45,8 +54,21 @@ local function batch_tasks_key(b) return P .. ':batch:' .. b .. ':tasks' end
 -- Distinct tasks of the batch in the order they finished (each once): what a reader of the
 -- batch's results pages through.
 local function batch_finished_key(b) return P .. ':batch:' .. b .. ':finished' end
--- Tenant ids (`tn_...`) hold no ':', so these keys cannot spell one another.
-local function queue_key(tenant, prio) return P .. ':queue:' .. tenant .. ':' .. prio end
+-- Tenant ids (`tn_...`) and device classes hold no ':', so these keys cannot spell one
+-- another. `class` is a device class or ANY.
+local function queue_key(class, tenant, prio)
+  return P .. ':queue:' .. class .. ':' .. tenant .. ':' .. prio
+end
+-- Tenants with work for the workers of `class` (tasks of the class; those with tasks of no
+-- class join at the class's claims), scored by their pass in the class's fair share (fair.rs).
+local function active_key(class) return P .. ':active:' .. class end
+-- The list a blocked claimer of `class` BLPOPs on.
+local function wake_key(class) return P .. ':wake:' .. class end
+-- A task's queue class: its device class, or ANY.
+local function queue_class(class)
+  if class and class ~= '' then return class end
+  return ANY
+end
 local function idem_key(tenant, k) return P .. ':idem:' .. tenant .. ':' .. k end
 local function tenant_key(tenant) return REGISTRY .. 'record:' .. tenant end
 -- `ckey` is the scoped result cache key (cache scope, ':', hex SHA-256 of the request); `ns`
@@ -71,40 +93,84 @@ local function queued_total()
   return (tonumber(n[1]) or 0) + (tonumber(n[2]) or 0) + (tonumber(n[3]) or 0)
 end
 
-local function tenant_queue_len(tenant)
-  return redis.call('LLEN', queue_key(tenant, 'high')) + redis.call('LLEN', queue_key(tenant, 'normal'))
-    + redis.call('LLEN', queue_key(tenant, 'low'))
+-- Every queue class that ever had a queued task, ANY included.
+local function queue_classes()
+  local out = { ANY }
+  local h = redis.call('HGETALL', QUEUED_CLASS)
+  for i = 1, #h, 2 do
+    if h[i] ~= ANY then out[#out + 1] = h[i] end
+  end
+  return out
 end
 
--- A tenant that queues work while it has none enters the fair share at the lowest pass of
--- the active tenants, so idle time is never banked as credit.
-local function activate(tenant)
-  if redis.call('ZSCORE', ACTIVE, tenant) then return end
-  local head = redis.call('ZRANGE', ACTIVE, 0, 0, 'WITHSCORES')
+-- Tasks in the tenant's queues of `classes`.
+local function queue_len(tenant, classes)
+  local n = 0
+  for _, class in ipairs(classes) do
+    for _, prio in ipairs({ 'high', 'normal', 'low' }) do
+      n = n + redis.call('LLEN', queue_key(class, tenant, prio))
+    end
+  end
+  return n
+end
+
+-- A tenant that gets work for `class`'s workers while it has none enters the class's fair
+-- share at the lowest pass of its active tenants, so idle time is never banked as credit.
+local function activate(class, tenant)
+  local active = active_key(class)
+  if redis.call('ZSCORE', active, tenant) then return end
+  local head = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
   -- The score as Redis wrote it: exact, where Lua's number formatting keeps only 14 digits.
-  redis.call('ZADD', ACTIVE, head[2] or 0, tenant)
+  redis.call('ZADD', active, head[2] or 0, tenant)
 end
 
--- Keeps the open-task counters: `delta` tasks of `tenant` and `prio` enter (1) or leave (-1)
--- `status`.
-local function count_open(tenant, prio, status, delta)
+-- Keeps the open-task counters: `delta` tasks of `tenant`, `prio` and queue class `class`
+-- enter (1) or leave (-1) `status`.
+local function count_open(tenant, prio, class, status, delta)
   if status == 'queued' then
     redis.call('HINCRBY', QUEUED, prio, delta)
+    redis.call('HINCRBY', QUEUED_CLASS, class, delta)
     redis.call('HINCRBY', TENANT_QUEUED, tenant, delta)
+    if class == ANY and redis.call('HINCRBY', UNCLASSED, tenant, delta) <= 0 then
+      redis.call('HDEL', UNCLASSED, tenant)
+    end
   elseif status == 'running' then
     redis.call('HINCRBY', TENANT_RUNNING, tenant, delta)
   end
 end
 
--- One token per newly queued task, so that as many blocked claimers wake as there is work.
-local function wake(n)
+-- One token per newly queued task in the wake list of its class, or of every class that claims
+-- for a task of no class, so that as many blocked claimers wake as there is work they can take.
+local function wake(class, n)
   n = math.min(n, WAKE_MAX)
   if n <= 0 then return end
+  local lists = {}
+  if class == ANY then
+    local h = redis.call('HGETALL', CLAIM_CLASSES)
+    for i = 1, #h, 2 do lists[#lists + 1] = wake_key(h[i]) end
+  else
+    lists[1] = wake_key(class)
+  end
   local tokens = {}
   for i = 1, n do tokens[i] = '1' end
-  redis.call('LPUSH', WAKE, unpack(tokens))
-  redis.call('LTRIM', WAKE, 0, WAKE_MAX - 1)
-  redis.call('PEXPIRE', WAKE, WAKE_TTL_MS)
+  for _, list in ipairs(lists) do
+    redis.call('LPUSH', list, unpack(tokens))
+    redis.call('LTRIM', list, 0, WAKE_MAX - 1)
+    redis.call('PEXPIRE', list, WAKE_TTL_MS)
+  end
+end
+
+-- Puts a queued task into its queue: at the back when new, at the front when requeued (it has
+-- waited longest). A task of a class makes its tenant active in the class's share at once;
+-- tasks of no class are counted in UNCLASSED (by count_open) and join at each claim.
+local function enqueue(id, tenant, prio, class, front)
+  local q = queue_key(class, tenant, prio)
+  if front then
+    redis.call('LPUSH', q, id)
+  else
+    redis.call('RPUSH', q, id)
+  end
+  if class ~= ANY then activate(class, tenant) end
 end
 
 -- A batch is kept for result_ttl after its last open task finished.
@@ -192,10 +258,12 @@ end
 -- joins a finished task). `outcome` ({verdict, code, message}) only for `done`.
 local function transition(id, from, to, now, ttl, outcome)
   local key = task_key(id)
-  local fields = redis.call('HMGET', key, 'batches', 'idem', 'ckey', 'tenant', 'priority', 'error')
+  local fields = redis.call('HMGET', key, 'batches', 'idem', 'ckey', 'tenant', 'priority', 'error',
+    'class')
   local batches, idem, ckey, tenant, prio = fields[1], fields[2], fields[3], fields[4], fields[5]
-  count_open(tenant, prio, from, -1)
-  count_open(tenant, prio, to, 1)
+  local class = queue_class(fields[7])
+  count_open(tenant, prio, class, from, -1)
+  count_open(tenant, prio, class, to, 1)
   if batches then
     for b in string.gmatch(batches, '%S+') do
       local bk = batch_key(b)
@@ -231,12 +299,12 @@ local function transition(id, from, to, now, ttl, outcome)
   end
 end
 
--- The end of a running attempt that produced no verdict: back to the head of its queue (it
--- has waited longest) or, once every attempt is used, failed with `reason`.
+-- The end of a running attempt that produced no verdict: back to the head of its class's
+-- queue (it has waited longest) or, once every attempt is used, failed with `reason`.
 local function requeue_or_fail(id, max_attempts, ttl, now, reason)
   local key = task_key(id)
   redis.call('ZREM', LEASES, id)
-  local f = redis.call('HMGET', key, 'attempts', 'priority', 'tenant')
+  local f = redis.call('HMGET', key, 'attempts', 'priority', 'tenant', 'class')
   if (tonumber(f[1]) or 0) >= max_attempts then
     redis.call('HSET', key, 'error', reason)
     transition(id, 'running', 'failed', now, ttl)
@@ -244,9 +312,9 @@ local function requeue_or_fail(id, max_attempts, ttl, now, reason)
   end
   redis.call('HDEL', key, 'worker_id', 'lease_token', 'started_at')
   transition(id, 'running', 'queued', now, ttl)
-  redis.call('LPUSH', queue_key(f[3], f[2]), id)
-  activate(f[3])
+  local class = queue_class(f[4])
+  enqueue(id, f[3], f[2], class, true)
   redis.call('HINCRBY', STATS, 'requeued', 1)
-  wake(1)
+  wake(class, 1)
   return 'requeued'
 end

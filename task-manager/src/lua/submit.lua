@@ -7,7 +7,7 @@
 -- ARGV: prefix, queue_cap, batch_id ('' for none), result_ttl_ms, tenant_id, builtin ('1' for
 --       the built-in tenant, which has no record), n,
 --       then n times: task_id, priority, idempotency_key ('' for none), spec_json, cache_key,
---       force_refresh ('1' or '0').
+--       force_refresh ('1' or '0'), device class ('' for none).
 -- Returns {'no_tenant'}, {'quota', queued, max_queued}, {'full', queued} or
 -- {'ok', id_1, status_1, how_1, ...}, `how` being 'new', 'dedup', 'coalesced' or 'cached'.
 local cap = tonumber(ARGV[2])
@@ -16,7 +16,7 @@ local ttl = tonumber(ARGV[4])
 local tenant = ARGV[5]
 local n = tonumber(ARGV[7])
 local now = now_ms()
-local PER_TASK = 6
+local PER_TASK = 7
 
 local function arg(i, field) return ARGV[7 + (i - 1) * PER_TASK + field] end
 
@@ -96,15 +96,21 @@ end
 
 local out = { 'ok' }
 local logged, distinct = {}, 0
+-- Queue class -> tasks queued in it by this call: the wake tokens to push.
+local woken = {}
 for i = 1, n do
   local id = ids[i]
   local key = task_key(id)
-  local prio, idem, ckey = arg(i, 2), arg(i, 3), arg(i, 5)
+  local prio, idem, ckey, class = arg(i, 2), arg(i, 3), arg(i, 5), arg(i, 7)
   local status
   if how[i] == 'new' then
     status = 'queued'
+    -- qseq: its place in the order tasks were queued, which a claim compares across the
+    -- queues of a class and of no class.
     redis.call('HSET', key, 'status', 'queued', 'spec', arg(i, 4), 'attempts', 0,
-      'priority', prio, 'submitted_at', now, 'ckey', ckey, 'tenant', tenant, 'cns', cns)
+      'priority', prio, 'submitted_at', now, 'ckey', ckey, 'tenant', tenant, 'cns', cns,
+      'qseq', redis.call('HINCRBY', STATS, 'queue_seq', 1))
+    if class ~= '' then redis.call('HSET', key, 'class', class) end
     if idem ~= '' then
       redis.call('HSET', key, 'idem', idem)
       redis.call('SET', idem_key(tenant, idem), id)
@@ -113,8 +119,9 @@ for i = 1, n do
       redis.call('HSET', key, 'batch_id', batch, 'batches', batch)
       redis.call('HINCRBY', bk, 'queued', 1)
     end
-    redis.call('RPUSH', queue_key(tenant, prio), id)
-    count_open(tenant, prio, 'queued', 1)
+    enqueue(id, tenant, prio, queue_class(class), false)
+    count_open(tenant, prio, queue_class(class), 'queued', 1)
+    woken[queue_class(class)] = (woken[queue_class(class)] or 0) + 1
     -- Under force_refresh too: later identical requests join this evaluation. Deleted when the
     -- task finishes; the TTL only bounds an entry whose task record vanished.
     redis.call('SET', inflight_key(tenant, ckey), id, 'PX', ttl)
@@ -123,6 +130,7 @@ for i = 1, n do
     redis.call('HSET', key, 'status', 'done', 'spec', arg(i, 4), 'attempts', 0,
       'priority', prio, 'submitted_at', now, 'started_at', now, 'finished_at', now,
       'result', hits[i], 'cached', 1, 'ckey', ckey, 'tenant', tenant, 'cns', cns)
+    if class ~= '' then redis.call('HSET', key, 'class', class) end
     if idem ~= '' then
       redis.call('HSET', key, 'idem', idem)
       redis.call('SET', idem_key(tenant, idem), id, 'PX', ttl)
@@ -177,8 +185,5 @@ if cached > 0 then
 end
 if misses > 0 then redis.call('HINCRBY', STATS, 'cache_misses', misses) end
 if coalesced > 0 then redis.call('HINCRBY', STATS, 'coalesced', coalesced) end
-if fresh > 0 then
-  activate(tenant)
-  wake(fresh)
-end
+for class, n in pairs(woken) do wake(class, n) end
 return out

@@ -1,5 +1,5 @@
 -- Deletes a tenant by name: its token and record go at once (so its next request is refused,
--- and so is any submission still on its way), it leaves the fair share, its running tasks are
+-- and so is any submission still on its way), it leaves the fair shares, its running tasks are
 -- cancelled (their workers learn it at their next renewal), and it is marked for purging:
 -- tenant_purge.lua cancels its queued tasks in chunks.
 -- ARGV: prefix, name, result_ttl_ms, reason (the error of its cancelled tasks).
@@ -12,7 +12,10 @@ if token then redis.call('HDEL', TOKENS, token) end
 redis.call('HDEL', TENANT_NAMES, name)
 redis.call('DEL', tenant_key(id))
 redis.call('HDEL', TENANT_WEIGHTS, id)
-redis.call('ZREM', ACTIVE, id)
+-- It leaves every class's fair share, and no claim brings it back for tasks of no class.
+local claimers = redis.call('HGETALL', CLAIM_CLASSES)
+for i = 1, #claimers, 2 do redis.call('ZREM', active_key(claimers[i]), id) end
+redis.call('HDEL', UNCLASSED, id)
 redis.call('HSET', PURGING, id, reason)
 local queued = tonumber(redis.call('HGET', TENANT_QUEUED, id)) or 0
 local now = now_ms()

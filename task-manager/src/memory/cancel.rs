@@ -35,8 +35,7 @@ impl MemoryBroker {
             return CancelOutcome::AlreadyFinished(was);
         }
         if was == TaskStatus::Queued {
-            let (tenant, priority) = (rec.tenant.clone(), rec.priority);
-            st.queues.remove(&tenant, priority, id);
+            st.queues.remove(&rec.place(), id);
         }
         st.cancel_open(id, CANCELLED_BY_REQUEST.to_owned(), self.cfg.result_ttl);
         drop(guard);

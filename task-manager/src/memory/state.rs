@@ -152,9 +152,10 @@ impl State {
         rec.worker_id = None;
         rec.token = None;
         rec.started_at = None;
-        let (tenant, priority) = (rec.tenant.clone(), rec.priority);
+        let (place, order) = (rec.place(), rec.queue_order);
         self.transition(id, TaskStatus::Queued, cfg.result_ttl);
-        self.queues.push_front(&tenant, priority, id.clone());
+        // Back into its own class's queue, ahead of what was queued after it.
+        self.queues.push_front(&place, order, id.clone());
         self.stats.requeued += 1;
         Retry::Requeued
     }

@@ -182,10 +182,11 @@ impl MemoryBroker {
                     if let Some(k) = key {
                         st.idempotency.insert(k, id.clone());
                     }
-                    let rec = TaskRec::new(spec, tenant_id, (cache_key, &cache_ns), batch_id, now);
+                    let mut rec =
+                        TaskRec::new(spec, tenant_id, (cache_key, &cache_ns), batch_id, now);
                     // Under force_refresh too: later identical requests join this evaluation.
                     st.in_flight.insert(rec.flight_key(), id.clone());
-                    st.queues.push_back(tenant_id, rec.priority, id.clone());
+                    rec.queue_order = st.queues.push_back(&rec.place(), id.clone());
                     st.tasks.insert(id.clone(), rec);
                     (id, TaskStatus::Queued, false, false, false)
                 }
@@ -257,6 +258,7 @@ impl TaskRec {
             cache_key,
             cache_ns: cache_ns.to_owned(),
             cached: false,
+            queue_order: 0,
         }
     }
 }

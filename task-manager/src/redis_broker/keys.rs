@@ -7,18 +7,24 @@
 //!
 //! Reached by both roles, each with the access its calls need (claim, renew, complete, release
 //! and heartbeat for the workers):
-//! - `task:{id}` hash: status, spec, attempts, priority, worker_id, lease_token, submitted_at,
-//!   started_at, finished_at (ms), result, error, batch_id, batches (every batch counting the
-//!   task), idem, tenant, ckey (scoped result cache key), cns (its tenant's cache namespace),
-//!   cached (`1` when answered from the cache). Expires `result_ttl` after the task finishes.
-//! - `queue:{t}:{high|normal|low}` lists of task ids (FIFO; ids whose task is no longer queued,
-//!   left by a batch cancel or expired, are dropped by the claim that reaches them), `active`
-//!   zset of tenants with queued work scored by their pass in the fair share, `claim_seq` hash
-//!   of claims per tenant,
-//!   `tenant_weights` hash of each created tenant's weight (the one tenant setting a claim reads,
-//!   so it lives outside the registry), `queued` hash of queued tasks per priority,
+//! - `task:{id}` hash: status, spec, attempts, priority, class (its device class; absent for
+//!   none), qseq (its place in the order tasks were queued), worker_id, lease_token,
+//!   submitted_at, started_at, finished_at (ms), result, error, batch_id, batches (every batch
+//!   counting the task), idem, tenant, ckey (scoped result cache key), cns (its tenant's cache
+//!   namespace), cached (`1` when answered from the cache). Expires `result_ttl` after the task
+//!   finishes.
+//! - `queue:{c}:{t}:{high|normal|low}` lists of task ids (FIFO; ids whose task is no longer queued, left by a batch
+//!   cancel or expired, are dropped by the claim that reaches them), `{c}` the task's device class
+//!   or `any` for none (a class may not be named `any`); `active:{c}` zset per claiming class
+//!   `{c}` of the tenants with work for its workers, scored by their pass in its fair share
+//!   (fair.rs); `claim_seq` hash of claims per `{c}:{t}`; `unclassed` hash of each tenant's
+//!   queued tasks of no class (the tenants a claim brings into its class's share);
+//!   `claim_classes` hash of the classes that claim (→ last claim ms: whose wake lists a task of
+//!   no class wakes); `tenant_weights` hash of each created tenant's weight (the one tenant
+//!   setting a claim reads, so it lives outside the registry), `queued` hash of queued tasks
+//!   per priority, `queued_class` per queue class (a field for each class that ever had one),
 //!   `tenant_queued` / `tenant_running` hashes per tenant, `leases` zset scored by expiry ms,
-//!   `wake` list that blocked claimers BLPOP on.
+//!   `wake:{c}` list that blocked claimers of class `{c}` BLPOP on.
 //! - `batch:{id}` hash of counters by status and its tenant, `batch:{id}:tasks` list,
 //!   `batch:{id}:finished` list (its distinct tasks in the order they finished);
 //!   `idem:{t}:{key}` string. Expire `result_ttl` after their tasks finish.
@@ -26,7 +32,7 @@
 //!   namespace `ns` (a tenant id, or `shared`), `inflight:{t}:{ckey}` the
 //!   id of the tenant's open task evaluating it (deleted when it finishes); both expire after
 //!   `result_ttl`. `ckey` is `{cache_scope}:{sha256}`.
-//! - `stats` hash of lifetime counters; the key-value cache counts its lookups in fields
+//! - `stats` hash of lifetime counters (and `queue_seq`, the last qseq given); the key-value cache counts its lookups in fields
 //!   `kv:{namespace}:hits` / `misses`; the recent activity (`activity.rs`) is its fields
 //!   `activity:{minute}` (JSON counts of the tasks that finished in that minute of Redis time,
 //!   the last hour's only), `activity:head` (the newest minute written) and
@@ -50,7 +56,7 @@
 //! node (or a primary with replicas), not Redis Cluster.
 
 use crate::kv::KvNamespace;
-use crucible_shared::{BatchId, TaskId, WorkerId};
+use crucible_shared::{BatchId, DeviceClass, TaskId, WorkerId};
 
 /// The keys the Rust side reads and writes directly (everything else only the scripts touch).
 pub(super) struct Keys<'a>(pub(super) &'a str);
@@ -84,8 +90,13 @@ impl Keys<'_> {
         self.under(format_args!("leases"))
     }
 
-    pub(super) fn wake(&self) -> String {
-        self.under(format_args!("wake"))
+    /// The list blocked claimers of `class` BLPOP on.
+    pub(super) fn wake(&self, class: &DeviceClass) -> String {
+        self.under(format_args!("wake:{class}"))
+    }
+
+    pub(super) fn queued_class(&self) -> String {
+        self.under(format_args!("queued_class"))
     }
 
     pub(super) fn stats(&self) -> String {
@@ -124,6 +135,7 @@ mod tests {
             "p:kv:18:rollout-batch-keys:t:k"
         );
         assert_eq!(keys.task(&TaskId::from("t_1")), "p:task:t_1");
+        assert_eq!(keys.wake(&DeviceClass::cpu()), "p:wake:cpu");
         assert_eq!(
             keys.batch_finished(&BatchId::from("b_1")),
             "p:batch:b_1:finished"

@@ -27,7 +27,13 @@ impl RedisBroker {
                 .arg(spec.request.idempotency_key.as_deref().unwrap_or(""))
                 .arg(json)
                 .arg(scoped_cache_key(&self.cfg, spec))
-                .arg(if spec.request.force_refresh { "1" } else { "0" });
+                .arg(if spec.request.force_refresh { "1" } else { "0" })
+                .arg(
+                    spec.request
+                        .device_class
+                        .as_ref()
+                        .map_or("", |c| c.as_str()),
+                );
         }
         let mut c = self.conn().await?;
         let reply: Vec<String> = inv.invoke_async(&mut c).await.map_err(redis_err)?;

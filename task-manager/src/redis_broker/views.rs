@@ -6,11 +6,13 @@ use crate::broker::BrokerError;
 use crate::kv::KvNamespace;
 use crate::policy::worker_retention;
 use crucible_shared::{
-    BatchId, Priority, QueueStatus, TaskId, TaskView, WorkerId, WorkerInfo, WorkerState,
+    BatchId, DeviceClass, LiveClasses, Priority, QueueStatus, QueuedByClass, TaskId, TaskView,
+    WorkerId, WorkerInfo, WorkerState,
 };
+use std::collections::HashMap;
 
 /// Fields of the task hash that make up a [`TaskView`], in [`decode_view`]'s order.
-pub(super) const VIEW_FIELDS: [&str; 11] = [
+pub(super) const VIEW_FIELDS: [&str; 12] = [
     "status",
     "attempts",
     "priority",
@@ -22,6 +24,7 @@ pub(super) const VIEW_FIELDS: [&str; 11] = [
     "error",
     "batch_id",
     "cached",
+    "class",
 ];
 
 /// Builds a view from the [`VIEW_FIELDS`] of a task hash; `None` when the task is unknown.
@@ -41,7 +44,8 @@ pub(super) fn decode_view(
         error,
         batch_id,
         cached,
-    ]: [Option<String>; 11] = fields
+        class,
+    ]: [Option<String>; 12] = fields
         .try_into()
         .map_err(|_| corrupt("task hash reply of the wrong length"))?;
     let Some(status) = status else {
@@ -67,6 +71,11 @@ pub(super) fn decode_view(
             .as_deref()
             .and_then(Priority::parse)
             .ok_or_else(|| corrupt(format!("priority of task {id}")))?,
+        device_class: class
+            .as_deref()
+            .map(DeviceClass::parse)
+            .transpose()
+            .map_err(|e| corrupt(format!("class of task {id}: {e}")))?,
         batch_id: batch_id.map(BatchId),
         submitted_at: time(submitted_at)?
             .ok_or_else(|| corrupt(format!("task {id} has no submitted_at")))?,
@@ -133,15 +142,25 @@ impl RedisBroker {
     }
 }
 
+/// The one round trip of `queue_status`: queued per priority, per queue class, leases, stats.
+type QueueRead = (
+    Vec<Option<u64>>,
+    HashMap<String, i64>,
+    u64,
+    Vec<Option<u64>>,
+);
+
 impl RedisBroker {
     /// `queue_status`: the queue depths, leases and lifetime counters in one round trip.
     pub(super) async fn read_queue_status(&self) -> Result<QueueStatus, BrokerError> {
         let mut c = self.conn().await?;
-        let (queued, running, stats): (Vec<Option<u64>>, u64, Vec<Option<u64>>) = redis::pipe()
+        let (queued, by_class, running, stats): QueueRead = redis::pipe()
             .atomic()
             .cmd("HMGET")
             .arg(self.keys().queued())
             .arg(&["high", "normal", "low"][..])
+            .cmd("HGETALL")
+            .arg(self.keys().queued_class())
             .cmd("ZCARD")
             .arg(self.keys().leases())
             .cmd("HMGET")
@@ -163,6 +182,9 @@ impl RedisBroker {
             .query_async(&mut c)
             .await
             .map_err(redis_err)?;
+        drop(c);
+        let queued_by_class = queued_by_class(by_class)?;
+        let workers = self.read_workers().await?;
         let stat = |i: usize| stats.get(i).copied().flatten().unwrap_or(0);
         let queued = |i: usize| queued.get(i).copied().flatten().unwrap_or(0);
         Ok(QueueStatus {
@@ -181,6 +203,7 @@ impl RedisBroker {
             coalesced_total: stat(7),
             ref_cache_hits_total: stat(8),
             ref_cache_misses_total: stat(9),
+            classes: Some(LiveClasses::of(&workers).queues(&queued_by_class)),
             tenants: None,
         })
     }
@@ -218,6 +241,23 @@ impl RedisBroker {
     }
 }
 
+/// `queued_class` as the views count it: the queue class `any` is the row of no class.
+fn queued_by_class(fields: HashMap<String, i64>) -> Result<QueuedByClass, BrokerError> {
+    fields
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(class, n)| {
+            let class = match class.as_str() {
+                crucible_shared::device::UNCLASSED => None,
+                name => Some(
+                    DeviceClass::parse(name).map_err(|e| corrupt(format!("queued_class: {e}")))?,
+                ),
+            };
+            Ok((class, n.unsigned_abs()))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,7 +265,7 @@ mod tests {
     #[test]
     fn missing_status_means_unknown_task() {
         let id = TaskId::from("t_x");
-        assert_eq!(decode_view(&id, vec![None; 11]).unwrap(), None);
+        assert_eq!(decode_view(&id, vec![None; 12]).unwrap(), None);
         assert!(decode_view(&id, vec![None; 3]).is_err());
     }
 }

@@ -10,8 +10,8 @@
 
 use chrono::Utc;
 use crucible_shared::{
-    BrokerConfig, DeviceInfo, DeviceKind, EvalResult, EvaluateRequest, LeaseToken, Priority,
-    TaskId, TaskSpec, TaskStatus, TaskView, TenantId, VerdictCode, WorkerId, WorkerInfo,
+    BrokerConfig, DeviceClass, DeviceInfo, DeviceKind, EvalResult, EvaluateRequest, LeaseToken,
+    Priority, TaskId, TaskSpec, TaskStatus, TaskView, TenantId, VerdictCode, WorkerId, WorkerInfo,
     WorkerState,
 };
 use crucible_task_manager::{AckOutcome, Broker, Lease, MemoryBroker, RedisBroker};
@@ -173,8 +173,18 @@ pub fn verdict(tag: &str) -> EvalResult {
         DeviceInfo {
             kind: DeviceKind::Cpu,
             name: "test cpu".to_owned(),
+            class: None,
         },
     )
+}
+
+/// The class the contract's workers claim for unless a test says otherwise.
+pub fn h100() -> DeviceClass {
+    class("h100")
+}
+
+pub fn class(name: &str) -> DeviceClass {
+    DeviceClass::parse(name).expect("a valid class")
 }
 
 pub fn worker(n: u32) -> WorkerId {
@@ -188,6 +198,7 @@ pub fn worker_info(id: &WorkerId, state: WorkerState) -> WorkerInfo {
         device: DeviceInfo {
             kind: DeviceKind::Cuda,
             name: "NVIDIA H100".to_owned(),
+            class: Some(h100()),
         },
         device_index: Some(0),
         state,
@@ -208,7 +219,7 @@ pub fn stale(lease: &Lease) -> Lease {
 
 pub async fn claim_now(broker: &Arc<dyn Broker>, w: &WorkerId) -> Lease {
     broker
-        .claim(w, Duration::ZERO)
+        .claim(w, &h100(), Duration::ZERO)
         .await
         .expect("claim")
         .expect("a task is queued")
@@ -292,4 +303,23 @@ pub(crate) use contract;
 /// The built-in tenant: what single-user callers (and most of the contract) submit as.
 pub fn admin() -> TenantId {
     TenantId::builtin()
+}
+
+/// The SHA-256 the API would store for `name`'s token (any unique string does here).
+pub fn token_hash(name: &str) -> String {
+    format!("{:0>64}", name.len().to_string() + name)
+}
+
+/// Creates tenant `name` with the settings `edit` makes.
+pub async fn create(
+    env: &Env,
+    name: &str,
+    edit: impl FnOnce(&mut crucible_shared::CreateTenantRequest),
+) -> crucible_task_manager::Tenant {
+    let mut request = crucible_shared::CreateTenantRequest::new(name);
+    edit(&mut request);
+    env.broker
+        .create_tenant(&request, &token_hash(name))
+        .await
+        .expect("create tenant")
 }

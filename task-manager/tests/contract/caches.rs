@@ -49,7 +49,10 @@ async fn cache_hit_is_a_new_done_task_marked_cached(backend: Backend) {
         Some(again)
     );
     assert_eq!(
-        env.broker.claim(&worker(1), Duration::ZERO).await.unwrap(),
+        env.broker
+            .claim(&worker(1), &h100(), Duration::ZERO)
+            .await
+            .unwrap(),
         None,
         "nothing was queued"
     );
@@ -266,7 +269,10 @@ async fn identical_open_requests_share_one_task(backend: Backend) {
     let next = claim_now(&env.broker, &worker(1)).await;
     assert_eq!(next.task_id, subs[1].task_id);
     assert_eq!(
-        env.broker.claim(&worker(1), Duration::ZERO).await.unwrap(),
+        env.broker
+            .claim(&worker(1), &h100(), Duration::ZERO)
+            .await
+            .unwrap(),
         None
     );
     // Misses: a and b; joined: a twice while queued and once while running, b once.

@@ -74,7 +74,14 @@ async fn cancel_batch_ends_open_tasks_and_counts_each_once(backend: Backend) {
     );
     // Queued tasks never run; nothing is counted open any more.
     assert_eq!(
-        env.broker.claim(&worker(3), Duration::ZERO).await.unwrap(),
+        env.broker
+            .claim(
+                &worker(3),
+                &crucible_shared::DeviceClass::cpu(),
+                Duration::ZERO
+            )
+            .await
+            .unwrap(),
         None
     );
     let queue = env.broker.queue_status().await.unwrap();
@@ -168,7 +175,14 @@ async fn cancel_batch_of_many_tasks_leaves_the_queue_usable(backend: Backend) {
     let next = claim_now(&env.broker, &worker(2)).await;
     assert_eq!(next.task_id, after.task_id);
     assert_eq!(
-        env.broker.claim(&worker(2), Duration::ZERO).await.unwrap(),
+        env.broker
+            .claim(
+                &worker(2),
+                &crucible_shared::DeviceClass::cpu(),
+                Duration::ZERO
+            )
+            .await
+            .unwrap(),
         None
     );
     assert_eq!(

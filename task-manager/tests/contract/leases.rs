@@ -62,7 +62,7 @@ async fn claim_returns_none_after_wait(backend: Backend) {
     let t0 = Instant::now();
     let got = env
         .broker
-        .claim(&worker(1), Duration::from_millis(300))
+        .claim(&worker(1), &h100(), Duration::from_millis(300))
         .await
         .unwrap();
     let waited = t0.elapsed();
@@ -73,7 +73,10 @@ async fn claim_returns_none_after_wait(backend: Backend) {
     );
     assert!(waited < Duration::from_secs(5), "returned after {waited:?}");
     assert_eq!(
-        env.broker.claim(&worker(1), Duration::ZERO).await.unwrap(),
+        env.broker
+            .claim(&worker(1), &h100(), Duration::ZERO)
+            .await
+            .unwrap(),
         None
     );
 }
@@ -81,7 +84,8 @@ async fn claim_returns_none_after_wait(backend: Backend) {
 async fn claim_wakes_on_submit(backend: Backend) {
     let env = Env::start(backend, config()).await;
     let w = worker(1);
-    let mut claim = Box::pin(env.broker.claim(&w, Duration::from_secs(30)));
+    let class = h100();
+    let mut claim = Box::pin(env.broker.claim(&w, &class, Duration::from_secs(30)));
     env.block(&mut claim).await;
 
     let t0 = Instant::now();
@@ -272,7 +276,10 @@ async fn reap_requeues_then_fails_after_max_attempts(backend: Backend) {
     assert!(error.contains("lease expired"), "{error}");
     assert!(view.finished_at.is_some());
     assert_eq!(
-        env.broker.claim(&worker(3), Duration::ZERO).await.unwrap(),
+        env.broker
+            .claim(&worker(3), &h100(), Duration::ZERO)
+            .await
+            .unwrap(),
         None
     );
 
@@ -392,7 +399,7 @@ async fn task_submitted_on_one_node_is_claimed_on_another(backend: Backend) {
         .unwrap()
         .task_id;
     let lease = node_b
-        .claim(&worker(1), Duration::from_secs(5))
+        .claim(&worker(1), &h100(), Duration::from_secs(5))
         .await
         .unwrap()
         .expect("node b sees node a's task");
@@ -402,7 +409,8 @@ async fn task_submitted_on_one_node_is_claimed_on_another(backend: Backend) {
 
     // A claimer blocked on one node is woken by a submit on the other.
     let w = worker(2);
-    let mut claim = Box::pin(node_b.claim(&w, Duration::from_secs(30)));
+    let class = h100();
+    let mut claim = Box::pin(node_b.claim(&w, &class, Duration::from_secs(30)));
     env.block(&mut claim).await;
     let t0 = Instant::now();
     let id = env
@@ -440,7 +448,11 @@ async fn concurrent_claimers_claim_each_task_once(backend: Backend) {
         claimers.spawn(async move {
             let w = worker(n);
             let mut got = Vec::new();
-            while let Some(lease) = broker.claim(&w, Duration::from_millis(200)).await.unwrap() {
+            while let Some(lease) = broker
+                .claim(&w, &h100(), Duration::from_millis(200))
+                .await
+                .unwrap()
+            {
                 assert_eq!(lease.attempt, 1);
                 got.push(lease.task_id);
             }

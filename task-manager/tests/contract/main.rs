@@ -10,6 +10,7 @@ mod activity;
 mod batches;
 mod caches;
 mod cancel;
+mod classes;
 mod kv;
 mod leases;
 mod priorities;

@@ -219,7 +219,10 @@ async fn cancel_in_every_state(backend: Backend) {
     assert!(view.finished_at.is_some());
     assert_eq!(env.broker.queue_status().await.unwrap().queued(), 0);
     assert_eq!(
-        env.broker.claim(&worker(1), Duration::ZERO).await.unwrap(),
+        env.broker
+            .claim(&worker(1), &h100(), Duration::ZERO)
+            .await
+            .unwrap(),
         None
     );
 
@@ -388,17 +391,23 @@ async fn finished_records_all_carry_a_ttl(backend: Backend) {
         keys.contains(&format!("{p}:idem:{}:ka", admin())),
         "{keys:?}"
     );
-    // Bookkeeping whose size is bounded by the priorities and tenants, not by the tasks.
+    // Bookkeeping whose size is bounded by the priorities, device classes and tenants, not by
+    // the tasks.
     let bookkeeping = [
         "stats",
         "queued",
+        "queued_class",
         "tenant_queued",
         "tenant_running",
-        "active",
+        "unclassed",
+        "claim_classes",
         "claim_seq",
     ];
     let exempt = |k: &str| {
-        bookkeeping.iter().any(|b| k == format!("{p}:{b}")) || k.starts_with(&format!("{p}:queue:"))
+        bookkeeping.iter().any(|b| k == format!("{p}:{b}"))
+            || ["queue", "active"]
+                .iter()
+                .any(|b| k.starts_with(&format!("{p}:{b}:")))
     };
     for key in keys.iter().filter(|k| !exempt(k)) {
         let pttl: i64 = ::redis::cmd("PTTL")

@@ -38,6 +38,7 @@ fn page() -> StatusPage {
         device: DeviceInfo {
             kind: DeviceKind::Cuda,
             name: "NVIDIA H100".into(),
+            class: None,
         },
         device_index: Some(0),
         state: WorkerState::Busy,
@@ -72,6 +73,7 @@ fn page() -> StatusPage {
             coalesced_total: 0,
             ref_cache_hits_total: 0,
             ref_cache_misses_total: 0,
+            classes: None,
             tenants: Some(vec![TenantCounts {
                 tenant: HOSTILE.into(),
                 queued: 6,

@@ -39,7 +39,14 @@ pub(crate) async fn claim_run(
         claim_handles.push(tokio::spawn(async move {
             // Ended by abort once every task is claimed (or the run timed out).
             loop {
-                match broker.claim(&worker, Duration::from_secs(5)).await {
+                match broker
+                    .claim(
+                        &worker,
+                        &crucible_shared::DeviceClass::cpu(),
+                        Duration::from_secs(5),
+                    )
+                    .await
+                {
                     Ok(Some(lease)) => {
                         let at = Instant::now();
                         if tx.send((lease.task_id, at)).is_err() {
