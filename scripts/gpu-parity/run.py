@@ -65,6 +65,28 @@ def row(problem, config, task):
             "max_diff": r.get("max_abs_diff"), "error": r.get("error_message")}
 
 
+def check_device_classes(args):
+    """The worker advertises `args.device_class`; a request for it runs on this GPU and says so
+    in its result, one for a class no worker has is refused at submit."""
+    _, workers = call(args.api, "GET", "/workers/status")
+    advertised = sorted({(w.get("device") or {}).get("class") for w in workers["workers"]})
+    problem = PROBLEMS[0]
+    task_id = submit(args.api, args.problems, args.candidates, problem,
+                     {"device_class": args.device_class}, args.trials, args.perf_trials)
+    task = wait(args.api, task_id, time.time() + 300)
+    ran_on = ((task.get("result") or {}).get("device") or {}).get("class")
+    other = "a100" if args.device_class != "a100" else "h200"
+    status, answer = call(args.api, "POST", "/evaluate", {
+        "reference_code": "x", "kernel_code": "y", "device_class": other})
+    ok = advertised == [args.device_class] and ran_on == args.device_class \
+        and verdict_of(task) == "correct" and status == 422 \
+        and answer.get("code") == "DEVICE_CLASS_UNAVAILABLE"
+    print(f"device classes: workers advertise {advertised}; device_class {args.device_class} ran "
+          f"on {ran_on} ({verdict_of(task)}); device_class {other}: {status} "
+          f"{answer.get('code')}: {answer.get('message')} -> {'PASS' if ok else 'FAIL'}")
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--api", default="http://127.0.0.1:10907")
@@ -74,6 +96,9 @@ def main():
     ap.add_argument("--perf-trials", type=int, default=100)
     ap.add_argument("--out", default=None, help="write every task as JSON lines here")
     ap.add_argument("--deadline-s", type=float, default=500)
+    ap.add_argument("--device-class", default=None,
+                    help="the class this GPU's worker should have (e.g. h100): a request naming "
+                         "it runs there, one naming another class is refused with 422")
     ap.add_argument("--configs", default=",".join(CONFIGS),
                     help="comma-separated names of CONFIGS to run (compile runs twice)")
     args = ap.parse_args()
@@ -92,6 +117,7 @@ def main():
                                          args.perf_trials))
              for p in PROBLEMS if "compile" in wanted]
     done += [(p, name, wait(args.api, tid, deadline)) for p, name, tid in again]
+    classes_ok = check_device_classes(args) if args.device_class else True
     rows = [row(p, name, task) for p, name, task in done]
     if args.out:
         with open(args.out, "w") as f:
@@ -115,7 +141,7 @@ def main():
     print(f"wall {time.time() - t0:.0f} s for {len(rows)} evaluations; {correct} correct")
     hits = sum(bool(r["cached"]) for r in rows if r["config"] == "compile again")
     print(f"compiled reference timings from the cache on the second run: {hits}/{len(again)}")
-    return 0 if correct == len(rows) and hits == len(again) else 1
+    return 0 if correct == len(rows) and hits == len(again) and classes_ok else 1
 
 
 if __name__ == "__main__":
