@@ -77,7 +77,8 @@ def check_device_classes(args):
     ran_on = ((task.get("result") or {}).get("device") or {}).get("class")
     other = "a100" if args.device_class != "a100" else "h200"
     status, answer = call(args.api, "POST", "/evaluate", {
-        "reference_code": "x", "kernel_code": "y", "device_class": other})
+        "reference_code": open(f"{args.problems}/level1/{problem}.py").read(),
+        "kernel_code": open(f"{args.candidates}/{problem}.py").read(), "device_class": other})
     ok = advertised == [args.device_class] and ran_on == args.device_class \
         and verdict_of(task) == "correct" and status == 422 \
         and answer.get("code") == "DEVICE_CLASS_UNAVAILABLE"
