@@ -384,7 +384,8 @@ def run_harness_once(it, python, device, gpu, work_root):
             "num_warmup": 3, "measure_performance": True, "atol": 0.01, "rtol": 0.01, "seed": 42,
             "max_speedup": 10.0,
             "timing": {"mode": "fixed", "target_rel_error": 0.001, "max_time_ms": 2000,
-                       "min_trials": 3}}
+                       "min_trials": 3},
+            "precision": "fp32", "timing_method": "cuda_event", "reference_backend": "eager"}
     with open(os.path.join(taskdir, "spec.json"), "w") as f:
         json.dump(spec, f)
     os.mkdir(os.path.join(taskdir, "tmp"))

@@ -64,7 +64,8 @@ def run(problem, candidate, spec=None, timeout=120.0, python=DEFAULT_PYTHON,
                  "num_perf_trials": 10, "num_warmup": 2, "measure_performance": True,
                  "atol": 0.01, "rtol": 0.01, "seed": 42, "max_speedup": 10.0,
                  "timing": {"mode": "fixed", "target_rel_error": 0.001, "max_time_ms": 2000,
-                            "min_trials": 3}},
+                            "min_trials": 3},
+                 "precision": "fp32", "timing_method": "cuda_event", "reference_backend": "eager"},
                 **(spec or {}))
     taskdir = tempfile.mkdtemp(prefix="crucible-task-")
     os.chmod(taskdir, 0o700)
