@@ -13,7 +13,7 @@ document, both ways, so the two cannot drift apart.
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
 Backend = Literal["triton", "cuda"]
 Profile = Literal["kernel_rl", "kevin", "drkernel"]
@@ -152,11 +152,12 @@ class Rollout(_RolloutRequired, total=False):
     decoy_reward: DecoyReward
 
 
-class DeviceInfo(TypedDict):
-    """Where an evaluation ran: ``cpu`` timings are labelled and never mixed with GPU ones."""
-
-    kind: DeviceKind
-    name: str
+# ``class`` is a keyword: the functional form. Where an evaluation ran: ``cpu`` timings are
+# labelled and never mixed with GPU ones; ``class`` is the device class (``h100``, ``cpu``, ...)
+# a request's ``device_class`` matches, absent from servers of before classes.
+DeviceInfo = TypedDict(
+    "DeviceInfo", {"kind": DeviceKind, "name": str, "class": NotRequired[str | None]}
+)
 
 
 class Flag(TypedDict):
@@ -218,6 +219,8 @@ class TaskView(_TaskViewRequired, total=False):
     started_at: str | None
     finished_at: str | None
     cached: bool
+    #: The device class it must run on (the request's, or its group's placement); None: any.
+    device_class: str | None
 
 
 class _SubmitResponseRequired(TypedDict):
@@ -296,6 +299,19 @@ class _QueueStatusRequired(TypedDict):
     requeued_total: int
 
 
+class _ClassQueueRequired(TypedDict):
+    queued: int
+    workers: int
+    unservable: bool
+
+
+class ClassQueue(_ClassQueueRequired, total=False):
+    """One row of ``/queue/status``'s ``classes``: ``device_class`` None for unclassed tasks;
+    ``unservable`` when tasks wait and no live worker has the class."""
+
+    device_class: str | None
+
+
 class QueueStatus(_QueueStatusRequired, total=False):
     """``GET /queue/status``: depths, the cap, lifetime counters and cache figures."""
 
@@ -305,6 +321,7 @@ class QueueStatus(_QueueStatusRequired, total=False):
     ref_cache_hits_total: int
     ref_cache_misses_total: int
     tenants: list[TenantCounts] | None
+    classes: list[ClassQueue] | None
 
 
 class HealthStatus(TypedDict):
@@ -405,6 +422,7 @@ SCHEMAS: dict[str, type] = {
     "CancelResponse": CancelResponse,
     "BatchCancelResponse": BatchCancelResponse,
     "TenantCounts": TenantCounts,
+    "ClassQueue": ClassQueue,
     "QueueStatus": QueueStatus,
     "HealthStatus": HealthStatus,
     "RewardComponents": RewardComponents,
