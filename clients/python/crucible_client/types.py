@@ -13,7 +13,7 @@ document, both ways, so the two cannot drift apart.
 
 from __future__ import annotations
 
-from typing import Literal, NotRequired, TypedDict
+from typing import Literal, TypedDict
 
 Backend = Literal["triton", "cuda"]
 Profile = Literal["kernel_rl", "kevin", "drkernel"]
@@ -152,12 +152,20 @@ class Rollout(_RolloutRequired, total=False):
     decoy_reward: DecoyReward
 
 
-# ``class`` is a keyword: the functional form. Where an evaluation ran: ``cpu`` timings are
-# labelled and never mixed with GPU ones; ``class`` is the device class (``h100``, ``cpu``, ...)
-# a request's ``device_class`` matches, absent from servers of before classes.
-DeviceInfo = TypedDict(
-    "DeviceInfo", {"kind": DeviceKind, "name": str, "class": NotRequired[str | None]}
-)
+class _DeviceInfoRequired(TypedDict):
+    kind: DeviceKind
+    name: str
+
+
+# ``class`` is a keyword, so this key is declared in the functional form (Python 3.10 has no
+# ``NotRequired``: an optional key comes from a ``total=False`` part).
+_DeviceInfoClass = TypedDict("_DeviceInfoClass", {"class": "str | None"}, total=False)
+
+
+class DeviceInfo(_DeviceInfoRequired, _DeviceInfoClass):
+    """Where an evaluation ran: ``cpu`` timings are labelled and never mixed with GPU ones;
+    ``class`` is its device class (``h100``, ``cpu``, ...), what a request's ``device_class``
+    matches (absent from servers of before classes)."""
 
 
 class Flag(TypedDict):
