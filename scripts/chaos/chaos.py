@@ -409,7 +409,7 @@ def main() -> int:
     p.add_argument("--kills", type=int, default=50, help="kill -9 of a random worker")
     p.add_argument("--redis-restarts", type=int, default=3, help="alternately SIGTERM and kill -9")
     p.add_argument("--api-restarts", type=int, default=2)
-    p.add_argument("--rolling", action="store_true", help="end with a rolling restart of every process")
+    p.add_argument("--rolling", action=argparse.BooleanOptionalAction, default=False, help="end with a rolling restart of every process")
     p.add_argument("--apis", type=int, default=2)
     p.add_argument("--workers", type=int, default=3)
     p.add_argument("--gpu-workers", type=int, default=0, help="workers on GPUs 0..N-1 (the rest on the CPU)")
