@@ -41,6 +41,9 @@ local WAKE_MAX = 1024
 local WAKE_TTL_MS = 60000
 
 local TERMINAL = { done = true, failed = true, cancelled = true }
+-- Field of STATS: the spec bytes of open (queued or running) tasks, which the queue byte budget
+-- (queue_cap_bytes) bounds. Added at submission, taken off when a task becomes terminal.
+local OPEN_BYTES = 'open_bytes'
 
 -- One clock for every node: the Redis server's.
 local function now_ms()
@@ -274,6 +277,9 @@ local function transition(id, from, to, now, ttl, outcome)
     end
   end
   redis.call('HSET', key, 'status', to)
+  if TERMINAL[to] and not TERMINAL[from] then
+    redis.call('HINCRBY', STATS, OPEN_BYTES, -redis.call('HSTRLEN', key, 'spec'))
+  end
   if TERMINAL[to] then
     redis.call('HSET', key, 'finished_at', now)
     redis.call('HINCRBY', STATS, to, 1)
