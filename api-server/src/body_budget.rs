@@ -92,8 +92,15 @@ pub async fn admit_body(
             .into_response();
         }
     };
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
+    let large = bytes.len() >= crate::heap::TRIM_AFTER_BODY_BYTES;
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    if large {
+        // The body and what was parsed from it are freed by now.
+        tokio::task::spawn_blocking(crate::heap::give_back_free_pages);
+    }
+    response
 }
 
 /// The whole body and the permits it holds.

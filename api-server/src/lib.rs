@@ -11,6 +11,7 @@ pub mod auth;
 pub mod body_budget;
 pub mod error;
 pub mod extract;
+pub mod heap;
 pub mod limits;
 pub mod metrics;
 pub mod openapi;
