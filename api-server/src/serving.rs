@@ -19,11 +19,15 @@ use tokio_util::task::TaskTracker;
 /// before it was accepted), so that the loop does not spin while nothing can be accepted.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 
-/// The connections being served, oldest first, each with the token that asks it to close.
+/// The connections being served.
 #[derive(Default)]
 struct Connections {
     next_id: u64,
+    /// Those not yet asked to close, oldest first, each with the token that asks it to.
     open: BTreeMap<u64, CancellationToken>,
+    /// All of them, those asked to close but still finishing a response included: what holds
+    /// descriptors, so what the limits count.
+    live: usize,
 }
 
 /// What to do with a connection just accepted, given how many are open.
@@ -35,6 +39,23 @@ enum Admission {
     ServeAndShedOldest,
     /// Close it unread: too many are open already, closing ones included.
     Refuse,
+}
+
+/// A connection's place in [`Connections`], given back when its task ends, even by a panic.
+struct Registered {
+    connections: Arc<Mutex<Connections>>,
+    id: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let mut c = self
+            .connections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        c.open.remove(&self.id);
+        c.live -= 1;
+    }
 }
 
 fn admission(open: usize, limits: &ServeLimits) -> Admission {
@@ -60,6 +81,9 @@ pub async fn serve_connections(
         .header_read_timeout(limits.header_read_timeout);
     let connections = Arc::new(Mutex::new(Connections::default()));
     let tracker = TaskTracker::new();
+    // Whether the last connection was refused: logged when refusing starts and when it stops,
+    // not once per connection of a flood.
+    let mut refusing = false;
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -75,11 +99,18 @@ pub async fn serve_connections(
         };
         let (id, close) = {
             let mut c = connections.lock().unwrap_or_else(PoisonError::into_inner);
-            match admission(c.open.len(), &limits) {
-                Admission::Refuse => {
-                    tracing::warn!(%peer, open = c.open.len(), "connection refused: at the hard limit");
-                    continue;
+            let admitted = admission(c.live, &limits);
+            if (admitted == Admission::Refuse) != refusing {
+                refusing = !refusing;
+                match refusing {
+                    true => {
+                        tracing::warn!(%peer, live = c.live, "refusing connections: at the hard limit")
+                    }
+                    false => tracing::info!(live = c.live, "accepting connections again"),
                 }
+            }
+            match admitted {
+                Admission::Refuse => continue,
                 Admission::ServeAndShedOldest => {
                     if let Some((_, oldest)) = c.open.pop_first() {
                         oldest.cancel();
@@ -91,12 +122,17 @@ pub async fn serve_connections(
             c.next_id += 1;
             let close = shutdown.child_token();
             c.open.insert(id, close.clone());
+            c.live += 1;
             (id, close)
         };
         let conn =
             http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
-        let connections = connections.clone();
+        let registered = Registered {
+            connections: connections.clone(),
+            id,
+        };
         tracker.spawn(async move {
+            let _registered = registered;
             let mut conn = std::pin::pin!(conn);
             let served = tokio::select! {
                 served = conn.as_mut() => served,
@@ -109,11 +145,6 @@ pub async fn serve_connections(
             if let Err(e) = served {
                 tracing::debug!(%peer, error = %e, "connection ended");
             }
-            connections
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .open
-                .remove(&id);
         });
     }
     tracker.close();
