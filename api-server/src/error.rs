@@ -54,6 +54,11 @@ impl From<BrokerError> for HttpError {
             BrokerError::TenantExists(_) => (ApiErrorCode::Conflict, e.to_string()),
             BrokerError::Unavailable(_) => (ApiErrorCode::BrokerUnavailable, e.to_string()),
             BrokerError::Corrupt(_) => (ApiErrorCode::Internal, e.to_string()),
+            BrokerError::QueueBytesFull { .. } => (ApiErrorCode::QueueFull, e.to_string()),
+            BrokerError::OutOfMemory(_) => (
+                ApiErrorCode::BrokerOutOfMemory,
+                format!("{e}; retry when tasks have finished or expired"),
+            ),
         };
         if code == ApiErrorCode::Internal {
             tracing::error!(error = %e, "broker data error");

@@ -8,8 +8,11 @@
 pub mod access;
 pub mod admin;
 pub mod auth;
+pub mod body_budget;
 pub mod error;
 pub mod extract;
+pub mod heap;
+pub mod limits;
 pub mod metrics;
 pub mod openapi;
 pub mod placement;
@@ -17,16 +20,19 @@ pub mod problems;
 pub mod rollouts;
 pub mod router;
 pub mod routes;
+pub mod serving;
 pub mod state;
 pub mod status_page;
 pub mod submission;
 
 pub use auth::{Auth, AuthMode};
+pub use limits::ServeLimits;
 pub use router::router;
 pub use state::AppState;
 
-/// Serves `router` on `listener` until `shutdown` resolves. The address it serves on names
-/// the replica in its metrics ([`metrics::replica_id`]).
+/// Serves `router` on `listener` until `shutdown` resolves, under the state's
+/// [`limits::ServeLimits`] (`serving`: timeouts and the connection cap). The address it serves
+/// on names the replica in its metrics ([`metrics::replica_id`]).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
@@ -36,7 +42,12 @@ pub async fn serve(
         listener.local_addr()?,
         std::env::var("HOSTNAME").ok(),
     ));
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let limits = (*state.limits).clone();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let on_shutdown = stop.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        on_shutdown.cancel();
+    });
+    serving::serve_connections(listener, router(state), limits, stop).await
 }

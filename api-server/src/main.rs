@@ -50,7 +50,9 @@ async fn main() -> anyhow::Result<()> {
     });
     crucible_api_server::auth::log_mode(&auth, addr);
     let problems = crucible_api_server::problems::load_from_env().context("problem registry")?;
-    let state = AppState::new(broker, auth).with_problems(problems);
+    let state = AppState::new(broker, auth)
+        .with_problems(problems)
+        .with_limits(crucible_api_server::ServeLimits::from_env()?);
     state
         .metrics
         .registry()

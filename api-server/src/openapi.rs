@@ -102,7 +102,8 @@ pub const BEARER_SCHEME: &str = "bearer";
 pub struct ApiDoc;
 
 /// The document with its bearer scheme: every path but [`PUBLIC_PATHS`] and [`PAGE_PATHS`]
-/// requires it and documents 401, and the admin paths document 403.
+/// requires it and documents 401, and the admin paths document 403. Every operation with a
+/// request body documents what the body budget answers (`body_budget`): 408 and 503.
 pub fn doc() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
     let scheme = HttpBuilder::new()
@@ -155,6 +156,25 @@ pub fn doc() -> utoipa::openapi::OpenApi {
                 "401".to_owned(),
                 error("No bearer token, or one that names no tenant (`UNAUTHORIZED`)").into(),
             );
+            if op.request_body.is_some() {
+                responses.insert(
+                    "408".to_owned(),
+                    error(
+                        "The body did not arrive within the body read timeout \
+                         (`REQUEST_TIMEOUT`)",
+                    )
+                    .into(),
+                );
+                responses.insert(
+                    "503".to_owned(),
+                    error(
+                        "Retry after `Retry-After`: the server is reading as many request \
+                         bodies as it buffers at once (`OVERLOADED`), the broker is unreachable \
+                         (`BROKER_UNAVAILABLE`) or at its memory limit (`BROKER_OUT_OF_MEMORY`)",
+                    )
+                    .into(),
+                );
+            }
             if admin {
                 responses.insert(
                     "403".to_owned(),
@@ -260,6 +280,19 @@ mod tests {
         );
         let codes = schemas["ApiErrorCode"].to_string();
         assert!(codes.contains("DEVICE_CLASS_UNAVAILABLE"), "{codes}");
+        for path in [
+            "/evaluate",
+            "/evaluate/batch",
+            "/rollouts",
+            "/admin/tenants",
+        ] {
+            let responses = &doc["paths"][path]["post"]["responses"];
+            assert!(
+                responses["503"].to_string().contains("OVERLOADED")
+                    && responses["408"].to_string().contains("REQUEST_TIMEOUT"),
+                "{path}: {responses}"
+            );
+        }
         let evaluate = doc["paths"]["/evaluate"]["post"]["responses"]["422"].to_string();
         assert!(evaluate.contains("DEVICE_CLASS_UNAVAILABLE"), "{evaluate}");
     }

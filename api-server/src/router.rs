@@ -66,7 +66,16 @@ pub fn router(state: AppState) -> Router {
         .merge(api)
         .merge(SwaggerUi::new(crate::auth::DOCS_PATH).url("/openapi.json", crate::openapi::doc()))
         .fallback(not_found)
-        // Innermost, so traces and metrics count the requests it refuses.
+        // Inside authentication, so an unauthenticated client never holds body bytes.
+        .layer(axum::middleware::from_fn_with_state(
+            std::sync::Arc::new(crate::body_budget::BodyBudget::new(
+                state.limits.body_bytes_in_flight,
+                state.limits.body_read_timeout,
+                BATCH_BODY_LIMIT,
+            )),
+            crate::body_budget::admit_body,
+        ))
+        // Innermost of the rest, so traces and metrics count the requests it refuses.
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             crate::access::authenticate,

@@ -2,6 +2,7 @@
 //! state.
 
 use crate::auth::Auth;
+use crate::limits::ServeLimits;
 use crate::metrics::Metrics;
 use crate::problems::ProblemRegistry;
 use crucible_task_manager::Broker;
@@ -18,6 +19,8 @@ pub struct AppState {
     pub problems: Arc<ProblemRegistry>,
     /// Who may call what (`auth.rs`).
     pub auth: Arc<Auth>,
+    /// Timeouts, the connection cap and the request-body budget (`limits`).
+    pub limits: Arc<ServeLimits>,
 }
 
 impl AppState {
@@ -28,12 +31,19 @@ impl AppState {
             metrics: Arc::new(Metrics::new()),
             problems: Arc::new(ProblemRegistry::default()),
             auth: Arc::new(auth),
+            limits: Arc::new(ServeLimits::default()),
         }
     }
 
     /// The same state serving this problem registry.
     pub fn with_problems(mut self, problems: ProblemRegistry) -> Self {
         self.problems = Arc::new(problems);
+        self
+    }
+
+    /// The same state serving under these limits.
+    pub fn with_limits(mut self, limits: ServeLimits) -> Self {
+        self.limits = Arc::new(limits);
         self
     }
 }

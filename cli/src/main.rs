@@ -427,7 +427,9 @@ async fn up(
 
     // One registry for the whole process: the API's `/metrics` serves its workers' too, and
     // no other port is opened.
-    let state = crucible_api_server::AppState::new(broker.clone(), auth).with_problems(problems);
+    let state = crucible_api_server::AppState::new(broker.clone(), auth)
+        .with_problems(problems)
+        .with_limits(crucible_api_server::ServeLimits::from_env()?);
     let registry = state.metrics.registry();
     registry.register(Box::new(build_info(Component::Up)))?;
     let worker_metrics = Arc::new(WorkerMetrics::register(registry)?);

@@ -40,6 +40,10 @@ pub struct BrokerConfig {
     /// must give each homogeneous pool its own scope (and queue), or results measured on one
     /// kind of device are served for another.
     pub cache_scope: String,
+    /// Most bytes of open (queued or running) tasks, counted as the length of each task's
+    /// spec JSON; beyond it submissions get 429. Keep it well under Redis's `maxmemory`
+    /// (deploy/redis.conf), which also holds results, batches and the cache.
+    pub queue_cap_bytes: u64,
 }
 
 impl Default for BrokerConfig {
@@ -52,6 +56,7 @@ impl Default for BrokerConfig {
             worker_liveness: Duration::from_secs(15),
             key_prefix: "crucible".to_owned(),
             cache_scope: "default".to_owned(),
+            queue_cap_bytes: 1 << 30,
         }
     }
 }
@@ -59,7 +64,7 @@ impl Default for BrokerConfig {
 impl BrokerConfig {
     /// Reads `CRUCIBLE_LEASE_TTL_MS`, `CRUCIBLE_MAX_ATTEMPTS`, `CRUCIBLE_RESULT_TTL_S`,
     /// `CRUCIBLE_QUEUE_CAP`, `CRUCIBLE_WORKER_LIVENESS_MS`, `CRUCIBLE_KEY_PREFIX`,
-    /// `CRUCIBLE_CACHE_SCOPE`.
+    /// `CRUCIBLE_CACHE_SCOPE`, `CRUCIBLE_QUEUE_CAP_BYTES`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let mut cfg = Self::default();
         if let Some(ms) = parse::<u64>(&lookup, "CRUCIBLE_LEASE_TTL_MS")? {
@@ -83,6 +88,9 @@ impl BrokerConfig {
         if let Some(s) = lookup("CRUCIBLE_CACHE_SCOPE").filter(|s| !s.trim().is_empty()) {
             cfg.cache_scope = s.trim().to_owned();
         }
+        if let Some(n) = parse::<u64>(&lookup, "CRUCIBLE_QUEUE_CAP_BYTES")? {
+            cfg.queue_cap_bytes = n;
+        }
         Ok(cfg)
     }
 
@@ -92,7 +100,8 @@ impl BrokerConfig {
     }
 }
 
-fn parse<T: std::str::FromStr>(
+/// The value of `key` parsed as `T`; `None` when unset or blank (so the default applies).
+pub fn parse<T: std::str::FromStr>(
     lookup: &impl Fn(&str) -> Option<String>,
     key: &str,
 ) -> Result<Option<T>, ConfigError>
@@ -127,6 +136,7 @@ mod tests {
             ("CRUCIBLE_QUEUE_CAP", "10"),
             ("CRUCIBLE_KEY_PREFIX", "t1"),
             ("CRUCIBLE_CACHE_SCOPE", "h100-cu12.8-torch2.7"),
+            ("CRUCIBLE_QUEUE_CAP_BYTES", "4096"),
         ]
         .into();
         let cfg = BrokerConfig::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap();
@@ -135,6 +145,7 @@ mod tests {
         assert_eq!(cfg.queue_cap, 10);
         assert_eq!(cfg.key_prefix, "t1");
         assert_eq!(cfg.cache_scope, "h100-cu12.8-torch2.7");
+        assert_eq!(cfg.queue_cap_bytes, 4096);
         assert_eq!(BrokerConfig::default().cache_scope, "default");
         assert_eq!(cfg.result_ttl, Duration::from_secs(86400));
 

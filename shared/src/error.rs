@@ -34,6 +34,15 @@ pub enum ApiErrorCode {
     BrokerUnavailable,
     /// A bug on our side.
     Internal,
+    /// The server is reading as many request bodies as it buffers at once
+    /// (`CRUCIBLE_BODY_BYTES_IN_FLIGHT`); retry after `Retry-After`.
+    Overloaded,
+    /// The request body did not arrive within the body read timeout
+    /// (`CRUCIBLE_BODY_TIMEOUT_MS`).
+    RequestTimeout,
+    /// The broker's store is at its memory limit (Redis `maxmemory`) and refuses writes until
+    /// tasks finish or expire; retry later.
+    BrokerOutOfMemory,
 }
 
 impl ApiErrorCode {
@@ -49,8 +58,11 @@ impl ApiErrorCode {
             ApiErrorCode::NotFound => 404,
             ApiErrorCode::Conflict => 409,
             ApiErrorCode::QueueFull | ApiErrorCode::QuotaExceeded => 429,
-            ApiErrorCode::BrokerUnavailable => 503,
+            ApiErrorCode::BrokerUnavailable
+            | ApiErrorCode::Overloaded
+            | ApiErrorCode::BrokerOutOfMemory => 503,
             ApiErrorCode::Internal => 500,
+            ApiErrorCode::RequestTimeout => 408,
         }
     }
 }

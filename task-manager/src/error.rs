@@ -35,4 +35,17 @@ pub enum BrokerError {
     /// Stored data could not be decoded (a bug or a foreign writer).
     #[error("corrupt broker data: {0}")]
     Corrupt(String),
+    /// Accepting the submission would take the spec bytes of open tasks past the queue's byte
+    /// budget.
+    #[error("queue is full ({bytes} bytes of open tasks, cap {cap_bytes} bytes)")]
+    QueueBytesFull {
+        /// Spec bytes of open tasks when the submission was refused.
+        bytes: u64,
+        /// The byte budget (`BrokerConfig::queue_cap_bytes`).
+        cap_bytes: u64,
+    },
+    /// The broker's store refuses writes: it is at its memory limit (Redis `maxmemory` with
+    /// `noeviction`). Nothing was written.
+    #[error("broker out of memory: {0}")]
+    OutOfMemory(String),
 }

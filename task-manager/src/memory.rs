@@ -69,6 +69,8 @@ struct TaskRec {
     cached: bool,
     /// Its order in the queues (`FairQueues::push_back`), kept for a requeue.
     queue_order: u64,
+    /// Length of its spec's JSON: what it counts against `queue_cap_bytes` while open.
+    spec_bytes: u64,
 }
 
 impl TaskRec {
@@ -172,6 +174,9 @@ struct State {
     /// read; expired ones are swept when the map has doubled since the last sweep.
     kv: HashMap<(KvNamespace, String), (String, Instant)>,
     kv_sweep_at: usize,
+    /// Spec bytes of open (queued or running) tasks: the queue byte budget's count, kept by
+    /// submission and `transition`, as `open_bytes` in Redis.
+    open_bytes: u64,
 }
 
 /// Size of the key-value cache below which expired entries are never swept.

@@ -70,6 +70,10 @@ pub struct RedisBroker {
 /// Connection and pool failures mean Redis cannot be reached; replies of the wrong shape mean
 /// the data is not what this code wrote.
 fn redis_err(e: RedisError) -> BrokerError {
+    // `maxmemory` with `noeviction`: Redis refuses the write (a script before it runs).
+    if e.code() == Some("OOM") || e.to_string().contains("OOM command not allowed") {
+        return BrokerError::OutOfMemory(e.to_string());
+    }
     match e.kind() {
         ErrorKind::Parse | ErrorKind::UnexpectedReturnType => BrokerError::Corrupt(e.to_string()),
         _ => BrokerError::Unavailable(e.to_string()),

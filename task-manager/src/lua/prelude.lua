@@ -41,6 +41,9 @@ local WAKE_MAX = 1024
 local WAKE_TTL_MS = 60000
 
 local TERMINAL = { done = true, failed = true, cancelled = true }
+-- Field of STATS: the spec bytes of open (queued or running) tasks, which the queue byte budget
+-- (queue_cap_bytes) bounds. Added at submission, taken off when a task becomes terminal.
+local OPEN_BYTES = 'open_bytes'
 
 -- One clock for every node: the Redis server's.
 local function now_ms()
@@ -259,7 +262,7 @@ end
 local function transition(id, from, to, now, ttl, outcome)
   local key = task_key(id)
   local fields = redis.call('HMGET', key, 'batches', 'idem', 'ckey', 'tenant', 'priority', 'error',
-    'class')
+    'class', 'bytes')
   local batches, idem, ckey, tenant, prio = fields[1], fields[2], fields[3], fields[4], fields[5]
   local class = queue_class(fields[7])
   count_open(tenant, prio, class, from, -1)
@@ -274,6 +277,12 @@ local function transition(id, from, to, now, ttl, outcome)
     end
   end
   redis.call('HSET', key, 'status', to)
+  -- `bytes`: what submit.lua counted for the task (absent: queued before the budget existed, so
+  -- never counted).
+  local bytes = tonumber(fields[8]) or 0
+  if TERMINAL[to] and not TERMINAL[from] and bytes > 0 then
+    redis.call('HINCRBY', STATS, OPEN_BYTES, -bytes)
+  end
   if TERMINAL[to] then
     redis.call('HSET', key, 'finished_at', now)
     redis.call('HINCRBY', STATS, to, 1)

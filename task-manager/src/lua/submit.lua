@@ -5,20 +5,22 @@
 -- of the tenant is joined (coalesced); else a new task is queued and becomes the in-flight task
 -- of its cache key for the tenant.
 -- ARGV: prefix, queue_cap, batch_id ('' for none), result_ttl_ms, tenant_id, builtin ('1' for
---       the built-in tenant, which has no record), n,
+--       the built-in tenant, which has no record), n, queue_cap_bytes,
 --       then n times: task_id, priority, idempotency_key ('' for none), spec_json, cache_key,
 --       force_refresh ('1' or '0'), device class ('' for none).
--- Returns {'no_tenant'}, {'quota', queued, max_queued}, {'full', queued} or
+-- Returns {'no_tenant'}, {'quota', queued, max_queued}, {'full', queued},
+-- {'full_bytes', open_bytes} or
 -- {'ok', id_1, status_1, how_1, ...}, `how` being 'new', 'dedup', 'coalesced' or 'cached'.
 local cap = tonumber(ARGV[2])
 local batch = ARGV[3]
 local ttl = tonumber(ARGV[4])
 local tenant = ARGV[5]
 local n = tonumber(ARGV[7])
+local cap_bytes = tonumber(ARGV[8])
 local now = now_ms()
 local PER_TASK = 7
 
-local function arg(i, field) return ARGV[7 + (i - 1) * PER_TASK + field] end
+local function arg(i, field) return ARGV[8 + (i - 1) * PER_TASK + field] end
 
 -- The tenant must still exist (a deleted tenant's last requests are refused here, atomically
 -- with its deletion); its record says its quota and cache namespace.
@@ -34,6 +36,8 @@ end
 local ids, how, hits = {}, {}, {}
 local seen, queued_here = {}, {}
 local fresh, cached, misses, coalesced = 0, 0, 0, 0
+-- Spec bytes of the tasks this call queues: counted in OPEN_BYTES until they finish.
+local fresh_bytes = 0
 for i = 1, n do
   local idem, ckey, force = arg(i, 3), arg(i, 5), arg(i, 6) == '1'
   local existing = false
@@ -72,6 +76,7 @@ for i = 1, n do
     end
     if how[i] == 'new' then
       fresh = fresh + 1
+      fresh_bytes = fresh_bytes + #arg(i, 4)
       queued_here[ckey] = ids[i]
     end
     if idem ~= '' then seen[idem] = ids[i] end
@@ -85,6 +90,8 @@ if fresh > 0 then
   end
   local queued = queued_total()
   if queued + fresh > cap then return { 'full', queued } end
+  local open_bytes = tonumber(redis.call('HGET', STATS, OPEN_BYTES)) or 0
+  if open_bytes + fresh_bytes > cap_bytes then return { 'full_bytes', open_bytes } end
 end
 
 local bk = false
@@ -109,7 +116,7 @@ for i = 1, n do
     -- queues of a class and of no class.
     redis.call('HSET', key, 'status', 'queued', 'spec', arg(i, 4), 'attempts', 0,
       'priority', prio, 'submitted_at', now, 'ckey', ckey, 'tenant', tenant, 'cns', cns,
-      'qseq', redis.call('HINCRBY', STATS, 'queue_seq', 1))
+      'qseq', redis.call('HINCRBY', STATS, 'queue_seq', 1), 'bytes', #arg(i, 4))
     if class ~= '' then redis.call('HSET', key, 'class', class) end
     if idem ~= '' then
       redis.call('HSET', key, 'idem', idem)
@@ -178,6 +185,7 @@ if bk then
   redis.call('HSET', bk, 'distinct', distinct)
   expire_batch_if_finished(batch, ttl)
 end
+if fresh_bytes > 0 then redis.call('HINCRBY', STATS, OPEN_BYTES, fresh_bytes) end
 if fresh + cached > 0 then redis.call('HINCRBY', STATS, 'submitted', fresh + cached) end
 if cached > 0 then
   redis.call('HINCRBY', STATS, 'done', cached)

@@ -60,6 +60,9 @@ impl State {
         let from = rec.status;
         rec.status = to;
         let finished = to.is_terminal();
+        if finished && !from.is_terminal() {
+            self.open_bytes = self.open_bytes.saturating_sub(rec.spec_bytes);
+        }
         if finished {
             let finished_at = Utc::now();
             rec.finished_at = Some(finished_at);

@@ -44,6 +44,11 @@ impl MemoryBroker {
             .iter()
             .map(|spec| scoped_cache_key(&self.cfg, spec))
             .collect();
+        // What Redis counts: the length of the spec's JSON.
+        let spec_bytes: Vec<u64> = specs
+            .iter()
+            .map(|spec| serde_json::to_string(spec).map_or(0, |json| json.len() as u64))
+            .collect();
         let mut st = self.lock();
         let tenant = st
             .tenants
@@ -105,6 +110,12 @@ impl MemoryBroker {
             .iter()
             .filter(|p| matches!(p, Plan::Fresh { .. }))
             .count() as u64;
+        let fresh_bytes: u64 = plan
+            .iter()
+            .zip(&spec_bytes)
+            .filter(|(p, _)| matches!(p, Plan::Fresh { .. }))
+            .map(|(_, bytes)| bytes)
+            .sum();
         if fresh > 0 {
             let queued = st.queues.queued(tenant_id);
             if let Some(max_queued) = tenant.max_queued
@@ -117,6 +128,12 @@ impl MemoryBroker {
                 return Err(BrokerError::QueueFull {
                     queued,
                     cap: self.cfg.queue_cap,
+                });
+            }
+            if st.open_bytes + fresh_bytes > self.cfg.queue_cap_bytes {
+                return Err(BrokerError::QueueBytesFull {
+                    bytes: st.open_bytes,
+                    cap_bytes: self.cfg.queue_cap_bytes,
                 });
             }
         }
@@ -138,7 +155,9 @@ impl MemoryBroker {
         let mut created = 0;
         let mut out = Vec::with_capacity(plan.len());
         let mut logged = HashSet::new();
-        for ((step, spec), cache_key) in plan.into_iter().zip(specs).zip(cache_keys) {
+        for (((step, spec), cache_key), bytes) in
+            plan.into_iter().zip(specs).zip(cache_keys).zip(spec_bytes)
+        {
             let key: Option<TenantKey> = spec.request.idempotency_key.as_deref().map(own);
             let (id, status, deduplicated, coalesced, cached) = match step {
                 Plan::Deduplicated(id) => {
@@ -184,6 +203,8 @@ impl MemoryBroker {
                     }
                     let mut rec =
                         TaskRec::new(spec, tenant_id, (cache_key, &cache_ns), batch_id, now);
+                    rec.spec_bytes = bytes;
+                    st.open_bytes += bytes;
                     // Under force_refresh too: later identical requests join this evaluation.
                     st.in_flight.insert(rec.flight_key(), id.clone());
                     rec.queue_order = st.queues.push_back(&rec.place(), id.clone());
@@ -259,6 +280,7 @@ impl TaskRec {
             cache_ns: cache_ns.to_owned(),
             cached: false,
             queue_order: 0,
+            spec_bytes: 0,
         }
     }
 }

@@ -11,8 +11,8 @@
 //!   none), qseq (its place in the order tasks were queued), worker_id, lease_token,
 //!   submitted_at, started_at, finished_at (ms), result, error, batch_id, batches (every batch
 //!   counting the task), idem, tenant, ckey (scoped result cache key), cns (its tenant's cache
-//!   namespace), cached (`1` when answered from the cache). Expires `result_ttl` after the task
-//!   finishes.
+//!   namespace), cached (`1` when answered from the cache), bytes (its spec's length, counted
+//!   in `stats`' `open_bytes` while it is open). Expires `result_ttl` after the task finishes.
 //! - `queue:{c}:{t}:{high|normal|low}` lists of task ids (FIFO; ids whose task is no longer queued, left by a batch
 //!   cancel or expired, are dropped by the claim that reaches them), `{c}` the task's device class
 //!   or `any` for none (a class may not be named `any`); `active:{c}` zset per claiming class
@@ -32,7 +32,8 @@
 //!   namespace `ns` (a tenant id, or `shared`), `inflight:{t}:{ckey}` the
 //!   id of the tenant's open task evaluating it (deleted when it finishes); both expire after
 //!   `result_ttl`. `ckey` is `{cache_scope}:{sha256}`.
-//! - `stats` hash of lifetime counters (and `queue_seq`, the last qseq given); the key-value cache counts its lookups in fields
+//! - `stats` hash of lifetime counters (and `queue_seq`, the last qseq given, and `open_bytes`,
+//!   the spec bytes of open tasks that `queue_cap_bytes` bounds); the key-value cache counts its lookups in fields
 //!   `kv:{namespace}:hits` / `misses`; the recent activity (`activity.rs`) is its fields
 //!   `activity:{minute}` (JSON counts of the tasks that finished in that minute of Redis time,
 //!   the last hour's only), `activity:head` (the newest minute written) and

@@ -19,7 +19,8 @@ impl RedisBroker {
             .arg(ms(self.cfg.result_ttl))
             .arg(tenant.as_str())
             .arg(if tenant.is_builtin() { "1" } else { "0" })
-            .arg(specs.len());
+            .arg(specs.len())
+            .arg(self.cfg.queue_cap_bytes);
         for spec in specs {
             let json = serde_json::to_string(spec).map_err(|e| corrupt(format!("spec: {e}")))?;
             inv.arg(TaskId::random().as_str())
@@ -52,6 +53,10 @@ impl RedisBroker {
             Some("full") => Err(BrokerError::QueueFull {
                 queued: number(1)?,
                 cap: self.cfg.queue_cap,
+            }),
+            Some("full_bytes") => Err(BrokerError::QueueBytesFull {
+                bytes: number(1)?,
+                cap_bytes: self.cfg.queue_cap_bytes,
             }),
             Some("ok") if reply.len() == 1 + 3 * specs.len() => reply[1..]
                 .chunks_exact(3)

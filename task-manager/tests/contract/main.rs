@@ -14,4 +14,5 @@ mod classes;
 mod kv;
 mod leases;
 mod priorities;
+mod queue_bytes;
 mod tasks;
