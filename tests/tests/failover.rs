@@ -1,7 +1,8 @@
 //! Losing processes loses no work: a worker killed with SIGKILL mid-task has its task finished
 //! by another worker (attempts = 2, one result), a worker stopped with SIGTERM drains (gives
 //! back at once every task it had claimed ahead, finishes the one on its device, deregisters
-//! and exits 0), and an API replica killed mid-batch is replaced without losing a task.
+//! and exits 0; at its bound, `CRUCIBLE_DRAIN_TIMEOUT_S`, it gives back what still runs), and
+//! an API replica killed mid-batch is replaced without losing a task.
 
 use crucible_tests::*;
 use serde_json::json;
@@ -217,4 +218,58 @@ async fn a_draining_worker_finishes_its_task_and_gives_back_the_ones_claimed_ahe
             .await;
         assert_eq!(status, 200);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drain_that_reaches_its_bound_gives_the_running_task_back() {
+    let logs = log_dir("failover-drain-bound");
+    let redis = Redis::start(&logs).await;
+    let mut env = service_env(&redis.url, "drainbound");
+    // Long leases: a task that comes back quickly was given back, not reaped.
+    env.push(("CRUCIBLE_LEASE_TTL_MS".into(), "120000".into()));
+    let port = free_port();
+    let _api = Proc::spawn("api", api_command(port, &env), &logs);
+    let mut bounded = env.clone();
+    bounded.push(("CRUCIBLE_DRAIN_TIMEOUT_S".into(), "2".into()));
+    let mut worker = Proc::spawn("worker", worker_command(&bounded), &logs);
+    let api = Api::new(port);
+    api.wait_ready().await;
+
+    let id = api
+        .submit(json!({
+            "reference_code": problem("elementwise_relu"),
+            "kernel_code": slow_correct_candidate(300),
+            "num_correct_trials": 1,
+            "num_perf_trials": 1,
+            "timeout_s": 600,
+        }))
+        .await;
+    eventually("the task to run", Duration::from_secs(120), || async {
+        let (_, v) = api.get(&format!("/tasks/{id}")).await;
+        (v["status"] == "running").then_some(())
+    })
+    .await;
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(worker.pid()),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    // Far less than the task's 300 s: the bound ended the drain.
+    let status = eventually(
+        "the worker to exit at its drain bound",
+        Duration::from_secs(60),
+        || std::future::ready(worker.exited()),
+    )
+    .await;
+    assert!(status.success(), "{status}");
+    let (_, task) = api.get(&format!("/tasks/{id}")).await;
+    assert_eq!(task["status"], "queued", "given back at the bound: {task}");
+    assert!(
+        worker.log_text().contains("drain bound reached"),
+        "{}",
+        worker.log_text()
+    );
+    let (status, _) = api
+        .call(reqwest::Method::DELETE, &format!("/tasks/{id}"), None)
+        .await;
+    assert_eq!(status, 200);
 }
