@@ -10,6 +10,7 @@
 //! [`next_wait`]), tested here without a broker.
 
 use backon::{BackoffBuilder, ExponentialBuilder};
+use crucible_task_manager::BrokerError;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -69,6 +70,13 @@ pub(super) fn backoff() -> impl Iterator<Item = Duration> {
 pub(super) fn next_wait(now: Instant, until: Instant, pause: Duration) -> Option<Duration> {
     let left = until.checked_duration_since(now)?;
     (!left.is_zero()).then(|| pause.min(left))
+}
+
+/// Whether an ack that failed with `error` may succeed if tried again: only when the broker
+/// could not be reached (an outage, a restart, a Redis still loading its data). Data the broker
+/// cannot decode stays undecodable: that ack is not retried.
+pub(super) fn worth_retrying(error: &BrokerError) -> bool {
+    matches!(error, BrokerError::Unavailable(_))
 }
 
 /// How many acks are being retried; while any is, the claimer waits.
@@ -143,6 +151,14 @@ mod tests {
         assert_eq!(next_wait(now, now + short, pause), Some(short));
         assert_eq!(next_wait(now, now, pause), None);
         assert_eq!(next_wait(now + pause, now, pause), None);
+    }
+
+    #[test]
+    fn only_an_unreachable_broker_is_retried() {
+        assert!(worth_retrying(&BrokerError::Unavailable(
+            "connection refused".into()
+        )));
+        assert!(!worth_retrying(&BrokerError::Corrupt("not json".into())));
     }
 
     #[tokio::test]

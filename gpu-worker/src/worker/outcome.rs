@@ -2,7 +2,7 @@
 //! or the task given back to the queue; and the reference-timing cache the verdicts feed and
 //! the next tasks of the same problem read.
 
-use super::ack::{ACK_GRACE, backoff, next_wait, retry_until};
+use super::ack::{ACK_GRACE, backoff, next_wait, retry_until, worth_retrying};
 use super::claim::ClaimedTask;
 use super::{TaskEnd, Worker};
 use crate::device::{DeviceSlot, check_gpu};
@@ -179,7 +179,7 @@ impl Worker {
         }
     }
 
-    /// Runs the fenced ack `op` until the broker answers: a broker error is retried with
+    /// Runs the fenced ack `op` until the broker answers: an unreachable broker is retried with
     /// [`backoff`] until the lease, as last renewed, has run out plus [`ACK_GRACE`], or the
     /// task's token fires (its lease is known lost, or the worker stops hard). The first
     /// attempt is always made. Meanwhile the claimer claims nothing ([`super::ack::AckGate`]).
@@ -207,6 +207,9 @@ impl Worker {
                 }
                 Err(e) => e,
             };
+            if !worth_retrying(&error) {
+                return Err(error);
+            }
             let until = retry_until(task.held.get(), self.broker.config().lease_ttl, ACK_GRACE);
             let pause = pauses.next().unwrap_or(Duration::from_secs(1));
             let Some(wait) = next_wait(Instant::now(), until, pause) else {
