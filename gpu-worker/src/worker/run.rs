@@ -187,6 +187,8 @@ impl Worker {
                     tokio::select! {
                         _ = tokio::time::sleep(UNHEALTHY_RECHECK) => {}
                         () = shutdown.cancelled() => break,
+                        // Nothing runs: the drain ends at once, at the top of the loop.
+                        () = self.drain.cancelled() => continue,
                     }
                     healthy = self.ensure_healthy().await;
                     faults = 0;
