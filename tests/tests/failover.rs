@@ -157,7 +157,7 @@ async fn a_draining_worker_finishes_its_task_and_gives_back_the_ones_claimed_ahe
         || async {
             let (_, q) = api.get("/queue/status").await;
             let (_, w) = api.get("/workers/status").await;
-            let w = &w["workers"].as_array()?[0];
+            let w = w["workers"].as_array()?.first()?;
             (q["running"] == 4 && w["state"] == "busy").then(|| {
                 (
                     w["worker_id"].as_str().unwrap().to_owned(),
