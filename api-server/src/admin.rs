@@ -1,4 +1,5 @@
-//! `/admin/tenants`: the admin creates, lists and deletes tenants; and what the status
+//! `/admin/tenants`: the admin creates, lists and deletes tenants; `/admin/workers/{id}/drain`:
+//! the admin drains a worker (a rolling restart, docs/OPERATIONS.md); and what the status
 //! endpoints and the status page show of tenants and workers (every tenant to the admin, only
 //! its own to a tenant; workers' current tasks to the admin only).
 
@@ -10,8 +11,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use crucible_shared::{
-    ApiError, BUILTIN_TENANT_NAME, CreateTenantRequest, CreatedTenant, DeletedTenant, TenantCounts,
-    TenantId, TenantInfo, TenantList, WorkerInfo,
+    ApiError, BUILTIN_TENANT_NAME, CreateTenantRequest, CreatedTenant, DeletedTenant,
+    DrainRequested, TenantCounts, TenantId, TenantInfo, TenantList, WorkerId, WorkerInfo,
 };
 use crucible_task_manager::{Tenant, TenantLoad};
 use std::collections::HashMap;
@@ -118,6 +119,33 @@ pub async fn delete_tenant(
         .await?
         .map(Json)
         .ok_or_else(|| ApiError::not_found(format!("tenant {name}")).into())
+}
+
+/// Drain a worker (admin only): at its next heartbeat it stops claiming, gives back the tasks
+/// it claimed ahead, finishes the evaluations on its device (up to its drain bound), stores
+/// their verdicts, deregisters and exits, for its supervisor to start a fresh one. Its
+/// registry entry shows `draining` meanwhile.
+#[utoipa::path(
+    post, path = "/admin/workers/{id}/drain", tag = "admin",
+    params(("id" = String, Path, description = "Worker id, as `GET /workers/status` lists it")),
+    responses(
+        (status = 202, description = "Asked; the worker drains from its next heartbeat", body = DrainRequested),
+        (status = 404, description = "No such worker in the registry", body = ApiError),
+        (status = 503, description = "Broker unavailable", body = ApiError),
+    )
+)]
+pub async fn drain_worker(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<DrainRequested>), HttpError> {
+    caller.require_admin()?;
+    let worker_id = WorkerId(id);
+    if !state.broker.drain_worker(&worker_id).await? {
+        return Err(ApiError::not_found(format!("worker {worker_id}")).into());
+    }
+    tracing::info!(worker_id = %worker_id, "drain asked of a worker");
+    Ok((StatusCode::ACCEPTED, Json(DrainRequested { worker_id })))
 }
 
 /// The per-tenant counts `caller` may see: every tenant with open tasks for the admin, its

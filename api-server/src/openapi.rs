@@ -32,10 +32,12 @@ pub const BEARER_SCHEME: &str = "bearer";
         crate::admin::create_tenant,
         crate::admin::list_tenants,
         crate::admin::delete_tenant,
+        crate::admin::drain_worker,
         routes::health,
         routes::metrics,
     ),
     components(schemas(
+        crucible_shared::DrainRequested,
         crucible_shared::EvaluateRequest,
         crucible_shared::BatchRequest,
         crucible_shared::TaskView,
@@ -95,7 +97,7 @@ pub const BEARER_SCHEME: &str = "bearer";
         crucible_shared::RecentFailure,
         crucible_shared::CacheRate,
     )),
-    tags((name = "tasks", description = "Submit, follow and cancel evaluations"), (name = "rollouts", description = "Model completions in, rewards and next-turn feedback out"), (name = "problems", description = "The problem registry requests may name by level and id"), (name = "status", description = "Workers, queue, recent activity, the status page, health, metrics"), (name = "admin", description = "Tenants and their tokens (admin token only)"))
+    tags((name = "tasks", description = "Submit, follow and cancel evaluations"), (name = "rollouts", description = "Model completions in, rewards and next-turn feedback out"), (name = "problems", description = "The problem registry requests may name by level and id"), (name = "status", description = "Workers, queue, recent activity, the status page, health, metrics"), (name = "admin", description = "Tenants and their tokens, worker drains (admin token only)"))
 )]
 /// The OpenAPI document of every route and schema, derived from the handlers' annotations
 /// and the wire types' doc comments.

@@ -55,6 +55,7 @@ pub fn router(state: AppState) -> Router {
             post(admin::create_tenant).get(admin::list_tenants),
         )
         .route("/admin/tenants/{name}", delete(admin::delete_tenant))
+        .route("/admin/workers/{id}/drain", post(admin::drain_worker))
         .route("/", get(status_page::page))
         .route(PAGE_PATH, get(status_page::page))
         .route(JSON_PATH, get(status_page::status_json))

@@ -8,6 +8,7 @@ mod doctor;
 mod rollouts_cmd;
 mod tenants_cmd;
 mod timing_arg;
+mod workers_cmd;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
@@ -131,6 +132,11 @@ enum Command {
     Tenants {
         #[command(subcommand)]
         command: tenants_cmd::TenantsCommand,
+    },
+    /// Drain a worker of a running service (with the admin token).
+    Workers {
+        #[command(subcommand)]
+        command: workers_cmd::WorkersCommand,
     },
     /// Check that this node can serve its role (Python, GPU, compilers, broker, disks, API):
     /// one line per check; exits 1 when a required one fails.
@@ -361,6 +367,7 @@ async fn main() -> anyhow::Result<()> {
             }
         },
         Command::Tenants { command } => tenants_cmd::run(command).await,
+        Command::Workers { command } => workers_cmd::run(command).await,
         Command::Cancel { id, remote } => cancel_cmd::run(&id, remote).await,
         Command::Doctor(args) => {
             if !doctor::run(args).await? {

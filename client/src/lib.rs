@@ -13,8 +13,8 @@ use crucible_shared::rollout::{
 };
 use crucible_shared::{
     ApiError, BatchCancelResponse, BatchId, BatchRequest, BatchStatus, CancelResponse,
-    CreateTenantRequest, CreatedTenant, DeletedTenant, EvaluateRequest, Problem, ProblemList,
-    QueueStatus, SubmitResponse, TaskId, TaskView, TenantList,
+    CreateTenantRequest, CreatedTenant, DeletedTenant, DrainRequested, EvaluateRequest, Problem,
+    ProblemList, QueueStatus, SubmitResponse, TaskId, TaskView, TenantList,
 };
 use serde::de::DeserializeOwned;
 use std::time::Duration;
@@ -183,6 +183,17 @@ impl Client {
     pub async fn workers(&self) -> Result<serde_json::Value, ClientError> {
         self.send::<(), _>(reqwest::Method::GET, "/workers/status", None)
             .await
+    }
+
+    /// Asks worker `id` to drain (admin token only): it finishes what is on its device,
+    /// deregisters and exits.
+    pub async fn drain_worker(&self, id: &str) -> Result<DrainRequested, ClientError> {
+        self.send::<(), _>(
+            reqwest::Method::POST,
+            &format!("/admin/workers/{id}/drain"),
+            None,
+        )
+        .await
     }
 
     /// Polls (with the server's long-poll `wait`) until the task is terminal or `timeout`.

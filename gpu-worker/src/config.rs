@@ -69,7 +69,17 @@ pub struct WorkerConfig {
     /// and hand them to the device stage through the build cache (`CRUCIBLE_TRITON_PRECOMPILE`,
     /// on by default; needs the compile pool and a GPU's architecture).
     pub triton_precompile: bool,
+    /// How long a draining worker (SIGTERM, or an operator's drain) lets the evaluations on
+    /// its device run before it gives the rest back (`CRUCIBLE_DRAIN_TIMEOUT_S`, default
+    /// [`DEFAULT_DRAIN_TIMEOUT`]).
+    pub drain_timeout: Duration,
 }
+
+/// A draining worker's bound by default: evaluations take seconds, and one that outlasts it
+/// (a long `timeout_s`) is given back and runs again elsewhere. The systemd unit's
+/// `TimeoutStopSec` (deploy/crucible-worker@.service) stays above it plus a lease, for the
+/// last acks.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl WorkerConfig {
     /// Reads `CRUCIBLE_PYTHON`, `CRUCIBLE_WORK_DIR`, `CRUCIBLE_CHILD_MEMORY_MB`,
@@ -80,7 +90,8 @@ impl WorkerConfig {
     /// `CRUCIBLE_BUILD_CACHE_ENTRIES`, `CRUCIBLE_PREFETCH` (default 4 with the pool, else 0),
     /// `CRUCIBLE_INTEGRITY_CHECKS` (0 only to measure their cost), `CRUCIBLE_DEVICE_SLOTS`
     /// (default [`default_device_slots`] of the cores and the GPU's memory),
-    /// `CRUCIBLE_TRITON_PRECOMPILE` (0 turns the CPU stage's Triton compiles off), and the sandbox's
+    /// `CRUCIBLE_TRITON_PRECOMPILE` (0 turns the CPU stage's Triton compiles off),
+    /// `CRUCIBLE_DRAIN_TIMEOUT_S` (a drain's bound), and the sandbox's
     /// (`CRUCIBLE_SANDBOX*`, see [`SandboxSettings::from_lookup`]).
     pub fn from_lookup(
         device: DeviceSlot,
@@ -176,6 +187,8 @@ impl WorkerConfig {
             integrity_checks: switch("CRUCIBLE_INTEGRITY_CHECKS").unwrap_or(true),
             triton_precompile: switch("CRUCIBLE_TRITON_PRECOMPILE").unwrap_or(true),
             sandbox: Arc::new(Sandbox::new(SandboxSettings::from_lookup(&lookup)?)),
+            drain_timeout: num("CRUCIBLE_DRAIN_TIMEOUT_S")?
+                .map_or(DEFAULT_DRAIN_TIMEOUT, Duration::from_secs),
         })
     }
 

@@ -1,4 +1,10 @@
 //! `crucible-worker`: one worker process for one device, against a shared Redis.
+//!
+//! SIGTERM (or SIGINT) drains it: it stops claiming, gives back what it claimed ahead,
+//! finishes the evaluations on its device (up to `CRUCIBLE_DRAIN_TIMEOUT_S`), deregisters and
+//! exits 0; a second signal gives back what is still running and exits at once. An operator's
+//! drain (`POST /admin/workers/{id}/drain`) ends it the same way, so that its supervisor
+//! (systemd) starts a fresh one.
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -84,20 +90,25 @@ async fn main() -> anyhow::Result<()> {
         None => None,
     };
     let worker = Arc::new(Worker::new(broker, cfg, metrics));
-    let mut run = tokio::spawn(worker.run(shutdown.token()));
+    let mut run = tokio::spawn(worker.clone().run(shutdown.token()));
     tokio::select! {
         signal = shutdown_signal() => {
             signal?;
-            tracing::info!("shutdown requested");
+            worker.drain("a stop signal (a second one stops at once)");
+            tokio::select! {
+                signal = shutdown_signal() => {
+                    signal?;
+                    tracing::info!("second stop signal, giving back what is still running");
+                    shutdown.cancel();
+                    run.await??;
+                }
+                ended = &mut run => ended??,
+            }
         }
-        // The worker stopped by itself: it refused to serve.
-        ended = &mut run => {
-            shutdown.cancel();
-            return Ok(ended??);
-        }
+        // The worker stopped by itself: it refused to serve, or an operator drained it.
+        ended = &mut run => ended??,
     }
     shutdown.cancel();
-    run.await??;
     if let Some(server) = metrics_server {
         server.await??;
     }

@@ -172,6 +172,7 @@ impl WorkerHealth {
             WorkerState::Starting
             | WorkerState::Idle
             | WorkerState::Busy
+            | WorkerState::Draining
             | WorkerState::Stopping => WorkerHealth::Ok,
         }
     }

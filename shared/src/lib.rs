@@ -55,4 +55,4 @@ pub use tenant::{
 };
 pub use timing::{TimingMode, TimingRequest};
 pub use wire::wire_name;
-pub use worker::{WorkerInfo, WorkerState};
+pub use worker::{DrainRequested, WorkerInfo, WorkerState};

@@ -19,6 +19,10 @@ pub enum WorkerState {
     Busy,
     /// The device failed a health check; the worker takes no tasks until it passes one.
     Unhealthy,
+    /// Draining (SIGTERM, or `POST /admin/workers/{id}/drain`): takes no new tasks, gave back
+    /// the ones it claimed ahead, finishes the evaluations already on its device (up to its
+    /// drain bound), then deregisters and exits.
+    Draining,
     /// Shutting down: takes no new tasks, gives back the ones it cannot finish.
     Stopping,
     /// No heartbeat for longer than the liveness window (derived by the registry).
@@ -27,16 +31,25 @@ pub enum WorkerState {
 
 impl WorkerState {
     /// Whether a worker in this state may take a task now or soon: starting, idle, busy, or
-    /// unhealthy (until its device passes a check again). Stopping and lost ones will not.
+    /// unhealthy (until its device passes a check again). Draining, stopping and lost ones will not.
     pub fn takes_tasks(self) -> bool {
         match self {
             WorkerState::Starting
             | WorkerState::Idle
             | WorkerState::Busy
             | WorkerState::Unhealthy => true,
-            WorkerState::Stopping | WorkerState::Lost => false,
+            WorkerState::Draining | WorkerState::Stopping | WorkerState::Lost => false,
         }
     }
+}
+
+/// The answer to `POST /admin/workers/{id}/drain`: the drain is asked of the worker, which
+/// starts it at its next heartbeat (state `draining`), finishes the evaluations on its device,
+/// deregisters and exits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DrainRequested {
+    /// The worker asked to drain.
+    pub worker_id: WorkerId,
 }
 
 /// One worker, as written by its own heartbeats.

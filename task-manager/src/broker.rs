@@ -12,6 +12,15 @@ use crucible_shared::{
 };
 use std::time::Duration;
 
+/// What the registry answers a worker's heartbeat.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HeartbeatAnswer {
+    /// An operator asked this worker to drain ([`Broker::drain_worker`]): it stops claiming,
+    /// gives back what it claimed ahead, finishes what is on its device, deregisters and
+    /// exits.
+    pub drain: bool,
+}
+
 /// What `submit` did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Submitted {
@@ -205,11 +214,12 @@ pub trait Broker: TenantRegistry + Send + Sync + 'static {
     /// class.
     async fn reap_expired(&self) -> Result<ReapReport, BrokerError>;
 
-    /// Registers or refreshes a worker in the shared registry.
-    async fn worker_heartbeat(&self, info: &WorkerInfo) -> Result<(), BrokerError>;
+    /// Registers or refreshes a worker in the shared registry; the answer carries what the
+    /// registry asks of the worker (a drain).
+    async fn worker_heartbeat(&self, info: &WorkerInfo) -> Result<HeartbeatAnswer, BrokerError>;
 
     /// Removes a worker from the registry when it shuts down cleanly, instead of waiting
-    /// for it to be reported `lost`.
+    /// for it to be reported `lost` (with any drain asked of it).
     async fn deregister_worker(&self, id: &WorkerId) -> Result<(), BrokerError>;
 
     /// Every registered worker; one whose heartbeat is older than `worker_liveness` is
@@ -245,4 +255,9 @@ pub trait Broker: TenantRegistry + Send + Sync + 'static {
         id: &TaskId,
         timeout: Duration,
     ) -> Result<Option<TaskView>, BrokerError>;
+
+    /// Asks registered worker `id` to drain: its next heartbeat's answer says so
+    /// ([`HeartbeatAnswer::drain`]); the request lasts as long as the worker's registry entry
+    /// would. `false` when no worker `id` is registered.
+    async fn drain_worker(&self, id: &WorkerId) -> Result<bool, BrokerError>;
 }

@@ -20,8 +20,8 @@ pub mod tenants;
 
 pub use activity::{ActivityReport, FailureRecord};
 pub use broker::{
-    AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, Lease, LeaseState, ReapReport,
-    Submitted,
+    AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, HeartbeatAnswer, Lease,
+    LeaseState, ReapReport, Submitted,
 };
 pub use kv::{KvCounts, KvNamespace};
 pub use memory::MemoryBroker;

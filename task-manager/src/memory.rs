@@ -7,6 +7,7 @@
 mod activity;
 mod cancel;
 mod claims;
+mod drain;
 mod state;
 mod submit;
 mod tenants;
@@ -15,8 +16,8 @@ use state::Retry;
 
 use crate::activity::ActivityReport;
 use crate::broker::{
-    AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, Lease, LeaseState, ReapReport,
-    Submitted,
+    AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, HeartbeatAnswer, Lease,
+    LeaseState, ReapReport, Submitted,
 };
 use crate::fair::{FairQueues, Place};
 use crate::kv::{KvCounts, KvNamespace};
@@ -27,7 +28,7 @@ use crucible_shared::{
     Priority, QueueStatus, StatusCounts, TaskId, TaskSpec, TaskStatus, TaskView, TenantId,
     WorkerId, WorkerInfo,
 };
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
@@ -163,6 +164,8 @@ struct State {
     /// (tenant, scoped cache key) → the open task evaluating it; removed when it finishes.
     in_flight: HashMap<TenantKey, TaskId>,
     workers: HashMap<WorkerId, (WorkerInfo, Instant)>,
+    /// Workers asked to drain (`memory/drain.rs`).
+    drains: HashSet<WorkerId>,
     /// Terminal records in the order they expire: result_ttl is one constant, so expiry order
     /// is the order in which they finished.
     expiries: VecDeque<(Instant, Expiring)>,
@@ -434,18 +437,19 @@ impl Broker for MemoryBroker {
         Ok(report)
     }
 
-    async fn worker_heartbeat(&self, info: &WorkerInfo) -> Result<(), BrokerError> {
+    async fn worker_heartbeat(&self, info: &WorkerInfo) -> Result<HeartbeatAnswer, BrokerError> {
         let mut info = info.clone();
         // The registry's clock, not the worker's, decides liveness.
         info.last_heartbeat = Utc::now();
-        self.lock()
-            .workers
+        let mut st = self.lock();
+        let answer = st.heartbeat_answer(&info.worker_id);
+        st.workers
             .insert(info.worker_id.clone(), (info, Instant::now()));
-        Ok(())
+        Ok(answer)
     }
 
     async fn deregister_worker(&self, id: &WorkerId) -> Result<(), BrokerError> {
-        self.lock().workers.remove(id);
+        self.lock().forget_worker(id);
         Ok(())
     }
 
@@ -520,5 +524,10 @@ impl Broker for MemoryBroker {
                 return Ok(self.view(id));
             }
         }
+    }
+
+    async fn drain_worker(&self, id: &WorkerId) -> Result<bool, BrokerError> {
+        let retention = crate::policy::worker_retention(self.cfg.worker_liveness);
+        Ok(self.lock().ask_drain(id, retention))
     }
 }

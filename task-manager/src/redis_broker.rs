@@ -9,6 +9,7 @@
 mod activity;
 mod cancel;
 mod claim;
+mod drain;
 mod keys;
 mod scripts;
 mod submit;
@@ -23,8 +24,8 @@ use views::{VIEW_FIELDS, decode_view};
 
 use crate::activity::{ActivityReport, Outcome};
 use crate::broker::{
-    AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, Lease, LeaseState, ReapReport,
-    Submitted,
+    AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, HeartbeatAnswer, Lease,
+    LeaseState, ReapReport, Submitted,
 };
 use crate::kv::{KvCounts, KvNamespace};
 use crate::policy::{CLAIM_CYCLE, worker_retention};
@@ -445,10 +446,10 @@ impl Broker for RedisBroker {
         Ok(report)
     }
 
-    async fn worker_heartbeat(&self, info: &WorkerInfo) -> Result<(), BrokerError> {
+    async fn worker_heartbeat(&self, info: &WorkerInfo) -> Result<HeartbeatAnswer, BrokerError> {
         let json = serde_json::to_string(info).map_err(|e| corrupt(format!("worker: {e}")))?;
         let mut c = self.conn().await?;
-        let _: i64 = self
+        let drain: i64 = self
             .scripts
             .heartbeat
             .arg(self.prefix())
@@ -458,7 +459,7 @@ impl Broker for RedisBroker {
             .invoke_async(&mut c)
             .await
             .map_err(redis_err)?;
-        Ok(())
+        Ok(HeartbeatAnswer { drain: drain == 1 })
     }
 
     async fn deregister_worker(&self, id: &WorkerId) -> Result<(), BrokerError> {
@@ -467,6 +468,7 @@ impl Broker for RedisBroker {
             .atomic()
             .cmd("DEL")
             .arg(self.keys().worker(id))
+            .arg(self.keys().drain(id))
             .cmd("ZREM")
             .arg(self.keys().workers())
             .arg(id.as_str())
@@ -549,5 +551,9 @@ impl Broker for RedisBroker {
                 other => return Ok(other),
             }
         }
+    }
+
+    async fn drain_worker(&self, id: &WorkerId) -> Result<bool, BrokerError> {
+        self.ask_drain(id).await
     }
 }

@@ -151,6 +151,11 @@ impl Proc {
         false
     }
 
+    /// Its exit status once it has exited by itself (reaped), `None` while it runs.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// Its output so far; empty if the log cannot be read.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

@@ -170,10 +170,22 @@ impl SecureRedis {
     /// Stops the server as an operator would (SIGTERM: the AOF is flushed) and starts it again
     /// on the same port, data directory and files; the new log is `redis-restarted.log`.
     pub async fn restart(&mut self) {
+        self.stop();
+        self.start_again().await;
+    }
+
+    /// Stops the server as an operator would (SIGTERM: the AOF is flushed); the port stays
+    /// this server's for [`SecureRedis::start_again`] (an outage, as its clients see it).
+    pub fn stop(&mut self) {
         assert!(
             self.proc.terminate(Duration::from_secs(15)),
             "redis did not stop on SIGTERM"
         );
+    }
+
+    /// Starts a stopped server again on the same port, data directory and files; the new log
+    /// is `redis-restarted.log`.
+    pub async fn start_again(&mut self) {
         self.proc = Self::spawn(
             &self.log_dir,
             &self.pki,
@@ -224,6 +236,14 @@ impl SecureRedis {
             role.password(),
             self.port
         )
+    }
+
+    /// A node's environment for `role`: its URL, the CA, and the prefix the file's ACL grants
+    /// (`crucible`).
+    pub fn node_env(&self, role: Role) -> Vec<(String, String)> {
+        let mut env = crate::service_env(&self.url(role), "crucible");
+        env.extend(self.tls_env());
+        env
     }
 
     /// The TLS files a node gets, as environment variables.

@@ -1,7 +1,8 @@
 //! Losing processes loses no work: a worker killed with SIGKILL mid-task has its task finished
-//! by another worker (attempts = 2, one result), a worker stopped with SIGTERM gives back at
-//! once every task it had claimed ahead, and an API replica killed mid-batch is replaced
-//! without losing a task.
+//! by another worker (attempts = 2, one result), a worker stopped with SIGTERM drains (gives
+//! back at once every task it had claimed ahead, finishes the one on its device, deregisters
+//! and exits 0; at its bound, `CRUCIBLE_DRAIN_TIMEOUT_S`, it gives back what still runs), and
+//! an API replica killed mid-batch is replaced without losing a task.
 
 use crucible_tests::*;
 use serde_json::json;
@@ -117,10 +118,10 @@ async fn an_api_restart_mid_batch_loses_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_stopping_worker_gives_back_every_task_it_claimed_ahead() {
-    let logs = log_dir("failover-prefetch");
+async fn a_draining_worker_finishes_its_task_and_gives_back_the_ones_claimed_ahead() {
+    let logs = log_dir("failover-drain");
     let redis = Redis::start(&logs).await;
-    let mut env = service_env(&redis.url, "prefetch");
+    let mut env = service_env(&redis.url, "drain");
     // Long leases: tasks that come back quickly were given back, not reaped.
     env.push(("CRUCIBLE_LEASE_TTL_MS".into(), "120000".into()));
     let port = free_port();
@@ -141,7 +142,7 @@ async fn a_stopping_worker_gives_back_every_task_it_claimed_ahead() {
             api.submit(json!({
                 "reference_code": problem("elementwise_relu"),
                 // Distinct sources: identical requests would share one task.
-                "kernel_code": format!("{}\n# sample {n}\n", slow_correct_candidate(60)),
+                "kernel_code": format!("{}\n# sample {n}\n", slow_correct_candidate(8)),
                 "num_correct_trials": 1,
                 "num_perf_trials": 1,
                 "timeout_s": 300,
@@ -149,27 +150,67 @@ async fn a_stopping_worker_gives_back_every_task_it_claimed_ahead() {
             .await,
         );
     }
-    eventually(
-        "the worker to claim all four (one plus three ahead)",
-        Duration::from_secs(60),
+    // One task on the device, the other three claimed ahead.
+    let (worker_id, on_device) = eventually(
+        "the worker to hold all four, one of them on its device",
+        Duration::from_secs(120),
         || async {
             let (_, q) = api.get("/queue/status").await;
-            (q["running"] == 4).then_some(())
+            let (_, w) = api.get("/workers/status").await;
+            let w = w["workers"].as_array()?.first()?;
+            (q["running"] == 4 && w["state"] == "busy").then(|| {
+                (
+                    w["worker_id"].as_str().unwrap().to_owned(),
+                    w["current_task"].as_str().unwrap().to_owned(),
+                )
+            })
         },
     )
     .await;
 
-    assert!(
-        worker.terminate(Duration::from_secs(60)),
-        "the worker stops on SIGTERM"
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(worker.pid()),
+        nix::sys::signal::Signal::SIGTERM,
     );
-    // Given back at shutdown, long before their leases could expire.
+    // The three claimed ahead go back at once, long before their leases could expire, while
+    // the worker still drains its device.
+    eventually(
+        "the tasks claimed ahead to be given back",
+        Duration::from_secs(60),
+        || async {
+            let (_, q) = api.get("/queue/status").await;
+            (q["queued_normal"] == 3).then_some(())
+        },
+    )
+    .await;
+    let status = eventually(
+        "the drained worker to exit",
+        Duration::from_secs(150),
+        || std::future::ready(worker.exited()),
+    )
+    .await;
+    assert!(status.success(), "a drain exits 0: {status}");
+
+    let task = api.wait_task(&on_device, Duration::from_secs(10)).await;
+    assert_eq!(
+        task["status"], "done",
+        "the task on the device finished: {task}"
+    );
+    assert_eq!(task["attempts"], 1, "{task}");
+    assert_eq!(task["worker_id"], worker_id.as_str(), "{task}");
+    assert_eq!(task["result"]["correct"], true, "{task}");
+    let (_, workers) = api.get("/workers/status").await;
+    assert!(
+        workers["workers"].as_array().unwrap().is_empty(),
+        "the drained worker deregistered: {workers}"
+    );
     let (_, queue) = api.get("/queue/status").await;
     assert_eq!(queue["running"], 0, "{queue}");
-    assert_eq!(queue["queued_normal"], 4, "{queue}");
-    assert_eq!(queue["done_total"], 0, "{queue}");
+    assert_eq!(queue["queued_normal"], 3, "{queue}");
+    assert_eq!(queue["done_total"], 1, "{queue}");
     assert_eq!(queue["failed_total"], 0, "{queue}");
-    for id in &ids {
+    assert_eq!(queue["requeued_total"], 3, "{queue}");
+    for id in ids.iter().filter(|id| **id != on_device) {
         let (_, task) = api.get(&format!("/tasks/{id}")).await;
         assert_eq!(task["status"], "queued", "{task}");
         let (status, _) = api
@@ -177,4 +218,58 @@ async fn a_stopping_worker_gives_back_every_task_it_claimed_ahead() {
             .await;
         assert_eq!(status, 200);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drain_that_reaches_its_bound_gives_the_running_task_back() {
+    let logs = log_dir("failover-drain-bound");
+    let redis = Redis::start(&logs).await;
+    let mut env = service_env(&redis.url, "drainbound");
+    // Long leases: a task that comes back quickly was given back, not reaped.
+    env.push(("CRUCIBLE_LEASE_TTL_MS".into(), "120000".into()));
+    let port = free_port();
+    let _api = Proc::spawn("api", api_command(port, &env), &logs);
+    let mut bounded = env.clone();
+    bounded.push(("CRUCIBLE_DRAIN_TIMEOUT_S".into(), "2".into()));
+    let mut worker = Proc::spawn("worker", worker_command(&bounded), &logs);
+    let api = Api::new(port);
+    api.wait_ready().await;
+
+    let id = api
+        .submit(json!({
+            "reference_code": problem("elementwise_relu"),
+            "kernel_code": slow_correct_candidate(300),
+            "num_correct_trials": 1,
+            "num_perf_trials": 1,
+            "timeout_s": 600,
+        }))
+        .await;
+    eventually("the task to run", Duration::from_secs(120), || async {
+        let (_, v) = api.get(&format!("/tasks/{id}")).await;
+        (v["status"] == "running").then_some(())
+    })
+    .await;
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(worker.pid()),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    // Far less than the task's 300 s: the bound ended the drain.
+    let status = eventually(
+        "the worker to exit at its drain bound",
+        Duration::from_secs(60),
+        || std::future::ready(worker.exited()),
+    )
+    .await;
+    assert!(status.success(), "{status}");
+    let (_, task) = api.get(&format!("/tasks/{id}")).await;
+    assert_eq!(task["status"], "queued", "given back at the bound: {task}");
+    assert!(
+        worker.log_text().contains("drain bound reached"),
+        "{}",
+        worker.log_text()
+    );
+    let (status, _) = api
+        .call(reqwest::Method::DELETE, &format!("/tasks/{id}"), None)
+        .await;
+    assert_eq!(status, 200);
 }

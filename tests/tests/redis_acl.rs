@@ -129,8 +129,23 @@ async fn each_role_does_its_whole_job_with_nothing_refused() {
     let worker = open(&server, Role::Worker).await;
     let w = WorkerId("w_acl".to_owned());
 
-    worker.worker_heartbeat(&worker_info(&w)).await.unwrap();
+    assert!(
+        !worker
+            .worker_heartbeat(&worker_info(&w))
+            .await
+            .unwrap()
+            .drain
+    );
     assert_eq!(api.list_workers().await.unwrap().len(), 1);
+    // An operator's drain: the API writes it, the worker's heartbeat reads it.
+    assert!(api.drain_worker(&w).await.unwrap());
+    assert!(
+        worker
+            .worker_heartbeat(&worker_info(&w))
+            .await
+            .unwrap()
+            .drain
+    );
     // An empty queue: the claim blocks in BLPOP until its wait ends.
     assert!(
         worker

@@ -14,15 +14,11 @@ use serde_json::json;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// The prefix `deploy/redis.conf` binds the roles to.
-const PREFIX: &str = "crucible";
 const ADMIN_TOKEN: &str = "tls-test-admin-token-0123456789abcdef01234567";
 
 /// A node's environment for `role`: its URL, the CA, the prefix the ACL allows.
 fn node_env(server: &SecureRedis, role: Role) -> Vec<(String, String)> {
-    let mut env = service_env(&server.url(role), PREFIX);
-    env.extend(server.tls_env());
-    env
+    server.node_env(role)
 }
 
 fn assert_no_password(what: &str, text: &str) {

@@ -14,11 +14,12 @@ use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricT
 const AGGREGATE: &str = "cluster-wide, from the broker; every API replica exports it: aggregate with max without (instance, replica)";
 
 /// Every state a worker can be reported in, each exported even at 0.
-const WORKER_STATES: [WorkerState; 6] = [
+const WORKER_STATES: [WorkerState; 7] = [
     WorkerState::Starting,
     WorkerState::Idle,
     WorkerState::Busy,
     WorkerState::Unhealthy,
+    WorkerState::Draining,
     WorkerState::Stopping,
     WorkerState::Lost,
 ];

@@ -1,9 +1,11 @@
 //! Claiming and leases: the claimer keeps up to `device_slots + prefetch` tasks claimed, renews each
 //! one's lease while it is held (a lost lease or the worker's shutdown stops the task's
 //! children), and runs each claimed task's CPU stage at once, handing what it prepared to the
-//! run loop ([`super::run`]).
+//! run loop ([`super::run`]). A drain stops the claimer and the CPU stages: their tasks have
+//! not reached the device, so they go back to the queue at once.
 
 use super::Worker;
+use super::ack::{HeldAt, backoff};
 use crate::budget::{remaining, task_budget};
 use crate::metrics::queue_wait;
 use crate::prepare::{PrepareContext, PrepareEnd, Ready, prepare};
@@ -25,6 +27,9 @@ pub(super) struct ClaimedTask {
     /// from the worker's side (a child on standby abandoned).
     pub(super) cancel: CancellationToken,
     renewer: tokio::task::JoinHandle<()>,
+    /// When the broker last said the lease is held: an ack through an outage is retried
+    /// until that lease has run out ([`super::ack`]).
+    pub(super) held: HeldAt,
     _place: OwnedSemaphorePermit,
     /// When it was claimed: the start of its `crucible_evaluation_seconds`.
     pub(super) claimed_at: Instant,
@@ -57,10 +62,17 @@ impl Worker {
     ) {
         let mut cpu_stages = JoinSet::new();
         let mut claim_errors = 0u32;
-        let stopped = || shutdown.cancelled();
+        // A drain ends claiming too; a claim already waiting (`claim_wait`, short) is let
+        // finish, and what it took is given back.
+        let stopped = || async {
+            tokio::select! {
+                () = shutdown.cancelled() => {}
+                () = self.drain.cancelled() => {}
+            }
+        };
         loop {
             while cpu_stages.try_join_next().is_some() {}
-            if shutdown.is_cancelled() {
+            if shutdown.is_cancelled() || self.drain.is_cancelled() {
                 break;
             }
             if !*gate.borrow_and_update() {
@@ -70,13 +82,18 @@ impl Worker {
                 }
                 continue;
             }
+            // A verdict kept through a broker outage is stored before new work is taken.
+            tokio::select! {
+                () = self.acks.open() => {}
+                _ = stopped() => continue,
+            }
             let place = tokio::select! {
                 p = places.clone().acquire_owned() => p.expect("the pipeline semaphore is never closed"),
                 _ = stopped() => continue,
             };
             let claimed = tokio::select! {
                 c = self.broker.claim(&self.id, &self.cfg.device_class, self.cfg.claim_wait) => c,
-                _ = stopped() => continue,
+                () = shutdown.cancelled() => continue,
             };
             match claimed {
                 Ok(Some(lease)) => {
@@ -86,6 +103,10 @@ impl Worker {
                             .observe_queue_wait(lease.task_id.clone(), lease.attempt),
                     );
                     let task = self.claimed(lease, place, &shutdown);
+                    if self.drain.is_cancelled() {
+                        self.give_back(&task, "worker draining").await;
+                        continue;
+                    }
                     cpu_stages.spawn(self.clone().cpu_stage(task, ready_tx.clone()));
                 }
                 Ok(None) => {}
@@ -113,23 +134,37 @@ impl Worker {
     ) -> ClaimedTask {
         tracing::info!(worker_id = %self.id, task_id = %lease.task_id, attempt = lease.attempt, "task claimed");
         let cancel = shutdown.child_token();
+        let held = HeldAt::now();
         let renewer = {
             let broker = self.broker.clone();
             let lease = lease.clone();
             let cancel = cancel.clone();
             let every = broker.config().lease_ttl / 3;
+            let held = held.clone();
             tokio::spawn(async move {
+                // After a failed renewal the next comes on the ack's short backoff, not a
+                // third of the lease later: the lease is pushed out as soon as the broker
+                // is back, before the reaper can take it.
+                let mut retrying: Option<Box<dyn Iterator<Item = Duration> + Send>> = None;
                 loop {
-                    tokio::time::sleep(every).await;
+                    let pause = retrying.as_mut().and_then(|p| p.next()).unwrap_or(every);
+                    tokio::time::sleep(pause.min(every)).await;
                     match broker.renew(&lease).await {
-                        Ok(LeaseState::Held) => {}
+                        Ok(LeaseState::Held) => {
+                            held.renewed();
+                            retrying = None;
+                        }
                         Ok(state) => {
                             tracing::info!(task_id = %lease.task_id, ?state, "lease ended, stopping the task");
                             cancel.cancel();
                             return;
                         }
+                        // Only the broker's answer ends the task: an unreachable broker (an
+                        // outage, a restart) neither stops the evaluation nor drops the lease
+                        // here; its verdict is kept and acked when the broker is back.
                         Err(e) => {
-                            tracing::warn!(task_id = %lease.task_id, error = %e, "lease renewal failed")
+                            tracing::warn!(task_id = %lease.task_id, error = %e, "lease renewal failed, the task goes on");
+                            retrying.get_or_insert_with(|| Box::new(backoff()));
                         }
                     }
                 }
@@ -139,6 +174,7 @@ impl Worker {
             lease,
             cancel,
             renewer,
+            held,
             _place: place,
             claimed_at: Instant::now(),
         }
@@ -174,6 +210,7 @@ impl Worker {
             let template = tokio::select! {
                 template = self.ready_template() => Some(template),
                 () = task.cancel.cancelled() => None,
+                () = self.drain.cancelled() => None,
             };
             let Some(template) = template else {
                 self.finish(&task, Ok(Classified::Cancelled)).await;
@@ -190,15 +227,23 @@ impl Worker {
                 broker: Some(&*self.broker),
             };
             let label = format!("{}_cpu", task.lease.task_id);
-            match prepare(
+            // Its own token, so that a drain stops the CPU stage and not the task's lease.
+            let stage_cancel = task.cancel.child_token();
+            let prepared = prepare(
                 &ctx,
                 &task.lease.spec,
                 &label,
                 launcher,
-                task.cancel.clone(),
-            )
-            .await
-            {
+                stage_cancel.clone(),
+            );
+            tokio::pin!(prepared);
+            let prepared = loop {
+                tokio::select! {
+                    end = &mut prepared => break end,
+                    () = self.drain.cancelled(), if !stage_cancel.is_cancelled() => stage_cancel.cancel(),
+                }
+            };
+            match prepared {
                 Ok(PrepareEnd::Ready(r)) => ready = *r,
                 Ok(PrepareEnd::Final(classified)) => {
                     tracing::info!(worker_id = %self.id, task_id = %task.lease.task_id, "decided in the cpu stage");
@@ -212,6 +257,11 @@ impl Worker {
                     tracing::warn!(worker_id = %self.id, task_id = %task.lease.task_id, error = %e, "cpu stage failed, the device stage does everything");
                 }
             }
+        }
+        if self.drain.is_cancelled() {
+            self.give_back(&task, "worker draining before the task ran")
+                .await;
+            return;
         }
         // One budget for the whole task: the device stage gets what the CPU stage left.
         let Some(budget) = remaining(task_budget(&task.lease.spec), ready.cpu_used) else {
@@ -227,7 +277,7 @@ impl Worker {
             budget,
         };
         if let Err(mpsc::error::SendError(task)) = ready_tx.send(task) {
-            self.give_back(&task.task.lease, "worker stopped before the task ran")
+            self.give_back(&task.task, "worker stopped before the task ran")
                 .await;
         }
     }

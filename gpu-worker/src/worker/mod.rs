@@ -6,8 +6,10 @@
 //! - [`run`]: the run loop: the start-up self-test, the device loop, back-off, shutdown;
 //! - [`claim`]: claiming, the lease renewers and the CPU stage of each claimed task;
 //! - [`pipeline`]: who may use the device when, as a pure state machine (no tokio tasks);
-//! - [`outcome`]: how a task ends: verdicts stored, tasks given back, the reference cache.
+//! - [`outcome`]: how a task ends: verdicts stored, tasks given back, the reference cache;
+//! - [`ack`]: acks kept and retried through a broker outage (pure schedule, the claim gate).
 
+mod ack;
 mod claim;
 mod neighbours;
 mod outcome;
@@ -63,6 +65,11 @@ pub struct Worker {
     cuda_arch: Option<String>,
     /// The process's worker metrics, shared by its workers.
     metrics: Arc<WorkerMetrics>,
+    /// Shut while an ack is retried through a broker outage: the claimer waits on it.
+    acks: ack::AckGate,
+    /// Cancelled when the worker starts draining ([`Worker::drain`]): by SIGTERM, or by an
+    /// operator's drain heard in a heartbeat's answer.
+    drain: tokio_util::sync::CancellationToken,
 }
 
 impl Worker {
@@ -113,6 +120,18 @@ impl Worker {
                 tasks_done: 0,
             })),
             template: tokio::sync::Mutex::new(TemplateSlot::default()),
+            acks: ack::AckGate::new(),
+            drain: tokio_util::sync::CancellationToken::new(),
+        }
+    }
+
+    /// Starts a drain (once; later calls do nothing): the worker stops claiming, gives back at
+    /// once what it claimed ahead, lets the evaluations on its device finish (up to
+    /// `drain_timeout`), stores their verdicts, deregisters, and its `run` returns.
+    pub fn drain(&self, why: &str) {
+        if !self.drain.is_cancelled() {
+            tracing::info!(worker_id = %self.id, why, drain_timeout = ?self.cfg.drain_timeout, "draining");
+            self.drain.cancel();
         }
     }
 
@@ -144,8 +163,10 @@ impl Worker {
     }
 
     pub(super) async fn publish(&self) {
-        if let Err(e) = self.broker.worker_heartbeat(&self.info()).await {
-            tracing::warn!(worker_id = %self.id, error = %e, "worker heartbeat failed");
+        match self.broker.worker_heartbeat(&self.info()).await {
+            Ok(answer) if answer.drain => self.drain("an operator asked for a drain"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(worker_id = %self.id, error = %e, "worker heartbeat failed"),
         }
     }
 

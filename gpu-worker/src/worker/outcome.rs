@@ -2,13 +2,15 @@
 //! or the task given back to the queue; and the reference-timing cache the verdicts feed and
 //! the next tasks of the same problem read.
 
+use super::ack::{ACK_GRACE, backoff, next_wait, retry_until, worth_retrying};
 use super::claim::ClaimedTask;
 use super::{TaskEnd, Worker};
 use crate::device::{DeviceSlot, check_gpu};
 use crate::reference_cache::{self, REF_CACHE_NAMESPACE, SoftwareVersions};
 use crate::verdict::Classified;
 use crucible_shared::{EvalResult, RuntimeStats, TaskSpec, VerdictCode};
-use crucible_task_manager::{AckOutcome, Lease, LeaseState};
+use crucible_task_manager::{AckOutcome, BrokerError, LeaseState};
+use std::time::{Duration, Instant};
 
 impl Worker {
     /// Stores a task's verdict, or gives the task back: the end of every claimed task.
@@ -21,20 +23,20 @@ impl Worker {
         match outcome {
             Ok(Classified::Verdict(result)) => self.store_verdict(task, *result).await,
             Ok(Classified::ServiceFault(reason)) => {
-                self.give_back(lease, &reason).await;
+                self.give_back(task, &reason).await;
                 TaskEnd::ServiceFault
             }
             Ok(Classified::Cancelled) => {
                 // Cancelled by a client, or our lease was lost, or we are shutting down: in
                 // the last case the task goes back to the queue now rather than at expiry.
                 if matches!(self.broker.renew(lease).await, Ok(LeaseState::Held)) {
-                    self.give_back(lease, "worker shut down during the task")
+                    self.give_back(task, "worker shut down during the task")
                         .await;
                 }
                 TaskEnd::Cancelled
             }
             Err(e) => {
-                self.give_back(lease, &format!("worker could not run the task: {e}"))
+                self.give_back(task, &format!("worker could not run the task: {e}"))
                     .await;
                 TaskEnd::ServiceFault
             }
@@ -129,7 +131,7 @@ impl Worker {
             if let Err(detail) = check {
                 tracing::error!(worker_id = %self.id, task_id = %lease.task_id, detail, "gpu unhealthy after a cuda fault");
                 self.give_back(
-                    lease,
+                    task,
                     &format!("gpu failed its health check after a cuda fault: {detail}"),
                 )
                 .await;
@@ -140,7 +142,12 @@ impl Worker {
         let (verdict, error_code) = (result.verdict, result.error_code);
         // Counted only once the broker accepted it: a stale verdict is not this worker's.
         let counted = result.clone();
-        match self.broker.complete(lease, result).await {
+        let stored = self
+            .ack_until_answered(task, "result", || {
+                self.broker.complete(lease, result.clone())
+            })
+            .await;
+        match stored {
             Ok(AckOutcome::Accepted) => {
                 self.metrics.verdict_stored(
                     lease.spec.request.backend,
@@ -154,16 +161,69 @@ impl Worker {
                 tracing::warn!(worker_id = %self.id, task_id = %lease.task_id, "result refused, lease no longer ours");
             }
             Err(e) => {
-                tracing::error!(worker_id = %self.id, task_id = %lease.task_id, error = %e, "could not store result, the lease will expire and the task be retried");
+                tracing::error!(worker_id = %self.id, task_id = %lease.task_id, error = %e, "could not store result before the lease ran out, the task will be retried");
             }
         }
         TaskEnd::Stored
     }
 
-    pub(super) async fn give_back(&self, lease: &Lease, reason: &str) {
+    /// Gives a task back to the queue, retried through a broker outage like a verdict.
+    pub(super) async fn give_back(&self, task: &ClaimedTask, reason: &str) {
+        let lease = &task.lease;
         tracing::warn!(worker_id = %self.id, task_id = %lease.task_id, reason, "giving task back");
-        if let Err(e) = self.broker.release(lease, reason).await {
+        let released = self
+            .ack_until_answered(task, "release", || self.broker.release(lease, reason))
+            .await;
+        if let Err(e) = released {
             tracing::error!(worker_id = %self.id, task_id = %lease.task_id, error = %e, "release failed, the lease will expire instead");
+        }
+    }
+
+    /// Runs the fenced ack `op` until the broker answers: an unreachable broker is retried with
+    /// [`backoff`] until the lease, as last renewed, has run out plus [`ACK_GRACE`], or the
+    /// task's token fires (its lease is known lost, or the worker stops hard). The first
+    /// attempt is always made. Meanwhile the claimer claims nothing ([`super::ack::AckGate`]).
+    async fn ack_until_answered<F, Fut>(
+        &self,
+        task: &ClaimedTask,
+        what: &'static str,
+        mut op: F,
+    ) -> Result<AckOutcome, BrokerError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<AckOutcome, BrokerError>>,
+    {
+        let lease = &task.lease;
+        let mut pauses = backoff();
+        let mut hold = None;
+        let mut attempts = 1u32;
+        loop {
+            let error = match op().await {
+                Ok(answer) => {
+                    if attempts > 1 {
+                        tracing::info!(worker_id = %self.id, task_id = %lease.task_id, what, attempts, ?answer, "broker answered the ack after retries");
+                    }
+                    return Ok(answer);
+                }
+                Err(e) => e,
+            };
+            if !worth_retrying(&error) {
+                return Err(error);
+            }
+            let until = retry_until(task.held.get(), self.broker.config().lease_ttl, ACK_GRACE);
+            let pause = pauses.next().unwrap_or(Duration::from_secs(1));
+            let Some(wait) = next_wait(Instant::now(), until, pause) else {
+                return Err(error);
+            };
+            if hold.is_none() {
+                tracing::warn!(worker_id = %self.id, task_id = %lease.task_id, what, error = %error, retry_for = ?until.saturating_duration_since(Instant::now()), "broker unreachable, keeping the ack and retrying");
+                hold = Some(self.acks.hold());
+            }
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = task.cancel.cancelled() => return Err(error),
+            }
+            attempts += 1;
         }
     }
 }

@@ -1,8 +1,11 @@
 //! The run loop of a worker: prove the sandbox, then drive the device. Prepared tasks arrive
 //! from the claimer ([`super::claim`]); each one's device-stage child runs as a tokio task in
 //! a `JoinSet` owned here, while [`DevicePipeline`] (pure) decides who may use the device when.
-//! Service faults in a row and an unhealthy device make it stop claiming for a while;
-//! shutdown gives every task in flight back to the queue.
+//! Service faults in a row and an unhealthy device make it stop claiming for a while.
+//! A drain ([`Worker::drain`]: SIGTERM, or an operator's drain) stops claiming, gives back at
+//! once the tasks claimed ahead, lets the device stages already started finish (up to
+//! `drain_timeout`), then stops; shutdown (the caller's token, or the drain's bound) gives every
+//! task still in flight back to the queue.
 
 use super::claim::ReadyTask;
 use super::neighbours::Neighbours;
@@ -78,8 +81,9 @@ impl DeviceTasks {
 }
 
 impl Worker {
-    /// Runs until `shutdown` is cancelled. Tasks in flight at shutdown are stopped and given
-    /// back to the queue so other workers take them at once.
+    /// Runs until `shutdown` is cancelled or a drain ([`Worker::drain`]) has ended. Tasks in
+    /// flight at shutdown (or at the drain's bound) are stopped and given back to the queue so
+    /// other workers take them at once.
     ///
     /// Two loops: the claimer keeps up to `device_slots + prefetch` tasks claimed and runs
     /// each one's CPU stage as soon as it is claimed; the device loop (here) runs up to
@@ -90,6 +94,8 @@ impl Worker {
     /// it requires it registers as unhealthy, deregisters and returns the reason.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), WorkerError> {
         tracing::info!(worker_id = %self.id, device = ?self.cfg.device, device_class = %self.cfg.device_class, device_slots = self.cfg.device_slots, compile_pool = self.cfg.compile_pool, prefetch = self.cfg.prefetch, "worker starting");
+        // The end of every task still in flight: the caller's shutdown, or a drain's bound.
+        let shutdown = shutdown.child_token();
         let registry = {
             let me = self.clone();
             let stop = shutdown.clone();
@@ -143,8 +149,30 @@ impl Worker {
             self.cfg.device,
             crate::device::DeviceSlot::Gpu { .. }
         ));
+        let mut drain_until: Option<tokio::time::Instant> = None;
         while !shutdown.is_cancelled() {
-            let backing_off = !healthy || faults >= FAULTS_BEFORE_BACKOFF;
+            let draining = self.drain.is_cancelled();
+            if draining {
+                if drain_until.is_none() {
+                    drain_until = Some(tokio::time::Instant::now() + self.cfg.drain_timeout);
+                    let _ = gate_tx.send(false);
+                    // Shown at once, not at the next heartbeat.
+                    self.set(WorkerState::Draining, device.active().cloned());
+                    self.publish().await;
+                }
+                // What has not started on the device goes back at once: children on standby
+                // (they give their tasks back as they end) and tasks waiting for the device.
+                device.abandon_standby();
+                while let Ok(task) = ready_rx.try_recv() {
+                    self.give_back(&task.task, "worker draining before the task ran")
+                        .await;
+                }
+                if device.is_empty() && tasks.children.is_empty() {
+                    tracing::info!(worker_id = %self.id, "drained");
+                    break;
+                }
+            }
+            let backing_off = !draining && (!healthy || faults >= FAULTS_BEFORE_BACKOFF);
             if backing_off {
                 let _ = gate_tx.send(false);
                 // A child on standby has not started its task: give the task back.
@@ -154,12 +182,13 @@ impl Worker {
                     self.publish().await;
                     // Tasks prepared for this device go back to the queue for healthy workers.
                     while let Ok(task) = ready_rx.try_recv() {
-                        self.give_back(&task.task.lease, "worker device unhealthy")
-                            .await;
+                        self.give_back(&task.task, "worker device unhealthy").await;
                     }
                     tokio::select! {
                         _ = tokio::time::sleep(UNHEALTHY_RECHECK) => {}
                         () = shutdown.cancelled() => break,
+                        // Nothing runs: the drain ends at once, at the top of the loop.
+                        () = self.drain.cancelled() => continue,
                     }
                     healthy = self.ensure_healthy().await;
                     faults = 0;
@@ -175,14 +204,19 @@ impl Worker {
             }
             device.advance();
             self.set(
-                if device.active().is_some() {
+                if draining {
+                    WorkerState::Draining
+                } else if device.active().is_some() {
                     WorkerState::Busy
                 } else {
                     WorkerState::Idle
                 },
                 device.active().cloned(),
             );
-            let take_task = !backing_off && device.has_room(self.cfg.prefetch > 0);
+            let take_task = !draining && !backing_off && device.has_room(self.cfg.prefetch > 0);
+            let drain_bound = tokio::time::sleep_until(
+                drain_until.unwrap_or_else(|| tokio::time::Instant::now() + UNHEALTHY_RECHECK),
+            );
             tokio::select! {
                 Some((task_id, event)) = tasks.events.recv() => device.on_event(&task_id, event),
                 Some(joined) = tasks.children.join_next(), if !tasks.children.is_empty() => {
@@ -212,11 +246,16 @@ impl Worker {
                         tracing::error!(worker_id = %self.id, error = %e, "could not start a device stage");
                     }
                 }
+                () = self.drain.cancelled(), if !draining => {}
+                () = drain_bound, if drain_until.is_some() => {
+                    tracing::warn!(worker_id = %self.id, drain_timeout = ?self.cfg.drain_timeout, "drain bound reached, giving back the tasks still running");
+                    shutdown.cancel();
+                }
                 () = shutdown.cancelled() => {}
             }
         }
-        // Children still on the device were cancelled by the shutdown: end each (their tasks
-        // go back to the queue).
+        // Children still on the device were cancelled by the shutdown (or the drain's bound):
+        // end each (their tasks go back to the queue).
         while let Ok(Some(joined)) =
             tokio::time::timeout(SHUTDOWN_GRACE, tasks.children.join_next()).await
         {
@@ -233,7 +272,7 @@ impl Worker {
             tracing::warn!(worker_id = %self.id, "cpu stages did not end in time, their leases will expire");
         }
         while let Ok(task) = ready_rx.try_recv() {
-            self.give_back(&task.task.lease, "worker shut down before the task ran")
+            self.give_back(&task.task, "worker shut down before the task ran")
                 .await;
         }
         registry.abort();

@@ -1,5 +1,6 @@
 -- ARGV: prefix, worker_id, worker_json, retention_ms. The registry's last-seen time is the
--- Redis clock, so every API replica judges liveness the same way.
+-- Redis clock, so every API replica judges liveness the same way. Returns 1 when the worker was
+-- asked to drain (drain_worker.lua), else 0.
 local id, json, retention = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local now = now_ms()
 local registry = P .. ':workers'
@@ -7,4 +8,4 @@ redis.call('SET', P .. ':worker:' .. id, json, 'PX', retention)
 redis.call('ZADD', registry, now, id)
 redis.call('ZREMRANGEBYSCORE', registry, '-inf', now - retention)
 redis.call('PEXPIRE', registry, retention)
-return now
+return redis.call('EXISTS', P .. ':drain:' .. id)

@@ -44,6 +44,8 @@
 //! - `kv:{len(namespace)}:{namespace}:{key}` strings of the key-value cache, each with its TTL;
 //!   each role reaches only its own namespaces.
 //! - `worker:{id}` JSON and `workers` zset of last-seen ms, both expiring when workers go quiet.
+//! - `drain:{id}` a drain asked of worker `{id}` (written by the API, read by the worker's
+//!   heartbeat, deleted when it deregisters), expiring with the registry's retention.
 //!
 //! The API's alone: the tenant registry, `tenants:`, where every key that names a tenant or
 //! holds its token's SHA-256 or its settings lives, so that a worker's credential reveals
@@ -106,6 +108,11 @@ impl Keys<'_> {
 
     pub(super) fn worker(&self, id: &WorkerId) -> String {
         self.under(format_args!("worker:{id}"))
+    }
+
+    /// A drain asked of worker `id` (`lua/drain_worker.lua`, read by `lua/heartbeat.lua`).
+    pub(super) fn drain(&self, id: &WorkerId) -> String {
+        self.under(format_args!("drain:{id}"))
     }
 
     pub(super) fn workers(&self) -> String {

@@ -28,6 +28,7 @@ pub(super) struct Scripts {
     pub(super) list_workers: Script,
     pub(super) kv_get: Script,
     pub(super) activity: Script,
+    pub(super) drain_worker: Script,
 }
 
 impl Scripts {
@@ -45,6 +46,7 @@ impl Scripts {
             list_workers: script(include_str!("../lua/list_workers.lua")),
             kv_get: script(include_str!("../lua/kv_get.lua")),
             activity: script(include_str!("../lua/activity.lua")),
+            drain_worker: script(include_str!("../lua/drain_worker.lua")),
         }
     }
 }

@@ -11,6 +11,7 @@ mod batches;
 mod caches;
 mod cancel;
 mod classes;
+mod drain;
 mod kv;
 mod leases;
 mod priorities;
