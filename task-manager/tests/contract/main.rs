@@ -14,4 +14,5 @@ mod classes;
 mod kv;
 mod leases;
 mod priorities;
+mod reaper_lease;
 mod tasks;
