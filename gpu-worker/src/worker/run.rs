@@ -90,6 +90,7 @@ impl Worker {
     /// it requires it registers as unhealthy, deregisters and returns the reason.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), WorkerError> {
         tracing::info!(worker_id = %self.id, device = ?self.cfg.device, device_class = %self.cfg.device_class, device_slots = self.cfg.device_slots, compile_pool = self.cfg.compile_pool, prefetch = self.cfg.prefetch, "worker starting");
+        self.sweep_leftovers().await;
         let registry = {
             let me = self.clone();
             let stop = shutdown.clone();
