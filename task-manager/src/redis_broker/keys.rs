@@ -43,6 +43,8 @@
 //! - `kv:{len(namespace)}:{namespace}:{key}` strings of the key-value cache, each with its TTL;
 //!   each role reaches only its own namespaces.
 //! - `worker:{id}` JSON and `workers` zset of last-seen ms, both expiring when workers go quiet.
+//! - `reaper` string: the holder of the reaper lease (one process of those running the reaper,
+//!   API replicas and workers alike), expiring with it.
 //!
 //! The API's alone: the tenant registry, `tenants:`, where every key that names a tenant or
 //! holds its token's SHA-256 or its settings lives, so that a worker's credential reveals
