@@ -73,7 +73,13 @@ fn sweep_with(
             continue;
         }
         let dir = root.join(dir_name);
-        match remove_tree(&dir).and_then(|()| fs::remove_file(&path)) {
+        // Gone already is fine: workers of one identity in one process (`crucible up`'s CPU
+        // workers) sweep the same root side by side.
+        let owner_file_gone = || match fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        };
+        match remove_tree(&dir).and_then(|()| owner_file_gone()) {
             Ok(()) => {
                 tracing::info!(path = %dir.display(), pid = owner.pid, "swept a directory left by a dead worker process");
                 report.removed.push(dir);
