@@ -6,7 +6,8 @@ use crucible_api_server::{AppState, Auth, serve};
 use crucible_runtime::metrics::{Component, build_info};
 use crucible_runtime::{LogTo, Shutdown, shutdown_signal};
 use crucible_shared::BrokerConfig;
-use crucible_task_manager::{Broker, RedisBroker, RedisTarget, run_reaper};
+use crucible_task_manager::reaper::DEFAULT_REAPER_INTERVAL_MS;
+use crucible_task_manager::{Broker, ReaperSettings, RedisBroker, RedisTarget, run_reaper};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,8 +22,9 @@ struct Args {
     /// Its value is never printed, not even by --help.
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     redis_url: String,
-    /// Milliseconds between reaper passes (0 disables this replica's reaper).
-    #[arg(long, env = "CRUCIBLE_REAPER_INTERVAL_MS", default_value_t = 1000)]
+    /// Milliseconds between reaper passes (0 disables this replica's reaper). Every process
+    /// running the reaper (API replicas, workers) takes part in one election: one reaps.
+    #[arg(long, env = "CRUCIBLE_REAPER_INTERVAL_MS", default_value_t = DEFAULT_REAPER_INTERVAL_MS)]
     reaper_interval_ms: u64,
 }
 
@@ -44,7 +46,8 @@ async fn main() -> anyhow::Result<()> {
     let reaper = (args.reaper_interval_ms > 0).then(|| {
         tokio::spawn(run_reaper(
             broker.clone(),
-            Duration::from_millis(args.reaper_interval_ms),
+            ReaperSettings::new("api", Duration::from_millis(args.reaper_interval_ms))
+                .finishing_tenant_deletions(),
             shutdown.token(),
         ))
     });

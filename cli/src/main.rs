@@ -23,7 +23,10 @@ use crucible_runtime::{LogTo, Shutdown, shutdown_signal};
 use crucible_shared::bounds::{CORRECT_TRIALS, PERF_TRIALS, TIMEOUT_S};
 use crucible_shared::rollout::RolloutEvalSettings;
 use crucible_shared::{Backend, BatchId, BrokerConfig, DeviceClass, EvaluateRequest, TaskSpec};
-use crucible_task_manager::{Broker, MemoryBroker, RedisBroker, RedisTarget, run_reaper};
+use crucible_task_manager::reaper::DEFAULT_REAPER_INTERVAL_MS;
+use crucible_task_manager::{
+    Broker, MemoryBroker, ReaperSettings, RedisBroker, RedisTarget, run_reaper,
+};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -442,9 +445,12 @@ async fn up(
     let worker_metrics = Arc::new(WorkerMetrics::register(registry)?);
     let shutdown = Shutdown::new();
     let mut tasks = Vec::new();
+    // The API's role: the reaper also finishes tenant deletions; its workers run none of
+    // their own (one process, one reaper).
     tasks.push(tokio::spawn(run_reaper(
         broker.clone(),
-        Duration::from_secs(1),
+        ReaperSettings::new("up", Duration::from_millis(DEFAULT_REAPER_INTERVAL_MS))
+            .finishing_tenant_deletions(),
         shutdown.token(),
     )));
     // A worker that refuses to serve (its sandbox is not in place) stops `up` with its reason.

@@ -1,6 +1,7 @@
 //! Worker settings, parsed from environment-style lookups by pure functions.
 
 use crate::device::DeviceSlot;
+use crate::dir_owner::DirOwner;
 use crate::limits::ChildLimits;
 use crate::sandbox::Sandbox;
 use crate::sandbox::config::SandboxSettings;
@@ -16,6 +17,9 @@ pub struct WorkerConfig {
     pub python: PathBuf,
     /// Parent of the per-task private directories.
     pub work_root: PathBuf,
+    /// This process as the worker `{node}/{device}`: written in the owner file of every
+    /// directory it makes under `work_root`, and whose leftovers its start-up sweep removes.
+    pub dir_owner: DirOwner,
     /// Bounds on every task child (memory, processes, output, files).
     pub limits: ChildLimits,
     /// The device this worker owns.
@@ -145,6 +149,11 @@ impl WorkerConfig {
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
             .unwrap_or_else(|| std::env::temp_dir().join("crucible"));
+        let node = lookup("HOSTNAME")
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(read_hostname);
+        let dir_owner = DirOwner::this_process(worker_identity(&node, &device))
+            .map_err(|e| format!("this worker's process record: {e}"))?;
         Ok(Self {
             python: resolve_program(
                 &lookup("CRUCIBLE_PYTHON")
@@ -153,14 +162,13 @@ impl WorkerConfig {
                 lookup("PATH").as_deref(),
             ),
             work_root,
+            dir_owner,
             limits,
             device,
             device_class,
             device_slots,
             device_memory,
-            node: lookup("HOSTNAME")
-                .filter(|v| !v.is_empty())
-                .unwrap_or_else(read_hostname),
+            node,
             claim_wait: Duration::from_secs(1),
             heartbeat_interval: Duration::from_secs(2),
             env_passthrough: lookup("CRUCIBLE_CHILD_ENV_PASSTHROUGH")
@@ -301,6 +309,16 @@ pub fn resolve_program(program: &str, path: Option<&str>) -> PathBuf {
 fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// A worker's identity on the node: `{node}/gpu{index}` or `{node}/cpu`. Several workers of
+/// one identity may run at once (CPU workers of `crucible up`); the sweep tells them apart by
+/// their processes.
+pub fn worker_identity(node: &str, device: &DeviceSlot) -> String {
+    match device.index() {
+        Some(index) => format!("{node}/gpu{index}"),
+        None => format!("{node}/cpu"),
+    }
 }
 
 fn read_hostname() -> String {

@@ -5,7 +5,8 @@
 //! pipe; output caps; the memory/process watchdog; the deadline; and the classification of
 //! every way a child can end; the warm template that forks those children; the CPU stage of
 //! each task (syntax, screening, import, CUDA extension builds) run ahead of the device stage,
-//! with the node-wide build cache and compile slots; the reference-timing cache key; the
+//! with the node-wide build cache and compile slots; the owner files of the directories it makes
+//! and the start-up sweep of those a killed worker left; the reference-timing cache key; the
 //! sandbox every child runs in (namespaces, an unprivileged user, Landlock, seccomp, a cgroup)
 //! and its start-up self-test. The Python harness and template are embedded here.
 
@@ -13,6 +14,7 @@ pub mod budget;
 pub mod build_cache;
 pub mod config;
 pub mod device;
+pub mod dir_owner;
 pub mod evaluation;
 pub mod harness;
 mod isolation;
@@ -27,6 +29,7 @@ pub mod sandbox_selftest;
 pub mod spec;
 pub mod stage;
 pub mod supervisor;
+pub mod sweep;
 pub mod task_dir;
 pub mod template;
 pub mod verdict;

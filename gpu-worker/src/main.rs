@@ -13,8 +13,10 @@ use crucible_gpu_worker::{DeviceSlot, Worker, WorkerConfig, WorkerMetrics, probe
 use crucible_runtime::metrics::{Component, build_info, serve_metrics};
 use crucible_runtime::{LogTo, Shutdown, shutdown_signal};
 use crucible_shared::BrokerConfig;
-use crucible_task_manager::{Broker, RedisBroker, RedisTarget};
+use crucible_task_manager::reaper::DEFAULT_REAPER_INTERVAL_MS;
+use crucible_task_manager::{Broker, ReaperSettings, RedisBroker, RedisTarget, run_reaper};
 use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Parser)]
 #[command(
@@ -38,6 +40,11 @@ struct Args {
     /// Default: 127.0.0.1, port 10910 + the GPU's index (a CPU worker: 10909).
     #[arg(long, env = "CRUCIBLE_WORKER_METRICS_ADDR")]
     metrics_addr: Option<String>,
+    /// Milliseconds between reaper passes (0: this worker runs no reaper). Workers run it by
+    /// default, so that a cluster with no API replica up still requeues a dead worker's task;
+    /// of all the processes running it (workers, API replicas) a lease in Redis elects one.
+    #[arg(long, env = "CRUCIBLE_REAPER_INTERVAL_MS", default_value_t = DEFAULT_REAPER_INTERVAL_MS)]
+    reaper_interval_ms: u64,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -89,6 +96,15 @@ async fn main() -> anyhow::Result<()> {
         }
         None => None,
     };
+    // The expired-lease part of reaping only: finishing tenant deletions needs the tenant
+    // registry, which is the API's alone.
+    let reaper = (args.reaper_interval_ms > 0).then(|| {
+        tokio::spawn(run_reaper(
+            broker.clone(),
+            ReaperSettings::new("worker", Duration::from_millis(args.reaper_interval_ms)),
+            shutdown.token(),
+        ))
+    });
     let worker = Arc::new(Worker::new(broker, cfg, metrics));
     let mut run = tokio::spawn(worker.clone().run(shutdown.token()));
     tokio::select! {
@@ -111,6 +127,9 @@ async fn main() -> anyhow::Result<()> {
     shutdown.cancel();
     if let Some(server) = metrics_server {
         server.await??;
+    }
+    if let Some(reaper) = reaper {
+        reaper.await?;
     }
     Ok(())
 }

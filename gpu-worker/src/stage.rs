@@ -107,7 +107,7 @@ pub(crate) fn stage_dir(
     fill: impl FnOnce(&TaskDir) -> std::io::Result<serde_json::Value>,
     sandbox_for: impl FnOnce(&Path) -> Result<Option<ChildSandbox>, SandboxError>,
 ) -> std::io::Result<StageDir> {
-    let dir = TaskDir::create(&cfg.work_root, label)?;
+    let dir = TaskDir::create(&cfg.work_root, label, &cfg.dir_owner)?;
     dir.write_new(HARNESS_FILE, HARNESS_SOURCE.as_bytes())?;
     for (file, source) in HARNESS_MODULES {
         dir.write_new(file, source.as_bytes())?;

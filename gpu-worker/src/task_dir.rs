@@ -1,52 +1,73 @@
-//! The private directory of one task child: created 0700, filled without following links,
-//! removed afterwards whatever the child did to it.
+//! The private directory of one task child (or of the warm template): created 0700, filled
+//! without following links, removed afterwards whatever the child did to it. Its owner file
+//! (`dir_owner.rs`) is written beside it first, so that a directory left by a killed worker is
+//! always found and swept by the next one (`sweep.rs`).
 
-use std::fs::{self, OpenOptions};
+use crate::dir_owner::{DirOwner, OWNER_SUFFIX};
+use std::fs::{self, DirBuilder, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-/// A task child's private directory; removed when dropped.
+/// Tries at a fresh random name before giving up (a clash is already one in 2^64).
+const NAME_ATTEMPTS: u32 = 8;
+
+/// A task child's private directory; removed, with its owner file, when dropped.
 pub struct TaskDir {
-    dir: Option<tempfile::TempDir>,
+    path: PathBuf,
+    owner_file: PathBuf,
 }
 
 impl TaskDir {
-    /// A fresh private directory under `root` (created if missing).
-    pub fn create(root: &Path, label: &str) -> io::Result<Self> {
+    /// A fresh private directory under `root` (created if missing), `task-{label}-{random}`,
+    /// with its owner file `task-{label}-{random}.owner` written before it.
+    pub fn create(root: &Path, label: &str, owner: &DirOwner) -> io::Result<Self> {
         fs::create_dir_all(root)?;
         let safe_label: String = label
             .chars()
             .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
             .take(40)
             .collect();
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("task-{safe_label}-"))
-            .permissions(fs::Permissions::from_mode(0o700))
-            .tempdir_in(root)?;
-        Ok(Self { dir: Some(dir) })
+        let record = owner.to_file();
+        for _ in 0..NAME_ATTEMPTS {
+            let random = uuid::Uuid::new_v4().simple().to_string();
+            let name = format!("task-{safe_label}-{}", &random[..16]);
+            let owner_file = root.join(format!("{name}{OWNER_SUFFIX}"));
+            match write_new_file(&owner_file, record.as_bytes()) {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                other => other?,
+            }
+            let path = root.join(&name);
+            match DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => {
+                    // Exactly 0700, whatever the umask.
+                    fs::set_permissions(&path, fs::Permissions::from_mode(0o700))?;
+                    return Ok(Self { path, owner_file });
+                }
+                Err(e) => {
+                    let _ = fs::remove_file(&owner_file);
+                    if e.kind() != io::ErrorKind::AlreadyExists {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("no free directory name under {}", root.display()),
+        ))
     }
 
     /// Where the directory is.
     pub fn path(&self) -> &Path {
-        self.dir
-            .as_ref()
-            .expect("task dir is present until drop")
-            .path()
+        &self.path
     }
 
     /// Writes a new file; fails if anything (a file or a symlink) already has that name.
     pub fn write_new(&self, name: &str, contents: &[u8]) -> io::Result<PathBuf> {
         debug_assert!(!name.contains('/'), "task dir files are flat");
         let path = self.path().join(name);
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(&path)?;
-        file.write_all(contents)?;
-        file.sync_data().ok();
+        write_new_file(&path, contents)?;
         Ok(path)
     }
 
@@ -61,16 +82,57 @@ impl TaskDir {
 
 impl Drop for TaskDir {
     fn drop(&mut self) {
-        let Some(dir) = self.dir.take() else { return };
-        let path = dir.path().to_owned();
-        if dir.close().is_err() {
-            // The child may have removed permissions on its own files; restore them (without
-            // following links) and try once more.
-            restore_permissions(&path);
-            if let Err(e) = fs::remove_dir_all(&path) {
-                tracing::warn!(path = %path.display(), error = %e, "could not remove task directory");
+        match remove_tree(&self.path) {
+            // The owner file goes last: while it stays, a later worker sweeps what is left.
+            Ok(()) => {
+                if let Err(e) = fs::remove_file(&self.owner_file) {
+                    tracing::warn!(path = %self.owner_file.display(), error = %e, "could not remove owner file");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(path = %self.path.display(), error = %e, "could not remove task directory");
             }
         }
+    }
+}
+
+/// A new file, 0600, refused if anything (a file or a symlink) has that name already.
+fn write_new_file(path: &Path, contents: &[u8]) -> io::Result<()> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)?;
+    file.write_all(contents)?;
+    file.sync_data().ok();
+    Ok(())
+}
+
+/// Removes the directory `path` and everything in it without following a link: a symlink in
+/// it is removed, never what it points to; `path` itself must be a directory, not a link to
+/// one. Already gone is success. A child may have taken permissions off its own files: they
+/// are restored (on directories only, without following links) and the removal tried again.
+pub fn remove_tree(path: &Path) -> io::Result<()> {
+    match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+        Ok(meta) if !meta.file_type().is_dir() => {
+            return Err(io::Error::other(format!(
+                "{} is not a directory; not following it",
+                path.display()
+            )));
+        }
+        Ok(_) => {}
+    }
+    // std's remove_dir_all does not follow symlinks (it unlinks them).
+    if fs::remove_dir_all(path).is_ok() {
+        return Ok(());
+    }
+    restore_permissions(path);
+    match fs::remove_dir_all(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
     }
 }
 
@@ -92,15 +154,25 @@ fn restore_permissions(path: &Path) {
 mod tests {
     use super::*;
 
+    fn owner() -> DirOwner {
+        DirOwner::this_process("node/cpu".to_owned()).unwrap()
+    }
+
     #[test]
     fn refuses_to_write_through_a_symlink_and_cleans_up() {
         let root = tempfile::tempdir().unwrap();
         let outside = root.path().join("outside.txt");
         fs::write(&outside, b"secret").unwrap();
         let path;
+        let owner_file;
         {
-            let dir = TaskDir::create(root.path(), "t_1").unwrap();
+            let dir = TaskDir::create(root.path(), "t_1", &owner()).unwrap();
             path = dir.path().to_owned();
+            owner_file = PathBuf::from(format!("{}{OWNER_SUFFIX}", path.display()));
+            assert_eq!(
+                DirOwner::from_file(&fs::read_to_string(&owner_file).unwrap()),
+                Some(owner())
+            );
             let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
             assert_eq!(mode, 0o700);
             std::os::unix::fs::symlink(&outside, path.join("candidate.py")).unwrap();
@@ -112,6 +184,31 @@ mod tests {
             fs::set_permissions(&sub, fs::Permissions::from_mode(0o000)).unwrap();
         }
         assert!(!path.exists());
+        assert!(!owner_file.exists());
         assert!(outside.exists());
+    }
+
+    #[test]
+    fn removal_never_follows_a_link() {
+        let root = tempfile::tempdir().unwrap();
+        let target = root.path().join("target");
+        fs::create_dir(&target).unwrap();
+        fs::write(target.join("keep"), b"k").unwrap();
+        let link = root.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(
+            remove_tree(&link).is_err(),
+            "a link to a directory is refused"
+        );
+        let tree = root.path().join("tree");
+        fs::create_dir(&tree).unwrap();
+        std::os::unix::fs::symlink(&target, tree.join("inner")).unwrap();
+        remove_tree(&tree).unwrap();
+        assert!(!tree.exists());
+        assert!(
+            target.join("keep").exists(),
+            "a link inside is unlinked, not followed"
+        );
+        remove_tree(&tree).unwrap();
     }
 }

@@ -4,6 +4,7 @@
 //! directly spawned child (session, rlimits, environment, private dir, fds). See
 //! `harness/template.py` for the other side of the control socket.
 
+use crate::dir_owner::DirOwner;
 use crate::harness::{
     HARNESS_FILE, HARNESS_MODULES, HARNESS_SOURCE, TEMPLATE_FILE, TEMPLATE_SOURCE,
 };
@@ -106,10 +107,11 @@ impl Template {
     pub async fn start(
         python: &Path,
         work_root: &Path,
+        owner: &DirOwner,
         env_for: impl FnOnce(&Path) -> Vec<(String, String)>,
         limits: &ChildLimits,
     ) -> std::io::Result<Template> {
-        let dir = TaskDir::create(work_root, "template")?;
+        let dir = TaskDir::create(work_root, "template", owner)?;
         dir.subdir("tmp")?;
         dir.subdir("cache")?;
         let env = env_for(dir.path());
@@ -364,6 +366,7 @@ impl TemplateSlot {
         &mut self,
         python: &Path,
         work_root: &Path,
+        owner: &DirOwner,
         env_for: impl Fn(&Path) -> Vec<(String, String)> + Clone + Send + 'static,
         limits: &ChildLimits,
         max_forks: u32,
@@ -383,9 +386,9 @@ impl TemplateSlot {
                 Some(warming) => match warming.await {
                     Ok(Ok(t)) if t.is_alive() => Ok(t),
                     // A successor that failed or died: one fresh try.
-                    _ => Template::start(python, work_root, env_for.clone(), limits).await,
+                    _ => Template::start(python, work_root, owner, env_for.clone(), limits).await,
                 },
-                None => Template::start(python, work_root, env_for.clone(), limits).await,
+                None => Template::start(python, work_root, owner, env_for.clone(), limits).await,
             };
             match started {
                 Ok(t) => self.current = Some(Arc::new(t)),
@@ -403,10 +406,14 @@ impl TemplateSlot {
             && max_forks >= 4
             && t.forks() >= max_forks - max_forks / 4
         {
-            let (python, work_root, limits) =
-                (python.to_owned(), work_root.to_owned(), limits.clone());
+            let (python, work_root, owner, limits) = (
+                python.to_owned(),
+                work_root.to_owned(),
+                owner.clone(),
+                limits.clone(),
+            );
             self.next = Some(tokio::spawn(async move {
-                Template::start(&python, &work_root, env_for, &limits).await
+                Template::start(&python, &work_root, &owner, env_for, &limits).await
             }));
         }
         self.current.clone()

@@ -56,6 +56,7 @@ async fn ready(
     slot.ready(
         &cfg.python,
         &cfg.work_root,
+        &cfg.dir_owner,
         move |dir: &Path| child_env(&env_cfg, dir, |k| std::env::var(k).ok()),
         &cfg.limits,
         max_forks,

@@ -260,4 +260,17 @@ pub trait Broker: TenantRegistry + Send + Sync + 'static {
     /// ([`HeartbeatAnswer::drain`]); the request lasts as long as the worker's registry entry
     /// would. `false` when no worker `id` is registered.
     async fn drain_worker(&self, id: &WorkerId) -> Result<bool, BrokerError>;
+
+    /// Takes the cluster's reaper lease for `holder`, or renews it when `holder` has it
+    /// already, for `ttl` from now (broker time); `false` while another holder's lease lasts.
+    /// One atomic step, so of any number of processes running the reaper one reaps at a time.
+    async fn reaper_lease(&self, holder: &str, ttl: Duration) -> Result<bool, BrokerError>;
+
+    /// Gives the reaper lease up if `holder` has it (a stopping leader), so that a standby
+    /// takes over at its next tick instead of after the lease's TTL.
+    async fn release_reaper_lease(&self, holder: &str) -> Result<(), BrokerError>;
+
+    /// Cancels the queued tasks of deleted tenants whose deleting request stopped half way;
+    /// returns how many. Reaches the tenant registry, so only the API's role runs it.
+    async fn finish_tenant_deletions(&self) -> Result<u64, BrokerError>;
 }

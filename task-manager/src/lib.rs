@@ -25,7 +25,7 @@ pub use broker::{
 };
 pub use kv::{KvCounts, KvNamespace};
 pub use memory::MemoryBroker;
-pub use reaper::run_reaper;
+pub use reaper::{ReaperSettings, run_reaper};
 pub use redis_broker::RedisBroker;
 pub use redis_conn::{ConnectError, RedisTarget, TlsFiles, redact_url};
 pub use tenants::{SHARED_CACHE_NAMESPACE, Tenant, TenantLoad, TenantRegistry};

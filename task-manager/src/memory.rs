@@ -8,6 +8,7 @@ mod activity;
 mod cancel;
 mod claims;
 mod drain;
+mod reaper_lease;
 mod state;
 mod submit;
 mod tenants;
@@ -41,6 +42,7 @@ pub struct MemoryBroker {
     task_queued: Notify,
     /// Signalled whenever a task reaches a terminal status.
     task_finished: Notify,
+    reaper_lease: reaper_lease::ReaperLease,
 }
 
 struct TaskRec {
@@ -203,6 +205,7 @@ impl MemoryBroker {
             state: Mutex::new(State::default()),
             task_queued: Notify::new(),
             task_finished: Notify::new(),
+            reaper_lease: Default::default(),
         }
     }
 
@@ -529,5 +532,20 @@ impl Broker for MemoryBroker {
     async fn drain_worker(&self, id: &WorkerId) -> Result<bool, BrokerError> {
         let retention = crate::policy::worker_retention(self.cfg.worker_liveness);
         Ok(self.lock().ask_drain(id, retention))
+    }
+
+    async fn reaper_lease(&self, holder: &str, ttl: Duration) -> Result<bool, BrokerError> {
+        Ok(self.reaper_lease.take(holder, ttl))
+    }
+
+    async fn release_reaper_lease(&self, holder: &str) -> Result<(), BrokerError> {
+        self.reaper_lease.release(holder);
+        Ok(())
+    }
+
+    async fn finish_tenant_deletions(&self) -> Result<u64, BrokerError> {
+        // A deletion here cancels its tenant's tasks under the lock, in one step: none is
+        // ever left half done.
+        Ok(0)
     }
 }

@@ -11,6 +11,7 @@ mod cancel;
 mod claim;
 mod drain;
 mod keys;
+mod reaper_lease;
 mod scripts;
 mod submit;
 mod tenants;
@@ -441,8 +442,6 @@ impl Broker for RedisBroker {
                 break;
             }
         }
-        // Finishes the deletion of a tenant whose deleting replica stopped half way.
-        self.purge_deleted_tenants().await?;
         Ok(report)
     }
 
@@ -555,5 +554,17 @@ impl Broker for RedisBroker {
 
     async fn drain_worker(&self, id: &WorkerId) -> Result<bool, BrokerError> {
         self.ask_drain(id).await
+    }
+
+    async fn reaper_lease(&self, holder: &str, ttl: Duration) -> Result<bool, BrokerError> {
+        self.take_reaper_lease(holder, ttl).await
+    }
+
+    async fn release_reaper_lease(&self, holder: &str) -> Result<(), BrokerError> {
+        self.give_up_reaper_lease(holder).await
+    }
+
+    async fn finish_tenant_deletions(&self) -> Result<u64, BrokerError> {
+        self.purge_deleted_tenants().await
     }
 }

@@ -204,23 +204,31 @@ async fn each_role_does_its_whole_job_with_nothing_refused() {
     let status = api.batch_status(&batch, true).await.unwrap().unwrap();
     assert_eq!(status.counts.queued, 4, "{status:?}");
 
-    // A lease left to expire is reaped by the API; a running task cancelled by the API tells
-    // its worker at the next renewal; a queued one is cancelled too.
+    // A lease left to expire is reaped by a worker's reaper (workers run it by default),
+    // elected by the reaper lease, which the API's reaper then cannot take until the worker
+    // gives it up; a running task cancelled by the API tells its worker at the next renewal;
+    // a queued one is cancelled too.
     let lease = worker
         .claim(&w, &DeviceClass::cpu(), Duration::from_secs(2))
         .await
         .unwrap()
         .unwrap();
+    let reaper_ttl = Duration::from_secs(30);
+    assert!(worker.reaper_lease("worker-1", reaper_ttl).await.unwrap());
+    assert!(!api.reaper_lease("api-1", reaper_ttl).await.unwrap());
     let reaped = eventually(
         "the lease to expire and be reaped",
         Duration::from_secs(10),
         || async {
-            let r = api.reap_expired().await.unwrap();
+            let r = worker.reap_expired().await.unwrap();
             (r.requeued + r.failed > 0).then_some(r)
         },
     )
     .await;
     assert_eq!(reaped.requeued, 1, "{reaped:?}");
+    worker.release_reaper_lease("worker-1").await.unwrap();
+    assert!(api.reaper_lease("api-1", reaper_ttl).await.unwrap());
+    api.release_reaper_lease("api-1").await.unwrap();
     let lease2 = worker
         .claim(&w, &DeviceClass::cpu(), Duration::from_secs(2))
         .await
@@ -495,8 +503,9 @@ async fn tenants_run_through_their_roles_with_nothing_refused() {
         api.tenant_by_token(&token_hash("alice")).await.unwrap(),
         None
     );
-    // The reaper's pass: expired leases and the deletions a replica left half done.
+    // The API's reaper pass: expired leases and the deletions a replica left half done.
     api.reap_expired().await.unwrap();
+    api.finish_tenant_deletions().await.unwrap();
 
     // Bob's queued task is cancelled; the next claim finds his queues empty and drops him from
     // the fair share, then waits for work.
@@ -615,6 +624,11 @@ async fn each_role_is_refused_everything_else() {
             assert!(reply.is_err(), "{role:?} ran {body}: {reply:?}");
         }
     }
+
+    // A worker's reaper never finishes tenant deletions: the tenant registry is the API's.
+    let worker = open(&server, Role::Worker).await;
+    let refused = worker.finish_tenant_deletions().await;
+    assert!(refused.is_err(), "{refused:?}");
 
     // Nothing above touched the data.
     let (kept, others): (Option<String>, u64) = redis::pipe()

@@ -170,6 +170,30 @@ impl Worker {
         }
     }
 
+    /// Removes what dead processes of this worker's identity left under its work root (task
+    /// and template directories of a worker killed with `kill -9`), before it makes any.
+    pub(super) async fn sweep_leftovers(&self) {
+        let (root, me) = (
+            self.cfg.work_root.clone(),
+            self.cfg.dir_owner.worker.clone(),
+        );
+        let swept = tokio::task::spawn_blocking(move || crate::sweep::sweep(&root, &me)).await;
+        match swept {
+            Ok(Ok(report)) => tracing::info!(
+                worker_id = %self.id,
+                removed = report.removed.len(),
+                left = report.left.len(),
+                "swept the work root"
+            ),
+            Ok(Err(e)) => {
+                tracing::warn!(worker_id = %self.id, error = %e, "sweeping the work root failed")
+            }
+            Err(e) => {
+                tracing::warn!(worker_id = %self.id, error = %e, "sweeping the work root failed")
+            }
+        }
+    }
+
     /// The template to fork the next child from, started if needed; `None` when templates are
     /// off or unavailable (the child is then spawned directly).
     pub(super) async fn ready_template(&self) -> Option<Arc<Template>> {
@@ -183,6 +207,7 @@ impl Worker {
             .ready(
                 &cfg.python,
                 &cfg.work_root,
+                &cfg.dir_owner,
                 move |dir: &std::path::Path| child_env(&env_cfg, dir, |k| std::env::var(k).ok()),
                 &cfg.limits,
                 cfg.template_max_forks,

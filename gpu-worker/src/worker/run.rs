@@ -96,6 +96,7 @@ impl Worker {
         tracing::info!(worker_id = %self.id, device = ?self.cfg.device, device_class = %self.cfg.device_class, device_slots = self.cfg.device_slots, compile_pool = self.cfg.compile_pool, prefetch = self.cfg.prefetch, "worker starting");
         // The end of every task still in flight: the caller's shutdown, or a drain's bound.
         let shutdown = shutdown.child_token();
+        self.sweep_leftovers().await;
         let registry = {
             let me = self.clone();
             let stop = shutdown.clone();

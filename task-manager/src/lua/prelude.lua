@@ -6,6 +6,9 @@
 local P = ARGV[1]
 local STATS = P .. ':stats'
 local LEASES = P .. ':leases'
+-- The holder of the cluster's reaper lease (a string expiring with the lease): the one process
+-- of those running the reaper that reaps.
+local REAPER = P .. ':reaper'
 -- The queue class of tasks without a device class (no device class may be named so).
 local ANY = 'any'
 -- '{class}:{tenant id}' -> claims the class's workers served the tenant: its place in the

@@ -46,6 +46,8 @@
 //! - `worker:{id}` JSON and `workers` zset of last-seen ms, both expiring when workers go quiet.
 //! - `drain:{id}` a drain asked of worker `{id}` (written by the API, read by the worker's
 //!   heartbeat, deleted when it deregisters), expiring with the registry's retention.
+//! - `reaper` string: the holder of the reaper lease (one process of those running the reaper,
+//!   API replicas and workers alike), expiring with it.
 //!
 //! The API's alone: the tenant registry, `tenants:`, where every key that names a tenant or
 //! holds its token's SHA-256 or its settings lives, so that a worker's credential reveals

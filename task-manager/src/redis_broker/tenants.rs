@@ -1,6 +1,6 @@
 //! Tenants in Redis: one Lua script per transition (`lua/tenant_*.lua`), and the purge that
 //! cancels a deleted tenant's queued tasks in chunks (run by the deleting request, and by every
-//! reaper pass in case that request's replica stopped half way).
+//! pass of an API replica's reaper in case that request's replica stopped half way).
 
 use super::scripts::script;
 use super::{RedisBroker, corrupt, ms, redis_err, time_from_ms};

@@ -16,4 +16,5 @@ mod kv;
 mod leases;
 mod priorities;
 mod queue_bytes;
+mod reaper_lease;
 mod tasks;
