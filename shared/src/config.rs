@@ -40,6 +40,14 @@ pub struct BrokerConfig {
     /// must give each homogeneous pool its own scope (and queue), or results measured on one
     /// kind of device are served for another.
     pub cache_scope: String,
+    /// Replicas that must have a terminal transition's write (a submission, a verdict) before
+    /// the broker answers: after each, `WAIT <n> <redis_wait_timeout>` on the same connection.
+    /// 0 (the default) sends no `WAIT`: with asynchronous replication a failover can then lose
+    /// the last writes the old primary acknowledged (docs/REDIS.md).
+    pub redis_wait_replicas: u32,
+    /// How long one `WAIT` may block. When it passes with fewer replicas, the transition stands
+    /// (it is on the primary) and a warning is logged.
+    pub redis_wait_timeout: Duration,
 }
 
 impl Default for BrokerConfig {
@@ -52,6 +60,8 @@ impl Default for BrokerConfig {
             worker_liveness: Duration::from_secs(15),
             key_prefix: "crucible".to_owned(),
             cache_scope: "default".to_owned(),
+            redis_wait_replicas: 0,
+            redis_wait_timeout: Duration::from_millis(1000),
         }
     }
 }
@@ -59,7 +69,7 @@ impl Default for BrokerConfig {
 impl BrokerConfig {
     /// Reads `CRUCIBLE_LEASE_TTL_MS`, `CRUCIBLE_MAX_ATTEMPTS`, `CRUCIBLE_RESULT_TTL_S`,
     /// `CRUCIBLE_QUEUE_CAP`, `CRUCIBLE_WORKER_LIVENESS_MS`, `CRUCIBLE_KEY_PREFIX`,
-    /// `CRUCIBLE_CACHE_SCOPE`.
+    /// `CRUCIBLE_CACHE_SCOPE`, `CRUCIBLE_REDIS_WAIT_REPLICAS`, `CRUCIBLE_REDIS_WAIT_TIMEOUT_MS`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let mut cfg = Self::default();
         if let Some(ms) = parse::<u64>(&lookup, "CRUCIBLE_LEASE_TTL_MS")? {
@@ -82,6 +92,13 @@ impl BrokerConfig {
         }
         if let Some(s) = lookup("CRUCIBLE_CACHE_SCOPE").filter(|s| !s.trim().is_empty()) {
             cfg.cache_scope = s.trim().to_owned();
+        }
+        if let Some(n) = parse::<u32>(&lookup, "CRUCIBLE_REDIS_WAIT_REPLICAS")? {
+            cfg.redis_wait_replicas = n;
+        }
+        if let Some(ms) = parse::<u64>(&lookup, "CRUCIBLE_REDIS_WAIT_TIMEOUT_MS")? {
+            // `WAIT` with timeout 0 blocks for ever.
+            cfg.redis_wait_timeout = Duration::from_millis(ms.max(1));
         }
         Ok(cfg)
     }

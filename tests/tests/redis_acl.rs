@@ -30,6 +30,10 @@ fn config() -> BrokerConfig {
         max_attempts: 3,
         result_ttl: Duration::from_secs(600),
         key_prefix: PREFIX.to_owned(),
+        // Each submission and verdict is followed by WAIT (no replica answers within 5 ms,
+        // which is only logged), so that grant is checked too.
+        redis_wait_replicas: 1,
+        redis_wait_timeout: Duration::from_millis(5),
         ..BrokerConfig::default()
     }
 }

@@ -121,9 +121,10 @@ impl RedisBroker {
 
     async fn blocking_conn(&self) -> Result<MultiplexedConnection, BrokerError> {
         let cfg = AsyncConnectionConfig::new().set_connection_timeout(Some(CONNECT_TIMEOUT));
-        self.client
-            .get_multiplexed_async_connection_with_config(&cfg)
+        self.nodes
+            .connect(&cfg, CONNECT_TIMEOUT)
             .await
+            .map(|(conn, _)| conn)
             .map_err(redis_err)
     }
 
