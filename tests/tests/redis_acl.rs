@@ -7,8 +7,8 @@
 use chrono::Utc;
 use crucible_shared::{
     BatchCancelCounts, BrokerConfig, CreateTenantRequest, DeviceClass, DeviceInfo, DeviceKind,
-    EvalResult, EvaluateRequest, Priority, TaskSpec, TaskStatus, TenantId, VerdictCode, WorkerId,
-    WorkerInfo, WorkerState,
+    EvalResult, EvaluateRequest, Priority, TaskSpec, TaskStatus, TenantId, WorkerId, WorkerInfo,
+    WorkerState,
 };
 use crucible_task_manager::{
     AckOutcome, Broker, BrokerError, CancelOutcome, KvNamespace, Lease, LeaseState, RedisBroker,
@@ -48,12 +48,7 @@ fn spec(tag: &str) -> TaskSpec {
 }
 
 fn verdict() -> EvalResult {
-    let device = DeviceInfo {
-        kind: DeviceKind::Cpu,
-        name: "test cpu".to_owned(),
-        class: None,
-    };
-    EvalResult::failed_before_trials(VerdictCode::Correctness, "wrong", true, 2, device)
+    cpu_verdict()
 }
 
 fn worker_info(id: &WorkerId) -> WorkerInfo {

@@ -1,0 +1,214 @@
+//! [`SentinelCluster`]: a real Sentinel-managed Redis on loopback for failover tests. Two
+//! `redis-server`s (a primary and its replica, `--replicaof`) and three Sentinels (the same
+//! binary with `--sentinel`, each with a writable config file of its own, as Sentinel rewrites
+//! it), quorum 2, a node judged down after [`DOWN_AFTER_MS`]. Every process is killed on drop.
+
+use crate::{Proc, free_port};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The name the Sentinels monitor the primary by.
+pub const MASTER_NAME: &str = "crucible";
+/// A primary that does not answer for this long is down (`down-after-milliseconds`).
+pub const DOWN_AFTER_MS: u64 = 1000;
+/// Sentinel's `failover-timeout`: short, so a failover that stalls is retried within a test.
+const FAILOVER_TIMEOUT_MS: u64 = 5000;
+/// How long the cluster gets to come up: servers answering, the replica in sync, each Sentinel
+/// aware of the replica and of the two other Sentinels (they find each other every 2 s).
+const READY: Duration = Duration::from_secs(30);
+
+/// One data node: a `redis-server` and its port.
+struct DataNode {
+    proc: Proc,
+    port: u16,
+}
+
+/// Two data nodes and three Sentinels on 127.0.0.1.
+pub struct SentinelCluster {
+    nodes: Vec<DataNode>,
+    sentinels: Vec<(Proc, u16)>,
+}
+
+fn redis_server() -> String {
+    std::env::var("REDIS_SERVER").unwrap_or_else(|_| {
+        if Path::new("/usr/bin/redis-server").exists() {
+            "/usr/bin/redis-server".to_owned()
+        } else {
+            "redis-server".to_owned()
+        }
+    })
+}
+
+async fn query<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
+    let cfg = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(1)))
+        .set_response_timeout(Some(Duration::from_secs(1)));
+    let mut c = client
+        .get_multiplexed_async_connection_with_config(&cfg)
+        .await?;
+    cmd.query_async(&mut c).await
+}
+
+impl SentinelCluster {
+    /// Starts the five processes (logs and Sentinel configs in `log_dir`) and waits until a
+    /// failover could happen: the replica in sync, every Sentinel knowing the replica and the
+    /// other Sentinels.
+    pub async fn start(log_dir: &Path) -> SentinelCluster {
+        let server = redis_server();
+        let data_node = |name: &str, replica_of: Option<u16>| {
+            let port = free_port();
+            let mut cmd = Command::new(&server);
+            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .args(["--maxmemory-policy", "noeviction"]);
+            if let Some(p) = replica_of {
+                cmd.args(["--replicaof", "127.0.0.1", &p.to_string()]);
+            }
+            DataNode {
+                proc: Proc::spawn(name, cmd, log_dir),
+                port,
+            }
+        };
+        let primary = data_node("redis-a", None);
+        let replica = data_node("redis-b", Some(primary.port));
+        let sentinels = (0..3)
+            .map(|i| {
+                let port = free_port();
+                let conf = sentinel_conf(log_dir, i, port, primary.port);
+                let mut cmd = Command::new(&server);
+                cmd.arg(&conf).arg("--sentinel");
+                (Proc::spawn(&format!("sentinel-{i}"), cmd, log_dir), port)
+            })
+            .collect();
+        let cluster = SentinelCluster {
+            nodes: vec![primary, replica],
+            sentinels,
+        };
+        cluster.wait_ready().await;
+        cluster
+    }
+
+    /// `redis+sentinel://` naming the three Sentinels and [`MASTER_NAME`].
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|(_, p)| format!("127.0.0.1:{p}"))
+            .collect();
+        format!("redis+sentinel://{}/{MASTER_NAME}", hosts.join(","))
+    }
+
+    /// The primary's port as the first Sentinel that answers names it.
+    pub async fn primary_port(&self) -> Option<u16> {
+        let cmd = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(MASTER_NAME)
+            .clone();
+        for (_, port) in &self.sentinels {
+            if let Ok(Some((_, p))) = query::<Option<(String, u16)>>(*port, &cmd).await {
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    /// The ports of the data nodes that are not the primary the Sentinels name.
+    pub async fn replica_ports(&self) -> Vec<u16> {
+        let primary = self.primary_port().await;
+        self.nodes
+            .iter()
+            .map(|n| n.port)
+            .filter(|p| Some(*p) != primary)
+            .collect()
+    }
+
+    /// SIGKILL the node the Sentinels call primary; returns its port.
+    pub async fn kill_primary(&mut self) -> u16 {
+        let port = self
+            .primary_port()
+            .await
+            .expect("a Sentinel names the primary");
+        let node = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.port == port)
+            .expect("the primary is one of the cluster's nodes");
+        node.proc.kill9();
+        port
+    }
+
+    /// Waits (bounded) until the Sentinels name a primary other than `old` that says it is one.
+    pub async fn wait_new_primary(&self, old: u16, timeout: Duration) -> u16 {
+        crate::eventually(
+            "the Sentinels to promote a new primary",
+            timeout,
+            || async {
+                let port = self.primary_port().await.filter(|p| *p != old)?;
+                let role: redis::Value = query(port, &redis::cmd("ROLE")).await.ok()?;
+                let redis::Value::Array(items) = role else {
+                    return None;
+                };
+                matches!(items.first(), Some(redis::Value::BulkString(b)) if b == b"master")
+                    .then_some(port)
+            },
+        )
+        .await
+    }
+
+    async fn wait_ready(&self) {
+        let deadline = Instant::now() + READY;
+        let replica = self.nodes[1].port;
+        loop {
+            if self.ready(replica).await {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the Sentinel cluster did not come up within {READY:?} (see the logs of redis-a, redis-b, sentinel-*)"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn ready(&self, replica: u16) -> bool {
+        let info: redis::RedisResult<String> =
+            query(replica, redis::cmd("INFO").arg("replication")).await;
+        if !info.is_ok_and(|i| i.contains("master_link_status:up")) {
+            return false;
+        }
+        for (_, port) in &self.sentinels {
+            let replicas: redis::RedisResult<Vec<redis::Value>> = query(
+                *port,
+                redis::cmd("SENTINEL").arg("replicas").arg(MASTER_NAME),
+            )
+            .await;
+            let peers: redis::RedisResult<Vec<redis::Value>> = query(
+                *port,
+                redis::cmd("SENTINEL").arg("sentinels").arg(MASTER_NAME),
+            )
+            .await;
+            let known = replicas.is_ok_and(|r| r.len() == 1) && peers.is_ok_and(|s| s.len() == 2);
+            if !known {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// The config file of Sentinel `i` (Sentinel needs a file it can rewrite).
+fn sentinel_conf(dir: &Path, i: usize, port: u16, primary: u16) -> PathBuf {
+    let path = dir.join(format!("sentinel-{i}.conf"));
+    let text = format!(
+        "port {port}\nbind 127.0.0.1\ndir {dir}\n\
+         sentinel monitor {MASTER_NAME} 127.0.0.1 {primary} 2\n\
+         sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n\
+         sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}\n\
+         sentinel parallel-syncs {MASTER_NAME} 1\n",
+        dir = dir.display()
+    );
+    std::fs::write(&path, text).expect("write a Sentinel config");
+    path
+}
