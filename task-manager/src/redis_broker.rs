@@ -65,7 +65,8 @@ pub struct RedisBroker {
     /// waits (BLPOP) get connections of their own from it: on a pooled connection a waiter
     /// dropped mid-wait would hand back a connection still blocked on the server.
     pub(crate) nodes: Arc<Nodes>,
-    idle_blocking: Mutex<Vec<MultiplexedConnection>>,
+    /// Kept blocking connections, each with the primary's epoch it was made in.
+    idle_blocking: Mutex<Vec<(MultiplexedConnection, u64)>>,
     scripts: Scripts,
     /// [`CLAIM_CYCLE`] as the claim script reads it, e.g. `hnhlhnh`.
     claim_cycle: String,

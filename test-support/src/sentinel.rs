@@ -20,12 +20,30 @@ const READY: Duration = Duration::from_secs(30);
 
 /// One data node: a `redis-server` and its port.
 struct DataNode {
+    name: String,
     proc: Proc,
     port: u16,
 }
 
+/// A data node on `port`, a replica of `replica_of` when given, its log `<log_dir>/<name>.log`.
+fn data_node(log_dir: &Path, name: &str, port: u16, replica_of: Option<u16>) -> DataNode {
+    let mut cmd = Command::new(redis_server());
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .args(["--maxmemory-policy", "noeviction"]);
+    if let Some(p) = replica_of {
+        cmd.args(["--replicaof", "127.0.0.1", &p.to_string()]);
+    }
+    DataNode {
+        name: name.to_owned(),
+        proc: Proc::spawn(name, cmd, log_dir),
+        port,
+    }
+}
+
 /// Two data nodes and three Sentinels on 127.0.0.1.
 pub struct SentinelCluster {
+    log_dir: PathBuf,
     nodes: Vec<DataNode>,
     sentinels: Vec<(Proc, u16)>,
 }
@@ -57,22 +75,8 @@ impl SentinelCluster {
     /// other Sentinels.
     pub async fn start(log_dir: &Path) -> SentinelCluster {
         let server = redis_server();
-        let data_node = |name: &str, replica_of: Option<u16>| {
-            let port = free_port();
-            let mut cmd = Command::new(&server);
-            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no"])
-                .args(["--maxmemory-policy", "noeviction"]);
-            if let Some(p) = replica_of {
-                cmd.args(["--replicaof", "127.0.0.1", &p.to_string()]);
-            }
-            DataNode {
-                proc: Proc::spawn(name, cmd, log_dir),
-                port,
-            }
-        };
-        let primary = data_node("redis-a", None);
-        let replica = data_node("redis-b", Some(primary.port));
+        let primary = data_node(log_dir, "redis-a", free_port(), None);
+        let replica = data_node(log_dir, "redis-b", free_port(), Some(primary.port));
         let sentinels = (0..3)
             .map(|i| {
                 let port = free_port();
@@ -83,6 +87,7 @@ impl SentinelCluster {
             })
             .collect();
         let cluster = SentinelCluster {
+            log_dir: log_dir.to_owned(),
             nodes: vec![primary, replica],
             sentinels,
         };
@@ -137,6 +142,52 @@ impl SentinelCluster {
             .expect("the primary is one of the cluster's nodes");
         node.proc.kill9();
         port
+    }
+
+    /// Starts the node on `port` again (killed before), empty, as a primary: the Sentinels
+    /// turn it into a replica of the current primary. Returns once it is in sync with it.
+    pub async fn restart(&mut self, port: u16, timeout: Duration) {
+        let node = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.port == port)
+            .expect("a node of the cluster");
+        let name = format!("{}-restarted", node.name);
+        *node = data_node(&self.log_dir, &name, port, None);
+        crate::eventually(
+            "the restarted node to be a replica in sync",
+            timeout,
+            || async {
+                let info: String = query(port, redis::cmd("INFO").arg("replication"))
+                    .await
+                    .ok()?;
+                info.contains("master_link_status:up").then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// `SENTINEL FAILOVER`: a graceful failover to the replica, the primary still up (it is
+    /// demoted and its clients disconnected). Returns the old primary's port.
+    /// Retried within `timeout` while the Sentinel has no replica it deems good yet (it
+    /// refreshes what it knows of a replica every 10 s).
+    pub async fn failover(&self, timeout: Duration) -> u16 {
+        let old = self
+            .primary_port()
+            .await
+            .expect("a Sentinel names the primary");
+        let cmd = redis::cmd("SENTINEL")
+            .arg("failover")
+            .arg(MASTER_NAME)
+            .clone();
+        let (_, port) = &self.sentinels[0];
+        crate::eventually(
+            "a Sentinel to accept SENTINEL FAILOVER",
+            timeout,
+            || async { query::<()>(*port, &cmd).await.ok() },
+        )
+        .await;
+        old
     }
 
     /// Waits (bounded) until the Sentinels name a primary other than `old` that says it is one.

@@ -2,7 +2,10 @@
 //! three Sentinels (`redis+sentinel://`); the primary is killed with SIGKILL mid-batch, the
 //! Sentinels promote the replica, and both processes follow it. Tasks submitted before the
 //! failover (acknowledged after `WAIT 1`, so on the replica too) and after it finish, and
-//! `/health` recovers within a bound. The time to recovery is printed, not asserted.
+//! `/health` recovers within a bound. The killed node then comes back as a replica and a
+//! graceful `SENTINEL FAILOVER` moves the primary back to it while the other is still up (so
+//! connections to a demoted, still answering node are left behind too); tasks submitted after
+//! that finish as well. The times to recovery are printed, not asserted.
 
 use crucible_tests::*;
 use std::time::{Duration, Instant};
@@ -27,8 +30,8 @@ async fn api_and_worker_follow_a_sentinel_failover() {
         ),
     ]);
     let port = free_port();
-    let _api = Proc::spawn("api", api_command(port, &env), &logs);
-    let _worker = Proc::spawn("worker", worker_command(&env), &logs);
+    let api_proc = Proc::spawn("api", api_command(port, &env), &logs);
+    let worker = Proc::spawn("worker", worker_command(&env), &logs);
     let api = Api::new(port);
     api.wait_ready().await;
     health_ok(&api, Duration::from_secs(60)).await;
@@ -59,10 +62,49 @@ async fn api_and_worker_follow_a_sentinel_failover() {
     for n in 2..4 {
         ids.push(api.submit(body(n)).await);
     }
+
+    // The killed node comes back (empty) and the Sentinels make it a replica; then a graceful
+    // failover back to it: the primary of the moment is demoted while still up.
+    cluster.restart(old, RECOVERY).await;
+    let switched_at = Instant::now();
+    let demoted = cluster.failover(RECOVERY).await;
+    let back = cluster.wait_new_primary(demoted, RECOVERY).await;
+    // The demoted node still answers as a primary until the Sentinels reconfigure it, so a
+    // healthy connection proves nothing: each process must have seen the change (its watch
+    // asks a Sentinel every 500 ms) and dropped its connections to the demoted node.
+    eventually(
+        "the API and the worker to see the second change",
+        RECOVERY,
+        || async {
+            let changes = |p: &Proc| p.log_text().matches("redis primary changed").count();
+            (changes(&api_proc) >= 2 && changes(&worker) >= 2).then_some(())
+        },
+    )
+    .await;
+    health_ok(&api, RECOVERY).await;
+    println!(
+        "sentinel failover: SENTINEL FAILOVER from :{demoted}; /health 200 again after {:.2} s",
+        switched_at.elapsed().as_secs_f64()
+    );
+    for n in 4..6 {
+        ids.push(api.submit(body(n)).await);
+    }
     for id in &ids {
         let task = api.wait_task(id, Duration::from_secs(240)).await;
         assert_eq!(task["status"], "done", "{task}");
         assert_eq!(task["result"]["correct"], true, "{task}");
+    }
+    // The last tasks and their verdicts are on the primary of the moment.
+    let client = redis::Client::open(format!("redis://127.0.0.1:{back}")).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    for id in &ids[4..] {
+        let status: Option<String> = redis::cmd("HGET")
+            .arg(format!("sentinel:task:{id}"))
+            .arg("status")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(status.as_deref(), Some("done"), "task {id} on :{back}");
     }
     // The worker reports to the new primary: it is listed there, alive.
     let (status, workers) = api.get("/workers/status").await;

@@ -1,6 +1,6 @@
 //! What `CRUCIBLE_REDIS_WAIT_REPLICAS` costs: the same submissions and verdicts through the
 //! broker (`redis+sentinel://`, a primary and one replica on loopback) without `WAIT` and with
-//! `WAIT 1`, their latencies printed (docs/benchmarks/redis-wait.md keeps the figures; timing
+//! `WAIT 1`, their latencies printed (docs/BENCHMARKS.md keeps the figures; timing
 //! is not asserted). What is asserted: every transition is accepted either way, and with
 //! `WAIT 1` the replica has each verdict when `complete` returns.
 

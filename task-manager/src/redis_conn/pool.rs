@@ -48,7 +48,7 @@ impl Nodes {
     }
 
     /// The current epoch: a connection of an earlier one was made to a former primary.
-    fn epoch(&self) -> u64 {
+    pub(crate) fn epoch(&self) -> u64 {
         match self {
             Self::Direct(_) => 0,
             Self::Sentinel(primary) => primary.epoch(),

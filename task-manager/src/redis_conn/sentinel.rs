@@ -15,9 +15,12 @@ use percent_encoding::percent_decode_str;
 use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, RedisError, RedisResult};
-use std::sync::Mutex;
+use redis::{
+    ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, RedisError,
+    RedisResult,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 /// The scheme of a Sentinel-managed primary.
@@ -199,27 +202,21 @@ impl SentinelUrl {
         &self.sentinels
     }
 
-    /// The client that asks the Sentinels for the primary and checks (`ROLE`) that it is one.
-    fn client(&self) -> RedisResult<SentinelClient> {
-        let settings = |c: &Credentials| {
-            let mut s = RedisConnectionInfo::default().set_skip_set_lib_name();
-            if let Some(u) = &c.username {
-                s = s.set_username(u);
-            }
-            if let Some(p) = &c.password {
-                s = s.set_password(p);
-            }
-            s
-        };
-        let sentinels = self
-            .sentinels
+    /// How to reach each Sentinel, its credentials included.
+    fn sentinel_infos(&self) -> RedisResult<Vec<ConnectionInfo>> {
+        self.sentinels
             .iter()
             .map(|(h, p)| {
                 ConnectionAddr::Tcp(h.clone(), *p)
                     .into_connection_info()
                     .map(|i| i.set_redis_settings(settings(&self.sentinel)))
             })
-            .collect::<RedisResult<Vec<_>>>()?;
+            .collect()
+    }
+
+    /// The client that asks the Sentinels for the primary and checks (`ROLE`) that it is one.
+    fn client(&self) -> RedisResult<SentinelClient> {
+        let sentinels = self.sentinel_infos()?;
         let nodes =
             SentinelNodeConnectionInfo::default().set_redis_connection_info(settings(&self.data));
         SentinelClient::build(
@@ -229,6 +226,19 @@ impl SentinelUrl {
             SentinelServerType::Master,
         )
     }
+}
+
+/// The handshake of a connection with these credentials (no `CLIENT SETINFO`: the ACL users
+/// need not allow it).
+fn settings(c: &Credentials) -> RedisConnectionInfo {
+    let mut s = RedisConnectionInfo::default().set_skip_set_lib_name();
+    if let Some(u) = &c.username {
+        s = s.set_username(u);
+    }
+    if let Some(p) = &c.password {
+        s = s.set_password(p);
+    }
+    s
 }
 
 /// `host`, `host:port` or `[v6]:port`.
@@ -252,26 +262,58 @@ fn parse_host(raw: &str) -> Result<(String, u16), String> {
     Ok((host.to_owned(), port))
 }
 
+/// How often a process asks a Sentinel which node is the primary, besides each new connection:
+/// a primary demoted while still up (`SENTINEL FAILOVER`, a partition) keeps answering the
+/// connections made to it until Sentinel reconfigures it, which can take seconds, and writes it
+/// takes meanwhile are lost when it becomes a replica.
+const WATCH_INTERVAL: Duration = Duration::from_millis(500);
+
+/// The primary's address last seen and how many different ones were seen: shared by the
+/// lookups of new connections and the watch.
+#[derive(Default)]
+struct Seen {
+    last: Mutex<Option<String>>,
+    epoch: AtomicU64,
+}
+
+impl Seen {
+    /// Records that the Sentinels name `addr`; a change starts a new epoch.
+    fn observe(&self, addr: String, master: &str) -> u64 {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if last.as_deref() != Some(addr.as_str()) {
+            if last.is_some() {
+                self.epoch.fetch_add(1, Ordering::AcqRel);
+                tracing::warn!(primary = %addr, master, "redis primary changed; reconnecting to it");
+            }
+            *last = Some(addr);
+        }
+        self.epoch.load(Ordering::Acquire)
+    }
+}
+
 /// The current primary, as the Sentinels name it. Every connection is made to the primary of
-/// the moment; [`Primary::epoch`] counts the changes seen, so that the pool drops connections
-/// made to an earlier primary (a demoted one that still answers would take writes only to
-/// refuse them with `READONLY`).
+/// the moment; [`Primary::epoch`] counts the changes seen (by a new connection's lookup, or by
+/// the watch every [`WATCH_INTERVAL`]), so that the pool drops connections made to an earlier
+/// primary.
 pub(crate) struct Primary {
     url: SentinelUrl,
     /// The client caches its connections to the Sentinels; one lookup at a time.
     client: tokio::sync::Mutex<SentinelClient>,
-    /// The primary's address last found, and how many different ones were found.
-    last: Mutex<Option<String>>,
-    epoch: AtomicU64,
+    seen: Arc<Seen>,
+    /// How the watch reaches the Sentinels.
+    sentinels: Vec<ConnectionInfo>,
+    /// The watch task, started with the first lookup (a runtime is running then).
+    watch: std::sync::OnceLock<()>,
 }
 
 impl Primary {
     pub(crate) fn new(url: SentinelUrl) -> RedisResult<Self> {
         Ok(Self {
             client: tokio::sync::Mutex::new(url.client()?),
+            sentinels: url.sentinel_infos()?,
             url,
-            last: Mutex::new(None),
-            epoch: AtomicU64::new(0),
+            seen: Arc::default(),
+            watch: std::sync::OnceLock::new(),
         })
     }
 
@@ -281,26 +323,67 @@ impl Primary {
 
     /// How many times the primary has changed, as far as this process has seen.
     pub(crate) fn epoch(&self) -> u64 {
-        self.epoch.load(Ordering::Acquire)
+        self.seen.epoch.load(Ordering::Acquire)
     }
 
     /// A client for the primary of the moment (asked of the Sentinels, checked with `ROLE`),
     /// within `timeout`, and the epoch it belongs to.
     pub(crate) async fn client(&self, timeout: Duration) -> RedisResult<(redis::Client, u64)> {
+        self.watch.get_or_init(|| {
+            tokio::spawn(watch(
+                Arc::downgrade(&self.seen),
+                self.sentinels.clone(),
+                self.url.master_name.clone(),
+            ));
+        });
         let lookup = async { self.client.lock().await.async_get_client().await };
         let client = tokio::time::timeout(timeout, lookup).await.map_err(|_| {
             RedisError::from((redis::ErrorKind::Io, "no Sentinel named a primary in time"))
         })??;
         let addr = client.get_connection_info().addr().to_string();
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        if last.as_deref() != Some(addr.as_str()) {
-            if last.is_some() {
-                self.epoch.fetch_add(1, Ordering::AcqRel);
-                tracing::warn!(primary = %addr, master = %self.url.master_name, "redis primary changed; reconnecting to it");
-            }
-            *last = Some(addr);
+        let epoch = self.seen.observe(addr, &self.url.master_name);
+        Ok((client, epoch))
+    }
+}
+
+/// Asks the Sentinels (one at a time, the next when one fails) which node is the primary,
+/// every [`WATCH_INTERVAL`], until the [`Primary`] is dropped.
+async fn watch(seen: Weak<Seen>, sentinels: Vec<ConnectionInfo>, master: String) {
+    let cfg = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(WATCH_INTERVAL))
+        .set_response_timeout(Some(WATCH_INTERVAL));
+    let ask = redis::cmd("SENTINEL")
+        .arg("get-master-addr-by-name")
+        .arg(&master)
+        .clone();
+    let mut conn: Option<MultiplexedConnection> = None;
+    let mut next = 0;
+    loop {
+        tokio::time::sleep(WATCH_INTERVAL).await;
+        let Some(seen) = seen.upgrade() else {
+            return;
+        };
+        if conn.is_none() {
+            let info = sentinels[next % sentinels.len()].clone();
+            next += 1;
+            conn = match redis::Client::open(info) {
+                Ok(c) => c
+                    .get_multiplexed_async_connection_with_config(&cfg)
+                    .await
+                    .ok(),
+                Err(_) => None,
+            };
         }
-        Ok((client, self.epoch()))
+        let Some(c) = conn.as_mut() else {
+            continue;
+        };
+        match ask.query_async::<Option<(String, u16)>>(c).await {
+            Ok(Some((host, port))) => {
+                seen.observe(format!("{host}:{port}"), &master);
+            }
+            Ok(None) => {}
+            Err(_) => conn = None,
+        }
     }
 }
 
