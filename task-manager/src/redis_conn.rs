@@ -316,15 +316,25 @@ impl RedisTarget {
             url: self.redacted(),
             reason,
         };
-        if !self.tls.is_empty() {
+        let url = SentinelUrl::parse(&self.url).map_err(invalid)?;
+        if !url.tls && !self.tls.is_empty() {
             return Err(ConnectError::TlsSettings(format!(
-                "TLS files are set ({}) but TLS is not supported with Sentinel ({})",
+                "TLS files are set ({}) but the Redis URL {} is not rediss+sentinel://: the \
+                 connections would not be encrypted",
                 self.tls_vars_set().join(", "),
                 self.redacted()
             )));
         }
-        let url = SentinelUrl::parse(&self.url).map_err(invalid)?;
-        Primary::new(url)
+        if url.tls {
+            // ring is the one provider built in (see `client`).
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let certs = if url.tls && !self.tls.is_empty() {
+            Some(self.tls.load()?)
+        } else {
+            None
+        };
+        Primary::new(url, certs.as_ref())
             .map(Nodes::Sentinel)
             .map_err(|e| invalid(e.to_string()))
     }

@@ -18,6 +18,28 @@ const FAILOVER_TIMEOUT_MS: u64 = 5000;
 /// aware of the replica and of the two other Sentinels (they find each other every 2 s).
 const READY: Duration = Duration::from_secs(30);
 
+/// TLS on every node and the data nodes' own configuration (the shipped `deploy/redis.conf`,
+/// rendered): what a deployment runs.
+#[derive(Clone)]
+pub struct Secure {
+    /// The data nodes' configuration file; its TLS port, address and certificates are given on
+    /// the command line.
+    pub conf: PathBuf,
+    /// The CA every node's certificate is signed by.
+    pub ca: PathBuf,
+    /// The certificate (for 127.0.0.1) every node presents, and its key.
+    pub cert: PathBuf,
+    /// The key of `cert`.
+    pub key: PathBuf,
+    /// The certificate nodes present when they connect to each other (replication, the
+    /// Sentinels' checks): one for client authentication, and its key.
+    pub client_cert: PathBuf,
+    /// The key of `client_cert`.
+    pub client_key: PathBuf,
+    /// The user and password the replicas and the Sentinels authenticate with.
+    pub admin: (String, String),
+}
+
 /// One data node: a `redis-server` and its port.
 struct DataNode {
     name: String,
@@ -26,11 +48,40 @@ struct DataNode {
 }
 
 /// A data node on `port`, a replica of `replica_of` when given, its log `<log_dir>/<name>.log`.
-fn data_node(log_dir: &Path, name: &str, port: u16, replica_of: Option<u16>) -> DataNode {
+fn data_node(
+    log_dir: &Path,
+    secure: Option<&Secure>,
+    name: &str,
+    port: u16,
+    replica_of: Option<u16>,
+) -> DataNode {
     let mut cmd = Command::new(redis_server());
-    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
-        .args(["--maxmemory-policy", "noeviction"]);
+    match secure {
+        None => {
+            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .args(["--maxmemory-policy", "noeviction"]);
+        }
+        Some(s) => {
+            let data = log_dir.join(format!("{name}-data"));
+            std::fs::create_dir_all(&data).expect("a data dir");
+            cmd.arg(&s.conf)
+                .args(["--port", "0", "--tls-port", &port.to_string()])
+                .args(["--bind", "127.0.0.1", "--tls-replication", "yes"])
+                .arg("--tls-cert-file")
+                .arg(&s.cert)
+                .arg("--tls-key-file")
+                .arg(&s.key)
+                .arg("--tls-ca-cert-file")
+                .arg(&s.ca)
+                .arg("--tls-client-cert-file")
+                .arg(&s.client_cert)
+                .arg("--tls-client-key-file")
+                .arg(&s.client_key)
+                .args(["--masteruser", &s.admin.0, "--masterauth", &s.admin.1])
+                .current_dir(data);
+        }
+    }
     if let Some(p) = replica_of {
         cmd.args(["--replicaof", "127.0.0.1", &p.to_string()]);
     }
@@ -44,6 +95,7 @@ fn data_node(log_dir: &Path, name: &str, port: u16, replica_of: Option<u16>) -> 
 /// Two data nodes and three Sentinels on 127.0.0.1.
 pub struct SentinelCluster {
     log_dir: PathBuf,
+    secure: Option<Secure>,
     nodes: Vec<DataNode>,
     sentinels: Vec<(Proc, u16)>,
 }
@@ -58,29 +110,30 @@ fn redis_server() -> String {
     })
 }
 
-async fn query<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> redis::RedisResult<T> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
-    let cfg = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(1)))
-        .set_response_timeout(Some(Duration::from_secs(1)));
-    let mut c = client
-        .get_multiplexed_async_connection_with_config(&cfg)
-        .await?;
-    cmd.query_async(&mut c).await
-}
-
 impl SentinelCluster {
     /// Starts the five processes (logs and Sentinel configs in `log_dir`) and waits until a
     /// failover could happen: the replica in sync, every Sentinel knowing the replica and the
     /// other Sentinels.
     pub async fn start(log_dir: &Path) -> SentinelCluster {
+        Self::start_with(log_dir, None).await
+    }
+
+    /// [`SentinelCluster::start`], every node over TLS only and the data nodes run from
+    /// `secure.conf` (their ACL users), the replicas and Sentinels authenticating as
+    /// `secure.admin`.
+    pub async fn start_secure(log_dir: &Path, secure: Secure) -> SentinelCluster {
+        Self::start_with(log_dir, Some(secure)).await
+    }
+
+    async fn start_with(log_dir: &Path, secure: Option<Secure>) -> SentinelCluster {
         let server = redis_server();
-        let primary = data_node(log_dir, "redis-a", free_port(), None);
-        let replica = data_node(log_dir, "redis-b", free_port(), Some(primary.port));
+        let s = secure.as_ref();
+        let primary = data_node(log_dir, s, "redis-a", free_port(), None);
+        let replica = data_node(log_dir, s, "redis-b", free_port(), Some(primary.port));
         let sentinels = (0..3)
             .map(|i| {
                 let port = free_port();
-                let conf = sentinel_conf(log_dir, i, port, primary.port);
+                let conf = sentinel_conf(log_dir, s, i, port, primary.port);
                 let mut cmd = Command::new(&server);
                 cmd.arg(&conf).arg("--sentinel");
                 (Proc::spawn(&format!("sentinel-{i}"), cmd, log_dir), port)
@@ -88,6 +141,7 @@ impl SentinelCluster {
             .collect();
         let cluster = SentinelCluster {
             log_dir: log_dir.to_owned(),
+            secure,
             nodes: vec![primary, replica],
             sentinels,
         };
@@ -112,7 +166,7 @@ impl SentinelCluster {
             .arg(MASTER_NAME)
             .clone();
         for (_, port) in &self.sentinels {
-            if let Ok(Some((_, p))) = query::<Option<(String, u16)>>(*port, &cmd).await {
+            if let Ok(Some((_, p))) = self.query::<Option<(String, u16)>>(*port, &cmd).await {
                 return Some(p);
             }
         }
@@ -153,12 +207,13 @@ impl SentinelCluster {
             .find(|n| n.port == port)
             .expect("a node of the cluster");
         let name = format!("{}-restarted", node.name);
-        *node = data_node(&self.log_dir, &name, port, None);
+        *node = data_node(&self.log_dir, self.secure.as_ref(), &name, port, None);
         crate::eventually(
             "the restarted node to be a replica in sync",
             timeout,
             || async {
-                let info: String = query(port, redis::cmd("INFO").arg("replication"))
+                let info: String = self
+                    .query(port, redis::cmd("INFO").arg("replication"))
                     .await
                     .ok()?;
                 info.contains("master_link_status:up").then_some(())
@@ -184,7 +239,7 @@ impl SentinelCluster {
         crate::eventually(
             "a Sentinel to accept SENTINEL FAILOVER",
             timeout,
-            || async { query::<()>(*port, &cmd).await.ok() },
+            || async { self.query::<()>(*port, &cmd).await.ok() },
         )
         .await;
         old
@@ -197,7 +252,7 @@ impl SentinelCluster {
             timeout,
             || async {
                 let port = self.primary_port().await.filter(|p| *p != old)?;
-                let role: redis::Value = query(port, &redis::cmd("ROLE")).await.ok()?;
+                let role: redis::Value = self.query(port, &redis::cmd("ROLE")).await.ok()?;
                 let redis::Value::Array(items) = role else {
                     return None;
                 };
@@ -206,6 +261,41 @@ impl SentinelCluster {
             },
         )
         .await
+    }
+
+    /// `cmd` on the node or Sentinel at `port` (over TLS and as the admin when secure).
+    async fn query<T: redis::FromRedisValue>(
+        &self,
+        port: u16,
+        cmd: &redis::Cmd,
+    ) -> redis::RedisResult<T> {
+        let cfg = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(1)))
+            .set_response_timeout(Some(Duration::from_secs(1)));
+        let client = match &self.secure {
+            None => redis::Client::open(format!("redis://127.0.0.1:{port}"))?,
+            Some(s) => {
+                let sentinel = self.sentinels.iter().any(|(_, p)| *p == port);
+                // Sentinels take no user here; data nodes only their ACL users.
+                let user = if sentinel {
+                    String::new()
+                } else {
+                    format!("{}:{}@", s.admin.0, s.admin.1)
+                };
+                let root_cert = Some(std::fs::read(&s.ca).expect("the CA file"));
+                redis::Client::build_with_tls(
+                    format!("rediss://{user}127.0.0.1:{port}"),
+                    redis::TlsCertificates {
+                        client_tls: None,
+                        root_cert,
+                    },
+                )?
+            }
+        };
+        let mut c = client
+            .get_multiplexed_async_connection_with_config(&cfg)
+            .await?;
+        cmd.query_async(&mut c).await
     }
 
     async fn wait_ready(&self) {
@@ -224,22 +314,25 @@ impl SentinelCluster {
     }
 
     async fn ready(&self, replica: u16) -> bool {
-        let info: redis::RedisResult<String> =
-            query(replica, redis::cmd("INFO").arg("replication")).await;
+        let info: redis::RedisResult<String> = self
+            .query(replica, redis::cmd("INFO").arg("replication"))
+            .await;
         if !info.is_ok_and(|i| i.contains("master_link_status:up")) {
             return false;
         }
         for (_, port) in &self.sentinels {
-            let replicas: redis::RedisResult<Vec<redis::Value>> = query(
-                *port,
-                redis::cmd("SENTINEL").arg("replicas").arg(MASTER_NAME),
-            )
-            .await;
-            let peers: redis::RedisResult<Vec<redis::Value>> = query(
-                *port,
-                redis::cmd("SENTINEL").arg("sentinels").arg(MASTER_NAME),
-            )
-            .await;
+            let replicas: redis::RedisResult<Vec<redis::Value>> = self
+                .query(
+                    *port,
+                    redis::cmd("SENTINEL").arg("replicas").arg(MASTER_NAME),
+                )
+                .await;
+            let peers: redis::RedisResult<Vec<redis::Value>> = self
+                .query(
+                    *port,
+                    redis::cmd("SENTINEL").arg("sentinels").arg(MASTER_NAME),
+                )
+                .await;
             let known = replicas.is_ok_and(|r| r.len() == 1) && peers.is_ok_and(|s| s.len() == 2);
             if !known {
                 return false;
@@ -250,11 +343,39 @@ impl SentinelCluster {
 }
 
 /// The config file of Sentinel `i` (Sentinel needs a file it can rewrite).
-fn sentinel_conf(dir: &Path, i: usize, port: u16, primary: u16) -> PathBuf {
+fn sentinel_conf(
+    dir: &Path,
+    secure: Option<&Secure>,
+    i: usize,
+    port: u16,
+    primary: u16,
+) -> PathBuf {
     let path = dir.join(format!("sentinel-{i}.conf"));
+    let listen = match secure {
+        None => format!("port {port}\n"),
+        // TLS to clients, to the data nodes and between Sentinels; client certificates are not
+        // required (the data nodes' `tls-auth-clients optional` alike).
+        Some(s) => format!(
+            "port 0\ntls-port {port}\ntls-replication yes\ntls-auth-clients no\n\
+             tls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n\
+             tls-client-cert-file {}\ntls-client-key-file {}\n",
+            s.cert.display(),
+            s.key.display(),
+            s.ca.display(),
+            s.client_cert.display(),
+            s.client_key.display()
+        ),
+    };
+    let auth = match secure {
+        None => String::new(),
+        Some(s) => format!(
+            "sentinel auth-user {MASTER_NAME} {}\nsentinel auth-pass {MASTER_NAME} {}\n",
+            s.admin.0, s.admin.1
+        ),
+    };
     let text = format!(
-        "port {port}\nbind 127.0.0.1\ndir {dir}\n\
-         sentinel monitor {MASTER_NAME} 127.0.0.1 {primary} 2\n\
+        "{listen}bind 127.0.0.1\ndir {dir}\n\
+         sentinel monitor {MASTER_NAME} 127.0.0.1 {primary} 2\n{auth}\
          sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n\
          sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}\n\
          sentinel parallel-syncs {MASTER_NAME} 1\n",

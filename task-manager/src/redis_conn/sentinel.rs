@@ -7,17 +7,19 @@
 //! plain `redis://` URL). Sentinels that require a password of their own take it in the query:
 //! `?sentinel_username=...&sentinel_password=...`. Reserved characters are percent-encoded, as
 //! in any Redis URL. The form cannot be parsed as one URL (several hosts), so it is parsed here,
-//! and [`SentinelUrl::redacted`] is how it is printed. TLS is not supported with Sentinel
-//! (`rediss+sentinel://` is refused with that reason).
+//! and [`SentinelUrl::redacted`] is how it is printed. `rediss+sentinel://` speaks TLS to the
+//! Sentinels and to the data nodes alike, checked against the same CA (`CRUCIBLE_REDIS_CA_FILE`,
+//! or the system roots) and with the same client certificate, if any.
 
 use super::ConnectError;
 use percent_encoding::percent_decode_str;
 use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
+use redis::sentinel::SentinelClientBuilder;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{
-    ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, RedisError,
-    RedisResult,
+    Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, RedisError,
+    RedisResult, TlsCertificates, TlsMode,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -25,8 +27,8 @@ use std::time::Duration;
 
 /// The scheme of a Sentinel-managed primary.
 pub const SENTINEL_SCHEME: &str = "redis+sentinel";
-/// The TLS form, refused: named so that its error says why.
-const SENTINEL_TLS_SCHEME: &str = "rediss+sentinel";
+/// The same over TLS, to the Sentinels and the data nodes.
+pub const SENTINEL_TLS_SCHEME: &str = "rediss+sentinel";
 /// The Sentinels' own port, when a host names none.
 const SENTINEL_PORT: u16 = 26379;
 
@@ -72,6 +74,8 @@ pub(crate) struct Credentials {
 /// A parsed `redis+sentinel://` URL.
 #[derive(Clone, PartialEq)]
 pub(crate) struct SentinelUrl {
+    /// `rediss+sentinel://`: TLS to the Sentinels and the data nodes.
+    pub(crate) tls: bool,
     /// The Sentinels, in the order they are asked.
     pub(crate) sentinels: Vec<(String, u16)>,
     /// The name the Sentinels monitor the primary by (`sentinel monitor <name> ...`).
@@ -105,14 +109,8 @@ impl SentinelUrl {
         let (scheme, rest) = raw
             .split_once("://")
             .ok_or("a Sentinel URL starts with redis+sentinel://")?;
-        if scheme.eq_ignore_ascii_case(SENTINEL_TLS_SCHEME) {
-            return Err(
-                "TLS is not supported with Sentinel (rediss+sentinel://): use \
-                        redis+sentinel:// on a private network, or rediss:// to one server"
-                    .to_owned(),
-            );
-        }
-        if !scheme.eq_ignore_ascii_case(SENTINEL_SCHEME) {
+        let tls = scheme.eq_ignore_ascii_case(SENTINEL_TLS_SCHEME);
+        if !tls && !scheme.eq_ignore_ascii_case(SENTINEL_SCHEME) {
             return Err(format!("the scheme is not {SENTINEL_SCHEME}"));
         }
         let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
@@ -156,6 +154,7 @@ impl SentinelUrl {
             }
         }
         Ok(Self {
+            tls,
             sentinels,
             master_name,
             data,
@@ -190,8 +189,13 @@ impl SentinelUrl {
         } else {
             format!("?{}", query.join("&"))
         };
+        let scheme = if self.tls {
+            SENTINEL_TLS_SCHEME
+        } else {
+            SENTINEL_SCHEME
+        };
         format!(
-            "{SENTINEL_SCHEME}://{userinfo}{}/{}{query}",
+            "{scheme}://{userinfo}{}/{}{query}",
             hosts.join(","),
             self.master_name
         )
@@ -202,29 +206,76 @@ impl SentinelUrl {
         &self.sentinels
     }
 
-    /// How to reach each Sentinel, its credentials included.
-    fn sentinel_infos(&self) -> RedisResult<Vec<ConnectionInfo>> {
+    /// How to reach each Sentinel, its credentials (and with TLS, `certs`) included.
+    fn sentinel_infos(&self, certs: Option<&TlsCertificates>) -> RedisResult<Vec<ConnectionInfo>> {
         self.sentinels
             .iter()
             .map(|(h, p)| {
-                ConnectionAddr::Tcp(h.clone(), *p)
-                    .into_connection_info()
-                    .map(|i| i.set_redis_settings(settings(&self.sentinel)))
+                let info = node_addr(self.tls, h, *p)
+                    .into_connection_info()?
+                    .set_redis_settings(settings(&self.sentinel));
+                match certs {
+                    // The client fills in the parsed certificates; its info carries them.
+                    Some(c) => Ok(Client::build_with_tls(info, c.clone())?
+                        .get_connection_info()
+                        .clone()),
+                    None => Ok(info),
+                }
             })
             .collect()
     }
 
     /// The client that asks the Sentinels for the primary and checks (`ROLE`) that it is one.
-    fn client(&self) -> RedisResult<SentinelClient> {
-        let sentinels = self.sentinel_infos()?;
-        let nodes =
-            SentinelNodeConnectionInfo::default().set_redis_connection_info(settings(&self.data));
-        SentinelClient::build(
-            sentinels,
-            &self.master_name,
-            Some(nodes),
-            SentinelServerType::Master,
-        )
+    fn client(&self, certs: Option<&TlsCertificates>) -> RedisResult<SentinelClient> {
+        if !self.tls {
+            let nodes = SentinelNodeConnectionInfo::default()
+                .set_redis_connection_info(settings(&self.data));
+            return SentinelClient::build(
+                self.sentinel_infos(None)?,
+                &self.master_name,
+                Some(nodes),
+                SentinelServerType::Master,
+            );
+        }
+        // Only the builder passes a private CA on to the data nodes' connections (it cannot
+        // skip `CLIENT SETINFO`, whose refusal by the ACL users the client ignores).
+        let addrs = self.sentinels.iter().map(|(h, p)| node_addr(true, h, *p));
+        let mut b =
+            SentinelClientBuilder::new(addrs, &self.master_name, SentinelServerType::Master)?
+                .set_client_to_redis_tls_mode(TlsMode::Secure)
+                .set_client_to_sentinel_tls_mode(TlsMode::Secure);
+        if let Some(c) = certs {
+            b = b
+                .set_client_to_redis_certificates(c.clone())
+                .set_client_to_sentinel_certificates(c.clone());
+        }
+        if let Some(u) = &self.data.username {
+            b = b.set_client_to_redis_username(u);
+        }
+        if let Some(p) = &self.data.password {
+            b = b.set_client_to_redis_password(p);
+        }
+        if let Some(u) = &self.sentinel.username {
+            b = b.set_client_to_sentinel_username(u);
+        }
+        if let Some(p) = &self.sentinel.password {
+            b = b.set_client_to_sentinel_password(p);
+        }
+        b.build()
+    }
+}
+
+/// A node's address, TLS with certificate checks when `tls`.
+fn node_addr(tls: bool, host: &str, port: u16) -> ConnectionAddr {
+    if tls {
+        ConnectionAddr::TcpTls {
+            host: host.to_owned(),
+            port,
+            insecure: false,
+            tls_params: None,
+        }
+    } else {
+        ConnectionAddr::Tcp(host.to_owned(), port)
     }
 }
 
@@ -307,10 +358,11 @@ pub(crate) struct Primary {
 }
 
 impl Primary {
-    pub(crate) fn new(url: SentinelUrl) -> RedisResult<Self> {
+    /// `certs`: the TLS files' contents, for `rediss+sentinel://` (none: the system roots).
+    pub(crate) fn new(url: SentinelUrl, certs: Option<&TlsCertificates>) -> RedisResult<Self> {
         Ok(Self {
-            client: tokio::sync::Mutex::new(url.client()?),
-            sentinels: url.sentinel_infos()?,
+            client: tokio::sync::Mutex::new(url.client(certs)?),
+            sentinels: url.sentinel_infos(certs)?,
             url,
             seen: Arc::default(),
             watch: std::sync::OnceLock::new(),
@@ -426,7 +478,7 @@ pub(crate) async fn checked_connection(
         Ok::<_, RedisError>(conn)
     }
     .await;
-    result.map_err(|e| match super::classify(&e, &url, false) {
+    result.map_err(|e| match super::classify(&e, &url, primary.url().tls) {
         fatal @ (ConnectError::Auth { .. } | ConnectError::Permission { .. }) => fatal,
         _ => unreachable(format!(
             "{e} (is {:?} the name the Sentinels monitor? is a failover in progress?)",

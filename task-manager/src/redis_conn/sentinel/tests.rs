@@ -61,10 +61,6 @@ fn a_bad_sentinel_url_is_refused_with_its_reason_and_without_its_password() {
             format!("redis+sentinel://u:{SECRET}@s1/m?db=2"),
             "unknown query parameter",
         ),
-        (
-            format!("rediss+sentinel://u:{SECRET}@s1/m"),
-            "TLS is not supported",
-        ),
     ];
     for (raw, words) in cases {
         let target = crate::RedisTarget::new(&raw);
@@ -79,7 +75,7 @@ fn a_bad_sentinel_url_is_refused_with_its_reason_and_without_its_password() {
 }
 
 #[test]
-fn tls_files_with_a_sentinel_url_are_refused() {
+fn tls_files_with_a_plain_sentinel_url_are_refused() {
     let target = crate::RedisTarget::new("redis+sentinel://s1/m").with_tls(crate::TlsFiles {
         ca_file: Some("/etc/ca.pem".into()),
         ..Default::default()
@@ -87,7 +83,18 @@ fn tls_files_with_a_sentinel_url_are_refused() {
     let Err(e) = target.nodes() else {
         panic!("accepted");
     };
-    assert!(e.to_string().contains("not supported with Sentinel"), "{e}");
+    assert!(e.to_string().contains("not rediss+sentinel://"), "{e}");
+}
+
+#[test]
+fn the_tls_form_is_parsed_and_printed_as_such() {
+    let url = SentinelUrl::parse(&format!("rediss+sentinel://u:{SECRET}@s1,s2:26380/m")).unwrap();
+    assert!(url.tls);
+    assert_eq!(
+        url.redacted(),
+        "rediss+sentinel://u:***@s1:26379,s2:26380/m"
+    );
+    assert!(!SentinelUrl::parse("redis+sentinel://s1/m").unwrap().tls);
 }
 
 #[tokio::test]
