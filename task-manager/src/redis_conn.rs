@@ -11,15 +11,15 @@
 //! checks cannot be turned off (`#insecure` is refused). Database 0 only: deployments sharing a
 //! Redis are separated by the key prefix, which the ACL users of `deploy/redis.conf` are bound to.
 //!
-//! A primary managed by Redis Sentinel is named by `redis+sentinel://` (`redis_conn/sentinel.rs`
-//! parses it); every connection then goes to the primary the Sentinels name at the time, and
-//! the pool (`redis_conn/pool.rs`) drops connections made to a former one.
+//! A primary managed by Redis Sentinel is named by `redis+sentinel://` or, over TLS,
+//! `rediss+sentinel://` (`redis_conn/sentinel.rs` parses it); every connection then goes to the
+//! primary the Sentinels name at the time, and the pool (`redis_conn/pool.rs`) drops
+//! connections made to a former one.
 
 mod pool;
 mod sentinel;
 
 pub(crate) use pool::{Connection, Manager, Nodes, Pool};
-pub use sentinel::SENTINEL_SCHEME;
 use sentinel::{Primary, SentinelUrl, is_sentinel_url};
 
 use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError, ServerErrorKind};

@@ -1,5 +1,6 @@
 //! A primary managed by Redis Sentinel: the URL form that names it, and [`Primary`], which
-//! asks the Sentinels where the primary is each time a connection is made.
+//! asks the Sentinels where the primary is each time a connection is made (and every
+//! [`WATCH_INTERVAL`] besides).
 //!
 //! `redis+sentinel://[user:password@]host1:26379,host2:26379/<master-name>` names the
 //! Sentinels (one or more `host:port`, port 26379 when left out) and the name they monitor the
@@ -26,9 +27,9 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 /// The scheme of a Sentinel-managed primary.
-pub const SENTINEL_SCHEME: &str = "redis+sentinel";
+pub(crate) const SENTINEL_SCHEME: &str = "redis+sentinel";
 /// The same over TLS, to the Sentinels and the data nodes.
-pub const SENTINEL_TLS_SCHEME: &str = "rediss+sentinel";
+pub(crate) const SENTINEL_TLS_SCHEME: &str = "rediss+sentinel";
 /// The Sentinels' own port, when a host names none.
 const SENTINEL_PORT: u16 = 26379;
 
