@@ -56,6 +56,10 @@ fn data_node(
     replica_of: Option<u16>,
 ) -> DataNode {
     let mut cmd = Command::new(redis_server());
+    // Its working directory is where a replica writes the copy it syncs (dump.rdb).
+    let data = log_dir.join(format!("{name}-data"));
+    std::fs::create_dir_all(&data).expect("a data dir");
+    cmd.current_dir(&data);
     match secure {
         None => {
             cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -63,8 +67,6 @@ fn data_node(
                 .args(["--maxmemory-policy", "noeviction"]);
         }
         Some(s) => {
-            let data = log_dir.join(format!("{name}-data"));
-            std::fs::create_dir_all(&data).expect("a data dir");
             cmd.arg(&s.conf)
                 .args(["--port", "0", "--tls-port", &port.to_string()])
                 .args(["--bind", "127.0.0.1", "--tls-replication", "yes"])
@@ -78,8 +80,7 @@ fn data_node(
                 .arg(&s.client_cert)
                 .arg("--tls-client-key-file")
                 .arg(&s.client_key)
-                .args(["--masteruser", &s.admin.0, "--masterauth", &s.admin.1])
-                .current_dir(data);
+                .args(["--masteruser", &s.admin.0, "--masterauth", &s.admin.1]);
         }
     }
     if let Some(p) = replica_of {
