@@ -99,6 +99,7 @@ ensure_redis() {
     # The package starts a system instance; the tests start their own on free ports.
     command -v redis-server >/dev/null 2>&1
   fi
+  # Sentinel (tests/tests/sentinel.rs) is this binary with --sentinel: no redis-sentinel package.
   # deploy/redis.conf's ACL users use selectors and read-/write-only key patterns (Redis 7.0).
   local version
   version=$(redis-server --version | sed -n 's/.* v=\([0-9]*\)\..*/\1/p')

@@ -44,6 +44,14 @@ pub struct BrokerConfig {
     /// spec JSON; beyond it submissions get 429. Keep it well under Redis's `maxmemory`
     /// (deploy/redis.conf), which also holds results, batches and the cache.
     pub queue_cap_bytes: u64,
+    /// Replicas that must have a terminal transition's write (a submission, a verdict) before
+    /// the broker answers: after each, `WAIT <n> <redis_wait_timeout>` on the same connection.
+    /// 0 (the default) sends no `WAIT`: with asynchronous replication a failover can then lose
+    /// the last writes the old primary acknowledged (docs/REDIS.md).
+    pub redis_wait_replicas: u32,
+    /// How long one `WAIT` may block. When it passes with fewer replicas, the transition stands
+    /// (it is on the primary) and a warning is logged.
+    pub redis_wait_timeout: Duration,
 }
 
 impl Default for BrokerConfig {
@@ -57,6 +65,8 @@ impl Default for BrokerConfig {
             key_prefix: "crucible".to_owned(),
             cache_scope: "default".to_owned(),
             queue_cap_bytes: 1 << 30,
+            redis_wait_replicas: 0,
+            redis_wait_timeout: Duration::from_millis(1000),
         }
     }
 }
@@ -64,7 +74,8 @@ impl Default for BrokerConfig {
 impl BrokerConfig {
     /// Reads `CRUCIBLE_LEASE_TTL_MS`, `CRUCIBLE_MAX_ATTEMPTS`, `CRUCIBLE_RESULT_TTL_S`,
     /// `CRUCIBLE_QUEUE_CAP`, `CRUCIBLE_WORKER_LIVENESS_MS`, `CRUCIBLE_KEY_PREFIX`,
-    /// `CRUCIBLE_CACHE_SCOPE`, `CRUCIBLE_QUEUE_CAP_BYTES`.
+    /// `CRUCIBLE_CACHE_SCOPE`, `CRUCIBLE_QUEUE_CAP_BYTES`, `CRUCIBLE_REDIS_WAIT_REPLICAS`,
+    /// `CRUCIBLE_REDIS_WAIT_TIMEOUT_MS`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let mut cfg = Self::default();
         if let Some(ms) = parse::<u64>(&lookup, "CRUCIBLE_LEASE_TTL_MS")? {
@@ -90,6 +101,13 @@ impl BrokerConfig {
         }
         if let Some(n) = parse::<u64>(&lookup, "CRUCIBLE_QUEUE_CAP_BYTES")? {
             cfg.queue_cap_bytes = n;
+        }
+        if let Some(n) = parse::<u32>(&lookup, "CRUCIBLE_REDIS_WAIT_REPLICAS")? {
+            cfg.redis_wait_replicas = n;
+        }
+        if let Some(ms) = parse::<u64>(&lookup, "CRUCIBLE_REDIS_WAIT_TIMEOUT_MS")? {
+            // `WAIT` with timeout 0 blocks for ever.
+            cfg.redis_wait_timeout = Duration::from_millis(ms.max(1));
         }
         Ok(cfg)
     }

@@ -3,7 +3,7 @@
 //! so all nodes share one clock. Submission is in `redis_broker/submit.rs`, cancelling in
 //! `redis_broker/cancel.rs`, reads of tasks and batch logs in `redis_broker/views.rs`, tenants
 //! in `redis_broker/tenants.rs`, recent activity in `redis_broker/activity.rs`, the scripts in
-//! `redis_broker/scripts.rs`; the key layout, and which role reaches which keys, in
+//! `redis_broker/scripts.rs`, the optional `WAIT` for replicas in `redis_broker/replicas.rs`; the key layout, and which role reaches which keys, in
 //! `redis_broker/keys.rs`.
 
 mod activity;
@@ -12,6 +12,7 @@ mod claim;
 mod drain;
 mod keys;
 mod reaper_lease;
+mod replicas;
 mod scripts;
 mod submit;
 mod tenants;
@@ -30,7 +31,9 @@ use crate::broker::{
 };
 use crate::kv::{KvCounts, KvNamespace};
 use crate::policy::{CLAIM_CYCLE, worker_retention};
-use crate::redis_conn::{CONNECT_TIMEOUT, ConnectError, RedisTarget, check};
+use crate::redis_conn::{
+    CONNECT_TIMEOUT, ConnectError, Connection, Manager, Nodes, Pool, RedisTarget, check,
+};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crucible_shared::{
@@ -38,10 +41,10 @@ use crucible_shared::{
     StatusCounts, TaskId, TaskSpec, TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo,
     wire_name,
 };
-use deadpool_redis::{Connection, Manager, Pool, Runtime};
+use deadpool::Runtime;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -60,10 +63,12 @@ const POLL_MAX: Duration = Duration::from_millis(200);
 pub struct RedisBroker {
     cfg: BrokerConfig,
     pool: Pool,
-    /// Blocking waits (BLPOP) get connections of their own: on a pooled connection a waiter
+    /// Where connections go: the URL's server, or the primary the Sentinels name. Blocking
+    /// waits (BLPOP) get connections of their own from it: on a pooled connection a waiter
     /// dropped mid-wait would hand back a connection still blocked on the server.
-    pub(crate) client: redis::Client,
-    idle_blocking: Mutex<Vec<MultiplexedConnection>>,
+    pub(crate) nodes: Arc<Nodes>,
+    /// Kept blocking connections, each with the primary's epoch it was made in.
+    idle_blocking: Mutex<Vec<(MultiplexedConnection, u64)>>,
     scripts: Scripts,
     /// [`CLAIM_CYCLE`] as the claim script reads it, e.g. `hnhlhnh`.
     claim_cycle: String,
@@ -119,7 +124,7 @@ impl RedisBroker {
     /// `RedisBroker::open` in `redis_conn`), so a process can start while Redis is still down. Fails only on
     /// settings that can never work: a bad URL, unreadable or malformed TLS files.
     pub fn connect_to(target: &RedisTarget, cfg: BrokerConfig) -> Result<Self, ConnectError> {
-        let client = target.client()?;
+        let nodes = Arc::new(target.nodes()?);
         let conn_cfg = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_response_timeout(Some(RESPONSE_TIMEOUT));
@@ -127,8 +132,7 @@ impl RedisBroker {
             url: target.redacted(),
             reason: e,
         };
-        let manager = Manager::new_with_config(client.get_connection_info().clone(), conn_cfg)
-            .map_err(|e| pool_error(e.to_string()))?;
+        let manager = Manager::new(Arc::clone(&nodes), conn_cfg, CONNECT_TIMEOUT);
         let pool = Pool::builder(manager)
             .max_size(POOL_SIZE)
             .runtime(Runtime::Tokio1)
@@ -144,7 +148,7 @@ impl RedisBroker {
         Ok(Self {
             cfg,
             pool,
-            client,
+            nodes,
             idle_blocking: Mutex::new(Vec::new()),
             scripts: Scripts::load(),
             claim_cycle,
@@ -163,6 +167,7 @@ impl RedisBroker {
         self.pool
             .get()
             .await
+            .map(Connection::from)
             .map_err(|e| BrokerError::Unavailable(format!("redis pool: {e}")))
     }
 }
@@ -174,7 +179,7 @@ impl RedisBroker {
     pub async fn open(target: &RedisTarget, cfg: BrokerConfig) -> Result<Self, ConnectError> {
         let broker = Self::connect_to(target, cfg)?;
         let url = target.redacted();
-        match check(&broker.client, &url, CONNECT_TIMEOUT).await {
+        match check(&broker.nodes, &url, CONNECT_TIMEOUT).await {
             Ok(()) => tracing::info!(redis = %url, "redis connected"),
             Err(e) if e.is_transient() => {
                 tracing::warn!(error = %e, "redis is not reachable yet; requests fail until it is");
@@ -389,7 +394,10 @@ impl Broker for RedisBroker {
             .await
             .map_err(redis_err)?;
         match reply.as_str() {
-            "accepted" => Ok(AckOutcome::Accepted),
+            "accepted" => {
+                self.await_replicas(&mut c, "complete").await?;
+                Ok(AckOutcome::Accepted)
+            }
             "stale" => {
                 tracing::info!(task_id = %lease.task_id, worker_id = %lease.worker_id, "stale result ignored");
                 Ok(AckOutcome::Stale)

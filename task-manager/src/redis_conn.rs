@@ -10,6 +10,17 @@
 //! set. Reserved characters in a password (`@ : / ? # %`) are percent-encoded. Certificate
 //! checks cannot be turned off (`#insecure` is refused). Database 0 only: deployments sharing a
 //! Redis are separated by the key prefix, which the ACL users of `deploy/redis.conf` are bound to.
+//!
+//! A primary managed by Redis Sentinel is named by `redis+sentinel://` or, over TLS,
+//! `rediss+sentinel://` (`redis_conn/sentinel.rs` parses it); every connection then goes to the
+//! primary the Sentinels name at the time, and the pool (`redis_conn/pool.rs`) drops
+//! connections made to a former one.
+
+mod pool;
+mod sentinel;
+
+pub(crate) use pool::{Connection, Manager, Nodes, Pool};
+use sentinel::{Primary, SentinelUrl, is_sentinel_url};
 
 use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError, ServerErrorKind};
 use rustls::pki_types::pem::PemObject;
@@ -128,6 +139,11 @@ impl ConnectError {
 /// The URL with its password (and a `pass` query parameter) replaced by `***`, for logs and
 /// errors. A string that does not parse as a URL is not echoed at all: it may be a password.
 pub fn redact_url(raw: &str) -> String {
+    if is_sentinel_url(raw) {
+        return SentinelUrl::parse(raw)
+            .map(|u| u.redacted())
+            .unwrap_or_else(|_| sentinel::redact_unparsed(raw));
+    }
     let Ok(mut url) = url::Url::parse(raw) else {
         return "<unparseable URL>".to_owned();
     };
@@ -291,7 +307,39 @@ impl RedisTarget {
         redact_url(&self.url)
     }
 
-    /// The client every connection is made from: URL parsed, TLS files read and checked.
+    /// Where every connection is made: the URL's server, or the primary its Sentinels name.
+    pub(crate) fn nodes(&self) -> Result<Nodes, ConnectError> {
+        if !is_sentinel_url(&self.url) {
+            return self.client().map(Nodes::Direct);
+        }
+        let invalid = |reason: String| ConnectError::InvalidUrl {
+            url: self.redacted(),
+            reason,
+        };
+        let url = SentinelUrl::parse(&self.url).map_err(invalid)?;
+        if !url.tls && !self.tls.is_empty() {
+            return Err(ConnectError::TlsSettings(format!(
+                "TLS files are set ({}) but the Redis URL {} is not rediss+sentinel://: the \
+                 connections would not be encrypted",
+                self.tls_vars_set().join(", "),
+                self.redacted()
+            )));
+        }
+        if url.tls {
+            // ring is the one provider built in (see `client`).
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let certs = if url.tls && !self.tls.is_empty() {
+            Some(self.tls.load()?)
+        } else {
+            None
+        };
+        Primary::new(url, certs.as_ref())
+            .map(Nodes::Sentinel)
+            .map_err(|e| invalid(e.to_string()))
+    }
+
+    /// The client of a single server's URL: URL parsed, TLS files read and checked.
     pub(crate) fn client(&self) -> Result<redis::Client, ConnectError> {
         let invalid = |reason: String| ConnectError::InvalidUrl {
             url: self.redacted(),
@@ -354,12 +402,13 @@ impl RedisTarget {
 /// Opens one connection and sends `PING`. A server that cannot be reached over TCP (or is still
 /// loading its data) is [`ConnectError::Unreachable`]; a server that accepts the TCP connection
 /// and then fails the TLS handshake, the credentials or the command is misconfigured for us.
-pub(crate) async fn check(
-    client: &redis::Client,
-    url: &str,
-    timeout: Duration,
-) -> Result<(), ConnectError> {
-    checked_connection(client, url, timeout).await.map(drop)
+pub(crate) async fn check(nodes: &Nodes, url: &str, timeout: Duration) -> Result<(), ConnectError> {
+    match nodes {
+        Nodes::Direct(client) => checked_connection(client, url, timeout).await.map(drop),
+        Nodes::Sentinel(primary) => sentinel::checked_connection(primary, timeout)
+            .await
+            .map(drop),
+    }
 }
 
 impl RedisTarget {
@@ -367,7 +416,14 @@ impl RedisTarget {
     /// same URL, TLS files and diagnosis as a process's start-up, except that a server that
     /// cannot be reached is an error here too.
     pub async fn connect(&self) -> Result<redis::aio::MultiplexedConnection, ConnectError> {
-        checked_connection(&self.client()?, &self.redacted(), CONNECT_TIMEOUT).await
+        match self.nodes()? {
+            Nodes::Direct(client) => {
+                checked_connection(&client, &self.redacted(), CONNECT_TIMEOUT).await
+            }
+            Nodes::Sentinel(primary) => {
+                sentinel::checked_connection(&primary, CONNECT_TIMEOUT).await
+            }
+        }
     }
 }
 

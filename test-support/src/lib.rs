@@ -8,8 +8,12 @@
 //! - [`bin`]: a binary of this workspace, next to the running test.
 //! - [`free_port`], [`eventually`] (a bounded poll) and [`log_dir`] (a fresh per-test folder).
 //! - [`data_cell`]: a figure of the status page's HTML, by its `data-cell` name.
+//! - [`SentinelCluster`]: a primary, its replica and three Sentinels, for failover tests.
 //!
 //! It is a dev-only crate: nothing it holds ships in a binary.
+
+pub mod sentinel;
+pub use sentinel::SentinelCluster;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

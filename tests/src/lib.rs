@@ -6,7 +6,9 @@ pub mod secure_redis;
 
 // The harness pieces every suite shares live in `crucible-test-support`; the e2e tests keep
 // importing them from here.
-pub use crucible_test_support::{Proc, RedisServer as Redis, bin, eventually, free_port, log_dir};
+pub use crucible_test_support::{
+    Proc, RedisServer as Redis, SentinelCluster, bin, eventually, free_port, log_dir,
+};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -317,6 +319,23 @@ pub fn metric_types(text: &str) -> Vec<(String, String)> {
         .filter_map(|t| t.split_once(' '))
         .map(|(name, kind)| (name.to_owned(), kind.to_owned()))
         .collect()
+}
+
+/// A verdict as a CPU worker reports it (wrong output, before any perf trial): what tests that
+/// drive the broker directly complete their leases with.
+pub fn cpu_verdict() -> crucible_shared::EvalResult {
+    let device = crucible_shared::DeviceInfo {
+        kind: crucible_shared::DeviceKind::Cpu,
+        name: "test cpu".to_owned(),
+        class: None,
+    };
+    crucible_shared::EvalResult::failed_before_trials(
+        crucible_shared::VerdictCode::Correctness,
+        "wrong",
+        true,
+        2,
+        device,
+    )
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@
 use chrono::Utc;
 use crucible_shared::{
     BatchCancelCounts, BrokerConfig, CreateTenantRequest, DeviceClass, DeviceInfo, DeviceKind,
-    EvalResult, EvaluateRequest, Priority, TaskSpec, TaskStatus, TenantId, VerdictCode, WorkerId,
-    WorkerInfo, WorkerState,
+    EvalResult, EvaluateRequest, Priority, TaskSpec, TaskStatus, TenantId, WorkerId, WorkerInfo,
+    WorkerState,
 };
 use crucible_task_manager::{
     AckOutcome, Broker, BrokerError, CancelOutcome, KvNamespace, Lease, LeaseState, RedisBroker,
@@ -30,6 +30,10 @@ fn config() -> BrokerConfig {
         max_attempts: 3,
         result_ttl: Duration::from_secs(600),
         key_prefix: PREFIX.to_owned(),
+        // Each submission and verdict is followed by WAIT (no replica answers within 5 ms,
+        // which is only logged), so that grant is checked too.
+        redis_wait_replicas: 1,
+        redis_wait_timeout: Duration::from_millis(5),
         ..BrokerConfig::default()
     }
 }
@@ -44,12 +48,7 @@ fn spec(tag: &str) -> TaskSpec {
 }
 
 fn verdict() -> EvalResult {
-    let device = DeviceInfo {
-        kind: DeviceKind::Cpu,
-        name: "test cpu".to_owned(),
-        class: None,
-    };
-    EvalResult::failed_before_trials(VerdictCode::Correctness, "wrong", true, 2, device)
+    cpu_verdict()
 }
 
 fn worker_info(id: &WorkerId) -> WorkerInfo {

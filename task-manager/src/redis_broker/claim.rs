@@ -86,13 +86,19 @@ impl RedisBroker {
         class: &DeviceClass,
         timeout: Duration,
     ) -> Result<(), BrokerError> {
-        let idle = self
-            .idle_blocking
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
+        // A kept connection made to a former primary (a Sentinel failover) would wait on a
+        // list nobody pushes to any more: it is dropped.
+        let epoch = self.nodes.epoch();
+        let idle = {
+            let mut idle = self
+                .idle_blocking
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            idle.retain(|(_, e)| *e == epoch);
+            idle.pop()
+        };
         let reused = idle.is_some();
-        let mut conn = match idle {
+        let (mut conn, made_in) = match idle {
             Some(c) => c,
             None => self.blocking_conn().await?,
         };
@@ -104,7 +110,7 @@ impl RedisBroker {
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner);
                 if idle.len() < MAX_IDLE_BLOCKING {
-                    idle.push(conn);
+                    idle.push((conn, made_in));
                 }
                 Ok(())
             }
@@ -112,17 +118,18 @@ impl RedisBroker {
             // attempt tells that apart from Redis being down.
             Err(e) if reused => {
                 tracing::debug!(error = %e, "idle blocking connection failed, reconnecting");
-                let mut fresh = self.blocking_conn().await?;
+                let (mut fresh, _) = self.blocking_conn().await?;
                 self.blpop_wake(&mut fresh, class, timeout).await
             }
             Err(e) => Err(e),
         }
     }
 
-    async fn blocking_conn(&self) -> Result<MultiplexedConnection, BrokerError> {
+    /// A connection of its own for a blocking wait, and the primary's epoch it was made in.
+    async fn blocking_conn(&self) -> Result<(MultiplexedConnection, u64), BrokerError> {
         let cfg = AsyncConnectionConfig::new().set_connection_timeout(Some(CONNECT_TIMEOUT));
-        self.client
-            .get_multiplexed_async_connection_with_config(&cfg)
+        self.nodes
+            .connect(&cfg, CONNECT_TIMEOUT)
             .await
             .map_err(redis_err)
     }

@@ -38,6 +38,9 @@ impl RedisBroker {
         }
         let mut c = self.conn().await?;
         let reply: Vec<String> = inv.invoke_async(&mut c).await.map_err(redis_err)?;
+        if reply.first().map(String::as_str) == Some("ok") {
+            self.await_replicas(&mut c, "submit").await?;
+        }
         let number = |i: usize| -> Result<u64, BrokerError> {
             reply
                 .get(i)

@@ -150,8 +150,8 @@ async fn a_closed_port_is_unreachable_which_is_transient() {
         listener.local_addr().unwrap().port()
     };
     let target = RedisTarget::new(format!("redis://u:{SECRET}@127.0.0.1:{port}"));
-    let client = target.client().unwrap();
-    let e = check(&client, &target.redacted(), Duration::from_secs(2))
+    let nodes = target.nodes().unwrap();
+    let e = check(&nodes, &target.redacted(), Duration::from_secs(2))
         .await
         .unwrap_err();
     assert!(e.is_transient(), "{e}");

@@ -147,7 +147,7 @@ pub fn config() -> BrokerConfig {
         worker_liveness: Duration::from_secs(15),
         key_prefix: String::new(),
         cache_scope: "test-device".to_owned(),
-        queue_cap_bytes: BrokerConfig::default().queue_cap_bytes,
+        ..BrokerConfig::default()
     }
 }
 
