@@ -5,8 +5,9 @@
 use crate::auth::{PAGE_PATHS, PUBLIC_PATHS, is_public};
 use crate::routes;
 use utoipa::OpenApi;
+use utoipa::openapi::path::ParameterIn;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
-use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
 
 /// The name of the bearer scheme in `components.securitySchemes`.
 pub const BEARER_SCHEME: &str = "bearer";
@@ -101,8 +102,88 @@ pub const BEARER_SCHEME: &str = "bearer";
 /// and the wire types' doc comments.
 pub struct ApiDoc;
 
-/// The document with its bearer scheme: every path but [`PUBLIC_PATHS`] and [`PAGE_PATHS`]
-/// requires it and documents 401, and the admin paths document 403.
+/// Which operations a status of [`COMMON_STATUSES`] is added to.
+#[derive(Debug, Clone, Copy)]
+enum Scope {
+    /// Every operation.
+    Every,
+    /// Every operation behind the bearer token (all but [`PUBLIC_PATHS`] and [`PAGE_PATHS`]).
+    Protected,
+    /// The `/admin/` operations.
+    Admin,
+    /// Operations with a JSON request body (read by `ApiJson`).
+    WithBody,
+    /// Operations with query parameters (read by `ApiQuery`).
+    WithQuery,
+}
+
+/// The statuses answered around the handlers rather than by them (the middleware, the
+/// extractors, the timeout layer), so documented here once for every operation in their scope.
+/// A handler that documents the same status keeps its own, more precise description. Every one
+/// has an `ApiError` body except 408 (the timeout layer's, empty).
+const COMMON_STATUSES: &[(Scope, u16, &str)] = &[
+    (
+        Scope::Protected,
+        401,
+        "No bearer token, or one that names no tenant (`UNAUTHORIZED`)",
+    ),
+    (
+        Scope::Admin,
+        403,
+        "A tenant's token: admin endpoints need the admin token (`FORBIDDEN`)",
+    ),
+    // The token's tenant is looked up in the broker.
+    (
+        Scope::Protected,
+        503,
+        "Broker unavailable (`BROKER_UNAVAILABLE`); retry after `Retry-After` seconds",
+    ),
+    (Scope::WithBody, 400, "Malformed JSON (`MALFORMED_JSON`)"),
+    (
+        Scope::WithBody,
+        413,
+        "Body larger than this endpoint accepts (`PAYLOAD_TOO_LARGE`)",
+    ),
+    (
+        Scope::WithBody,
+        415,
+        "The body's content type is not `application/json` (`UNSUPPORTED_MEDIA_TYPE`)",
+    ),
+    (
+        Scope::WithBody,
+        422,
+        "A field is missing, of the wrong type or out of range (`VALIDATION`)",
+    ),
+    (
+        Scope::WithQuery,
+        422,
+        "A query parameter is out of range or not of its type (`VALIDATION`)",
+    ),
+    (
+        Scope::Every,
+        408,
+        "The request took longer than the server allows (no body)",
+    ),
+];
+
+/// A response of [`COMMON_STATUSES`]: the `ApiError` body, or none for 408.
+fn common_response(status: u16, description: &str) -> utoipa::openapi::Response {
+    let response = ResponseBuilder::new().description(description);
+    if status == 408 {
+        return response.build();
+    }
+    response
+        .content(
+            "application/json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("ApiError")))
+                .build(),
+        )
+        .build()
+}
+
+/// The document with its bearer scheme (every path but [`PUBLIC_PATHS`] and [`PAGE_PATHS`]
+/// requires it) and the [`COMMON_STATUSES`] of each operation.
 pub fn doc() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
     let scheme = HttpBuilder::new()
@@ -117,24 +198,11 @@ pub fn doc() -> utoipa::openapi::OpenApi {
     doc.components
         .get_or_insert_with(Default::default)
         .add_security_scheme(BEARER_SCHEME, SecurityScheme::Http(scheme));
-    let error = |description: &str| {
-        ResponseBuilder::new()
-            .description(description)
-            .content(
-                "application/json",
-                ContentBuilder::new()
-                    .schema(Some(Ref::from_schema_name("ApiError")))
-                    .build(),
-            )
-            .build()
-    };
     for (path, item) in doc.paths.paths.iter_mut() {
-        if is_public(path) {
-            debug_assert!(
-                PUBLIC_PATHS.contains(&path.as_str()) || PAGE_PATHS.contains(&path.as_str())
-            );
-            continue;
-        }
+        let public = is_public(path);
+        debug_assert!(
+            !public || PUBLIC_PATHS.contains(&path.as_str()) || PAGE_PATHS.contains(&path.as_str())
+        );
         let admin = path.starts_with("/admin/");
         for op in [
             &mut item.get,
@@ -146,21 +214,33 @@ pub fn doc() -> utoipa::openapi::OpenApi {
         .into_iter()
         .flatten()
         {
-            op.security = Some(vec![SecurityRequirement::new(
-                BEARER_SCHEME,
-                Vec::<String>::new(),
-            )]);
-            let responses = &mut op.responses.responses;
-            responses.insert(
-                "401".to_owned(),
-                error("No bearer token, or one that names no tenant (`UNAUTHORIZED`)").into(),
-            );
-            if admin {
-                responses.insert(
-                    "403".to_owned(),
-                    error("A tenant's token: admin endpoints need the admin token (`FORBIDDEN`)")
-                        .into(),
-                );
+            if !public {
+                op.security = Some(vec![SecurityRequirement::new(
+                    BEARER_SCHEME,
+                    Vec::<String>::new(),
+                )]);
+            }
+            let has_body = op.request_body.is_some();
+            let has_query = op
+                .parameters
+                .iter()
+                .flatten()
+                .any(|p| matches!(p, RefOr::T(p) if p.parameter_in == ParameterIn::Query));
+            for &(scope, status, description) in COMMON_STATUSES {
+                let applies = match scope {
+                    Scope::Every => true,
+                    Scope::Protected => !public,
+                    Scope::Admin => admin,
+                    Scope::WithBody => has_body,
+                    Scope::WithQuery => has_query,
+                };
+                if applies {
+                    // A handler's own description of the status (more precise) is kept.
+                    op.responses
+                        .responses
+                        .entry(status.to_string())
+                        .or_insert_with(|| common_response(status, description).into());
+                }
             }
         }
     }
@@ -295,5 +375,91 @@ mod tests {
                 .get("timing")
                 .is_some()
         );
+    }
+
+    /// The parameters are where the server reads them, with its bounds: query parameters
+    /// `in: query` and optional (not path parameters a generated client must fill in), every
+    /// path parameter in its path; `limit` 1-1000; and every operation lists the statuses the
+    /// layers around its handler answer (a body's 400/413/415/422, a query's 422, 401/503
+    /// behind the token, 408).
+    #[test]
+    fn the_document_matches_the_servers_parameters_and_statuses() {
+        use crucible_shared::bounds::{RESULTS_PAGE, WAIT_S};
+        let doc = serde_json::to_value(super::doc()).unwrap();
+        let mut query = std::collections::BTreeMap::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                let at = format!("{method} {path}");
+                for p in op["parameters"].as_array().into_iter().flatten() {
+                    let name = p["name"].as_str().unwrap();
+                    match p["in"].as_str().unwrap() {
+                        "path" => assert!(path.contains(&format!("{{{name}}}")), "{at}: {p}"),
+                        "query" => {
+                            assert_ne!(p["required"], true, "{at}: {p}");
+                            query.insert((at.clone(), name.to_owned()), p["schema"].clone());
+                        }
+                        other => panic!("{at}: {name} in {other}"),
+                    }
+                }
+                let responses = op["responses"].as_object().unwrap();
+                let has = |status: &str| responses.contains_key(status);
+                assert!(has("408"), "{at}");
+                if op.get("requestBody").is_some() {
+                    for status in ["400", "413", "415", "422"] {
+                        assert!(has(status), "{at} lacks {status}");
+                    }
+                }
+                if op.get("security").is_some() {
+                    assert!(has("401") && has("503"), "{at}");
+                }
+            }
+        }
+        for at in [
+            "post /evaluate",
+            "get /tasks/{id}",
+            "get /batches/{id}/results",
+        ] {
+            let wait = &query[&(at.to_owned(), "wait".to_owned())];
+            assert_eq!(wait["minimum"], WAIT_S.min, "{at}");
+            assert_eq!(wait["maximum"], WAIT_S.max, "{at}");
+            let (method, path) = at.split_once(' ').unwrap();
+            let responses = &doc["paths"][path][method]["responses"];
+            assert!(responses.get("422").is_some(), "{at}");
+        }
+        let limit = &query[&("get /batches/{id}/results".to_owned(), "limit".to_owned())];
+        assert_eq!(limit["minimum"], f64::from(RESULTS_PAGE.min));
+        assert_eq!(limit["maximum"], f64::from(RESULTS_PAGE.max));
+        let include = &query[&("get /batches/{id}".to_owned(), "include".to_owned())];
+        assert!(include.to_string().contains("tasks"), "{include}");
+        assert!(query.contains_key(&("get /batches/{id}/results".to_owned(), "after".to_owned())));
+    }
+
+    /// What the server refuses empty, the schema does too: a batch's `tasks`, a rollout batch's
+    /// `rollouts`, the codes and the idempotency key; and the caps are shown.
+    #[test]
+    fn the_document_refuses_what_the_server_refuses() {
+        use crucible_shared::bounds::{MAX_BATCH_TASKS, MAX_CODE_BYTES, MAX_ROLLOUTS};
+        let doc = serde_json::to_value(super::doc()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let tasks = &schemas["BatchRequest"]["properties"]["tasks"];
+        assert_eq!(tasks["minItems"], 1);
+        assert_eq!(tasks["maxItems"], MAX_BATCH_TASKS);
+        let rollouts = &schemas["RolloutBatchRequest"]["properties"]["rollouts"];
+        assert_eq!(rollouts["minItems"], 1);
+        assert_eq!(rollouts["maxItems"], MAX_ROLLOUTS);
+        for (schema, field) in [
+            ("EvaluateRequest", "reference_code"),
+            ("EvaluateRequest", "kernel_code"),
+            ("Rollout", "reference_code"),
+        ] {
+            let property = &schemas[schema]["properties"][field];
+            assert_eq!(property["minLength"], 1, "{schema}.{field}");
+            assert_eq!(property["maxLength"], MAX_CODE_BYTES, "{schema}.{field}");
+        }
+        for schema in ["EvaluateRequest", "RolloutBatchRequest"] {
+            let key = &schemas[schema]["properties"]["idempotency_key"];
+            assert_eq!(key["minLength"], 1, "{schema}");
+            assert!(key["pattern"].is_string(), "{schema}: {key}");
+        }
     }
 }
