@@ -41,3 +41,29 @@ pub fn wait_duration(wait: Option<f64>) -> Result<Option<Duration>, HttpError> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{WAIT_S, wait_duration};
+    use std::time::Duration;
+
+    /// `?wait=` takes what its schema says ([`WAIT_S`], both ends included) and refuses the
+    /// rest with a 422 naming `wait`.
+    #[test]
+    fn wait_is_bounded_as_documented() {
+        assert_eq!(wait_duration(None).unwrap(), None);
+        assert_eq!(
+            wait_duration(Some(WAIT_S.min)).unwrap(),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            wait_duration(Some(WAIT_S.max)).unwrap(),
+            Some(Duration::from_secs_f64(WAIT_S.max))
+        );
+        for bad in [-0.5, WAIT_S.max + 0.1, f64::NAN, f64::INFINITY] {
+            let err = wait_duration(Some(bad)).unwrap_err().0;
+            assert_eq!(err.field.as_deref(), Some("wait"), "{bad}");
+            assert_eq!(err.http_status(), 422);
+        }
+    }
+}
