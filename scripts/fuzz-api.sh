@@ -43,15 +43,18 @@ cp tests/fuzz/schemathesis.toml "$out/schemathesis.toml"
 CRUCIBLE_FUZZ_TOKEN=$token python3 tests/fuzz/seed.py "$url" >>"$out/schemathesis.toml"
 log "fuzzing $url/openapi.json (schemathesis $SCHEMATHESIS_VERSION; logs in $out)"
 status=0
+# One worker: Hypothesis parses lambdas' source with `ast`, which CPython 3.11 does not keep
+# thread-safe ("AST constructor recursion depth mismatch" with two), and one is deterministic
+# under the fixed seed.
 CRUCIBLE_FUZZ_TOKEN=$token timeout "${FUZZ_TIMEOUT_S:-300}" "$SCHEMATHESIS_PYTHON" -m schemathesis.cli \
   --config-file "$out/schemathesis.toml" run "$url/openapi.json" \
   --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance \
-  --max-examples "${FUZZ_EXAMPLES:-100}" --request-timeout 30 --workers 2 \
+  --max-examples "${FUZZ_EXAMPLES:-100}" --request-timeout 30 --workers 1 \
   --generation-database none --seed "${FUZZ_SEED:-15}" --no-color \
   --report junit,ndjson --report-dir "$out" || status=$?
 # Requests by operation and status; fails when an operation never got past the checks in
 # front of its handler.
-python3 tests/fuzz/summary.py "$out"/ndjson-*.ndjson || status=${status/#0/1}
+python3 tests/fuzz/summary.py "$out"/ndjson-*.ndjson || { [ "$status" -ne 0 ] || status=1; }
 if [ "$status" -ne 0 ]; then
   log "fuzzing failed (exit $status); the API's log and the report are in $out"
   exit "$status"

@@ -45,7 +45,7 @@ bash scripts/check_deploy.sh
 # The harness modules' layering: no module imports one above it, judge and runner apart.
 "$CRUCIBLE_PYTHON" tests/harness/check_layers.py
 # The HTTP API against its own OpenAPI document: Schemathesis on a live crucible-api (0 5xx,
-# 0 undocumented statuses, 0 schema mismatches; about 30 s).
+# 0 undocumented statuses, 0 schema mismatches; under a minute).
 CRUCIBLE_API_BIN="$PWD/target/debug/crucible-api" bash scripts/fuzz-api.sh
 # The Python client against a live `crucible up` (the debug binary built above).
 "$CRUCIBLE_PYTHON" -c 'import httpx, pytest' 2>/dev/null ||

@@ -182,6 +182,38 @@ fn common_response(status: u16, description: &str) -> utoipa::openapi::Response 
         .build()
 }
 
+/// The headers `HttpError` sets on an `ApiError` answer of `status`: `Retry-After` on 429 and
+/// 503, `WWW-Authenticate` on 401 (error.rs), so a client may rely on them.
+fn add_error_headers(status: &str, response: &mut utoipa::openapi::Response) {
+    use utoipa::openapi::header::HeaderBuilder;
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    let is_api_error = response.content.values().any(|c| {
+        matches!(c, RefOr::T(c) if matches!(&c.schema,
+            Some(RefOr::Ref(r)) if r.ref_location.ends_with("/ApiError")))
+    });
+    let (name, ty, description) = match status {
+        "429" | "503" => (
+            "Retry-After",
+            Type::Integer,
+            "Seconds to wait before retrying",
+        ),
+        "401" => (
+            "WWW-Authenticate",
+            Type::String,
+            "`Bearer`: the scheme the token goes in",
+        ),
+        _ => return,
+    };
+    if !is_api_error {
+        return;
+    }
+    let header = HeaderBuilder::new()
+        .schema(Some(ObjectBuilder::new().schema_type(SchemaType::Type(ty))))
+        .description(Some(description))
+        .build();
+    response.headers.insert(name.to_owned(), header.into());
+}
+
 /// The document with its bearer scheme (every path but [`PUBLIC_PATHS`] and [`PAGE_PATHS`]
 /// requires it) and the [`COMMON_STATUSES`] of each operation.
 pub fn doc() -> utoipa::openapi::OpenApi {
@@ -240,6 +272,11 @@ pub fn doc() -> utoipa::openapi::OpenApi {
                         .responses
                         .entry(status.to_string())
                         .or_insert_with(|| common_response(status, description).into());
+                }
+            }
+            for (status, response) in op.responses.responses.iter_mut() {
+                if let RefOr::T(response) = response {
+                    add_error_headers(status, response);
                 }
             }
         }
@@ -411,6 +448,12 @@ mod tests {
                 }
                 if op.get("security").is_some() {
                     assert!(has("401") && has("503"), "{at}");
+                    let unauthorized = &responses["401"]["headers"];
+                    assert!(unauthorized.get("WWW-Authenticate").is_some(), "{at}");
+                    assert!(
+                        responses["503"]["headers"].get("Retry-After").is_some(),
+                        "{at}"
+                    );
                 }
             }
         }
