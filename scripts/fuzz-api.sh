@@ -55,6 +55,11 @@ CRUCIBLE_FUZZ_TOKEN=$token timeout "${FUZZ_TIMEOUT_S:-300}" "$SCHEMATHESIS_PYTHO
 # Requests by operation and status; fails when an operation never got past the checks in
 # front of its handler.
 python3 tests/fuzz/summary.py "$out"/ndjson-*.ndjson || { [ "$status" -ne 0 ] || status=1; }
+# An error the server logged is a bug even when its answer passed the checks.
+if sed 's/\x1b\[[0-9;]*m//g' "$out/api.log" | grep -E '^\S+ +ERROR '; then
+  log "crucible-api logged errors"
+  [ "$status" -ne 0 ] || status=1
+fi
 if [ "$status" -ne 0 ]; then
   log "fuzzing failed (exit $status); the API's log and the report are in $out"
   exit "$status"
