@@ -20,7 +20,10 @@ REFERENCE = (
 
 
 def kernel(n: int) -> str:
-    return f"import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x + {n}\n"
+    return (
+        "import torch\n\nclass ModelNew(torch.nn.Module):\n"
+        f"    def forward(self, x):\n        return x + {n}\n"
+    )
 
 
 def post(url: str, path: str, body: dict) -> dict:
@@ -44,14 +47,20 @@ def operation(path: str, parameters: dict[str, object]) -> str:
 
 def main(url: str) -> None:
     task = post(url, "/evaluate", {"reference_code": REFERENCE, "kernel_code": kernel(1)})
-    batch = post(url, "/evaluate/batch", {"tasks": [{"reference_code": REFERENCE, "kernel_code": kernel(2)}]})
+    batch = post(
+        url, "/evaluate/batch", {"tasks": [{"reference_code": REFERENCE, "kernel_code": kernel(2)}]}
+    )
     rollouts = post(
         url,
         "/rollouts",
         {
             "rollouts": [
                 {"id": "no-kernel", "reference_code": REFERENCE, "completion": "no code here"},
-                {"id": "kernel", "problem": {"level": 1, "id": 1}, "completion": f"```python\n{kernel(3)}```"},
+                {
+                    "id": "kernel",
+                    "problem": {"level": 1, "id": 1},
+                    "completion": f"```python\n{kernel(3)}```",
+                },
             ]
         },
     )
