@@ -177,3 +177,21 @@ ensure_systemd_analyze() {
     return 1
   fi
 }
+
+# Schemathesis (the API fuzzer of scripts/fuzz-api.sh) from PyPI, in a venv of its own so its
+# dependencies never meet torch's; pinned so a new release cannot change what CI checks.
+SCHEMATHESIS_VERSION=4.32.5
+ensure_schemathesis() {
+  local venv=${XDG_CACHE_HOME:-$HOME/.cache}/crucible/schemathesis-venv
+  if ! "$venv/bin/python" -m schemathesis.cli --version 2>/dev/null | grep -q "version $SCHEMATHESIS_VERSION\$"; then
+    log "installing schemathesis $SCHEMATHESIS_VERSION in $venv"
+    mkdir -p "$(dirname "$venv")"
+    rm -rf "$venv.partial"
+    python3 -m venv "$venv.partial"
+    "$venv.partial/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
+    # Made under a temporary name and moved at the end, so an interrupted install is redone;
+    # it is run as `python -m`, which does not mind the move.
+    rm -rf "$venv" && mv "$venv.partial" "$venv"
+  fi
+  SCHEMATHESIS_PYTHON="$venv/bin/python"; export SCHEMATHESIS_PYTHON
+}

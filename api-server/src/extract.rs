@@ -4,6 +4,7 @@
 use crate::error::HttpError;
 use axum::extract::{FromRequest, FromRequestParts};
 use crucible_shared::ApiError;
+use crucible_shared::bounds::WAIT_S;
 use serde::Deserialize;
 use std::time::Duration;
 use utoipa::IntoParams;
@@ -18,26 +19,51 @@ pub struct ApiJson<T>(pub T);
 #[from_request(via(axum::extract::Query), rejection(HttpError))]
 pub struct ApiQuery<T>(pub T);
 
-/// Longest `?wait=` in seconds.
-pub const MAX_WAIT_S: f64 = 60.0;
-
 /// `?wait=` of the endpoints that can long-poll a task.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct WaitQuery {
-    /// Seconds to wait for the task to finish (0-60). When it finishes in time the answer is
-    /// 200 with the whole task, else 202 with its id.
+    /// Seconds to wait for the task to finish ([`WAIT_S`]).
+    #[param(schema_with = crucible_shared::bounds::wait_schema)]
     pub wait: Option<f64>,
 }
 
-/// A `?wait=` in seconds, checked against [`MAX_WAIT_S`].
+/// A `?wait=` in seconds, checked against [`WAIT_S`].
 pub fn wait_duration(wait: Option<f64>) -> Result<Option<Duration>, HttpError> {
+    let (min, max) = (WAIT_S.min, WAIT_S.max);
     match wait {
         None => Ok(None),
-        Some(s) if s.is_finite() && (0.0..=MAX_WAIT_S).contains(&s) => {
+        Some(s) if s.is_finite() && (min..=max).contains(&s) => {
             Ok(Some(Duration::from_secs_f64(s)))
         }
         Some(s) => {
-            Err(ApiError::invalid("wait", format!("{s} is out of range 0-{MAX_WAIT_S}")).into())
+            Err(ApiError::invalid("wait", format!("{s} is out of range {min}-{max}")).into())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{WAIT_S, wait_duration};
+    use std::time::Duration;
+
+    /// `?wait=` takes what its schema says ([`WAIT_S`], both ends included) and refuses the
+    /// rest with a 422 naming `wait`.
+    #[test]
+    fn wait_is_bounded_as_documented() {
+        assert_eq!(wait_duration(None).unwrap(), None);
+        assert_eq!(
+            wait_duration(Some(WAIT_S.min)).unwrap(),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            wait_duration(Some(WAIT_S.max)).unwrap(),
+            Some(Duration::from_secs_f64(WAIT_S.max))
+        );
+        for bad in [-0.5, WAIT_S.max + 0.1, f64::NAN, f64::INFINITY] {
+            let err = wait_duration(Some(bad)).unwrap_err().0;
+            assert_eq!(err.field.as_deref(), Some("wait"), "{bad}");
+            assert_eq!(err.http_status(), 422);
         }
     }
 }

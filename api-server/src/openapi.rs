@@ -5,8 +5,9 @@
 use crate::auth::{PAGE_PATHS, PUBLIC_PATHS, is_public};
 use crate::routes;
 use utoipa::OpenApi;
+use utoipa::openapi::path::ParameterIn;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
-use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
 
 /// The name of the bearer scheme in `components.securitySchemes`.
 pub const BEARER_SCHEME: &str = "bearer";
@@ -103,9 +104,135 @@ pub const BEARER_SCHEME: &str = "bearer";
 /// and the wire types' doc comments.
 pub struct ApiDoc;
 
-/// The document with its bearer scheme: every path but [`PUBLIC_PATHS`] and [`PAGE_PATHS`]
-/// requires it and documents 401, and the admin paths document 403. Every operation with a
-/// request body documents what the body budget answers (`body_budget`): 408 and 503.
+/// Which operations a status of [`COMMON_STATUSES`] is added to.
+#[derive(Debug, Clone, Copy)]
+enum Scope {
+    /// Every operation.
+    Every,
+    /// Every operation behind the bearer token (all but [`PUBLIC_PATHS`] and [`PAGE_PATHS`]).
+    Protected,
+    /// The `/admin/` operations.
+    Admin,
+    /// Operations with a JSON request body (read by `ApiJson`).
+    WithBody,
+    /// Operations with query parameters (read by `ApiQuery`).
+    WithQuery,
+}
+
+/// The statuses answered around the handlers rather than by them (the middleware, the
+/// extractors, the timeout layer), so documented here once for every operation in their scope.
+/// A handler that documents the same status keeps its own, more precise description. Every one
+/// has an `ApiError` body except the timeout layer's 408 (empty).
+const COMMON_STATUSES: &[(Scope, u16, &str)] = &[
+    (
+        Scope::Protected,
+        401,
+        "No bearer token, or one that names no tenant (`UNAUTHORIZED`)",
+    ),
+    (
+        Scope::Admin,
+        403,
+        "A tenant's token: admin endpoints need the admin token (`FORBIDDEN`)",
+    ),
+    // Before the row for every protected route: the first row of a status wins.
+    (
+        Scope::WithBody,
+        503,
+        "Retry after `Retry-After`: the server is reading as many request bodies as it buffers \
+         at once (`OVERLOADED`), the broker is unreachable (`BROKER_UNAVAILABLE`) or at its \
+         memory limit (`BROKER_OUT_OF_MEMORY`)",
+    ),
+    // The token's tenant is looked up in the broker.
+    (
+        Scope::Protected,
+        503,
+        "Broker unavailable (`BROKER_UNAVAILABLE`); retry after `Retry-After` seconds",
+    ),
+    (Scope::WithBody, 400, "Malformed JSON (`MALFORMED_JSON`)"),
+    (
+        Scope::WithBody,
+        413,
+        "Body larger than this endpoint accepts (`PAYLOAD_TOO_LARGE`)",
+    ),
+    (
+        Scope::WithBody,
+        415,
+        "The body's content type is not `application/json` (`UNSUPPORTED_MEDIA_TYPE`)",
+    ),
+    (
+        Scope::WithBody,
+        422,
+        "A field is missing, of the wrong type or out of range (`VALIDATION`)",
+    ),
+    (
+        Scope::WithQuery,
+        422,
+        "A query parameter is out of range or not of its type (`VALIDATION`)",
+    ),
+    // Before the row for every route: the body read timeout answers with an `ApiError`.
+    (
+        Scope::WithBody,
+        408,
+        "The body did not arrive within the body read timeout (`REQUEST_TIMEOUT`); a request \
+         that took longer than the server allows in all is cut with an empty 408",
+    ),
+    (
+        Scope::Every,
+        408,
+        "The request took longer than the server allows (no body)",
+    ),
+];
+
+/// A response of [`COMMON_STATUSES`]: the `ApiError` body, or none for the timeout layer's 408.
+fn common_response(scope: Scope, status: u16, description: &str) -> utoipa::openapi::Response {
+    let response = ResponseBuilder::new().description(description);
+    if status == 408 && matches!(scope, Scope::Every) {
+        return response.build();
+    }
+    response
+        .content(
+            "application/json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("ApiError")))
+                .build(),
+        )
+        .build()
+}
+
+/// The headers `HttpError` sets on an `ApiError` answer of `status`: `Retry-After` on 429 and
+/// 503, `WWW-Authenticate` on 401 (error.rs), so a client may rely on them.
+fn add_error_headers(status: &str, response: &mut utoipa::openapi::Response) {
+    use utoipa::openapi::header::HeaderBuilder;
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    let is_api_error = response.content.values().any(|c| {
+        matches!(c, RefOr::T(c) if matches!(&c.schema,
+            Some(RefOr::Ref(r)) if r.ref_location.ends_with("/ApiError")))
+    });
+    let (name, ty, description) = match status {
+        "429" | "503" => (
+            "Retry-After",
+            Type::Integer,
+            "Seconds to wait before retrying",
+        ),
+        "401" => (
+            "WWW-Authenticate",
+            Type::String,
+            "`Bearer`: the scheme the token goes in",
+        ),
+        _ => return,
+    };
+    if !is_api_error {
+        return;
+    }
+    let header = HeaderBuilder::new()
+        .schema(Some(ObjectBuilder::new().schema_type(SchemaType::Type(ty))))
+        .description(Some(description))
+        .build();
+    response.headers.insert(name.to_owned(), header.into());
+}
+
+/// The document with its bearer scheme (every path but [`PUBLIC_PATHS`] and [`PAGE_PATHS`]
+/// requires it) and the [`COMMON_STATUSES`] of each operation.
 pub fn doc() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
     let scheme = HttpBuilder::new()
@@ -120,24 +247,11 @@ pub fn doc() -> utoipa::openapi::OpenApi {
     doc.components
         .get_or_insert_with(Default::default)
         .add_security_scheme(BEARER_SCHEME, SecurityScheme::Http(scheme));
-    let error = |description: &str| {
-        ResponseBuilder::new()
-            .description(description)
-            .content(
-                "application/json",
-                ContentBuilder::new()
-                    .schema(Some(Ref::from_schema_name("ApiError")))
-                    .build(),
-            )
-            .build()
-    };
     for (path, item) in doc.paths.paths.iter_mut() {
-        if is_public(path) {
-            debug_assert!(
-                PUBLIC_PATHS.contains(&path.as_str()) || PAGE_PATHS.contains(&path.as_str())
-            );
-            continue;
-        }
+        let public = is_public(path);
+        debug_assert!(
+            !public || PUBLIC_PATHS.contains(&path.as_str()) || PAGE_PATHS.contains(&path.as_str())
+        );
         let admin = path.starts_with("/admin/");
         for op in [
             &mut item.get,
@@ -149,40 +263,44 @@ pub fn doc() -> utoipa::openapi::OpenApi {
         .into_iter()
         .flatten()
         {
-            op.security = Some(vec![SecurityRequirement::new(
-                BEARER_SCHEME,
-                Vec::<String>::new(),
-            )]);
-            let responses = &mut op.responses.responses;
-            responses.insert(
-                "401".to_owned(),
-                error("No bearer token, or one that names no tenant (`UNAUTHORIZED`)").into(),
-            );
-            if op.request_body.is_some() {
-                responses.insert(
-                    "408".to_owned(),
-                    error(
-                        "The body did not arrive within the body read timeout \
-                         (`REQUEST_TIMEOUT`)",
-                    )
-                    .into(),
-                );
-                responses.insert(
-                    "503".to_owned(),
-                    error(
-                        "Retry after `Retry-After`: the server is reading as many request \
-                         bodies as it buffers at once (`OVERLOADED`), the broker is unreachable \
-                         (`BROKER_UNAVAILABLE`) or at its memory limit (`BROKER_OUT_OF_MEMORY`)",
-                    )
-                    .into(),
-                );
+            if !public {
+                op.security = Some(vec![SecurityRequirement::new(
+                    BEARER_SCHEME,
+                    Vec::<String>::new(),
+                )]);
             }
-            if admin {
-                responses.insert(
-                    "403".to_owned(),
-                    error("A tenant's token: admin endpoints need the admin token (`FORBIDDEN`)")
-                        .into(),
-                );
+            let has_body = op.request_body.is_some();
+            let has_query = op
+                .parameters
+                .iter()
+                .flatten()
+                .any(|p| matches!(p, RefOr::T(p) if p.parameter_in == ParameterIn::Query));
+            for &(scope, status, description) in COMMON_STATUSES {
+                let applies = match scope {
+                    Scope::Every => true,
+                    Scope::Protected => !public,
+                    Scope::Admin => admin,
+                    Scope::WithBody => has_body,
+                    Scope::WithQuery => has_query,
+                };
+                if !applies {
+                    continue;
+                }
+                let response = common_response(scope, status, description).into();
+                let responses = &mut op.responses.responses;
+                if matches!(scope, Scope::WithBody) && status == 503 {
+                    // The body budget answers before the handler, so its row (which names the
+                    // broker's 503s too) replaces a handler's own "broker unavailable".
+                    responses.insert(status.to_string(), response);
+                } else {
+                    // A handler's own description of the status (more precise) is kept.
+                    responses.entry(status.to_string()).or_insert(response);
+                }
+            }
+            for (status, response) in op.responses.responses.iter_mut() {
+                if let RefOr::T(response) = response {
+                    add_error_headers(status, response);
+                }
             }
         }
     }
@@ -330,5 +448,97 @@ mod tests {
                 .get("timing")
                 .is_some()
         );
+    }
+
+    /// The parameters are where the server reads them, with its bounds: query parameters
+    /// `in: query` and optional (not path parameters a generated client must fill in), every
+    /// path parameter in its path; `limit` 1-1000; and every operation lists the statuses the
+    /// layers around its handler answer (a body's 400/413/415/422, a query's 422, 401/503
+    /// behind the token, 408).
+    #[test]
+    fn the_document_matches_the_servers_parameters_and_statuses() {
+        use crucible_shared::bounds::{RESULTS_PAGE, WAIT_S};
+        let doc = serde_json::to_value(super::doc()).unwrap();
+        let mut query = std::collections::BTreeMap::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                let at = format!("{method} {path}");
+                for p in op["parameters"].as_array().into_iter().flatten() {
+                    let name = p["name"].as_str().unwrap();
+                    match p["in"].as_str().unwrap() {
+                        "path" => assert!(path.contains(&format!("{{{name}}}")), "{at}: {p}"),
+                        "query" => {
+                            assert_ne!(p["required"], true, "{at}: {p}");
+                            query.insert((at.clone(), name.to_owned()), p["schema"].clone());
+                        }
+                        other => panic!("{at}: {name} in {other}"),
+                    }
+                }
+                let responses = op["responses"].as_object().unwrap();
+                let has = |status: &str| responses.contains_key(status);
+                assert!(has("408"), "{at}");
+                if op.get("requestBody").is_some() {
+                    for status in ["400", "413", "415", "422"] {
+                        assert!(has(status), "{at} lacks {status}");
+                    }
+                }
+                if op.get("security").is_some() {
+                    assert!(has("401") && has("503"), "{at}");
+                    let unauthorized = &responses["401"]["headers"];
+                    assert!(unauthorized.get("WWW-Authenticate").is_some(), "{at}");
+                    assert!(
+                        responses["503"]["headers"].get("Retry-After").is_some(),
+                        "{at}"
+                    );
+                }
+            }
+        }
+        for at in [
+            "post /evaluate",
+            "get /tasks/{id}",
+            "get /batches/{id}/results",
+        ] {
+            let wait = &query[&(at.to_owned(), "wait".to_owned())];
+            assert_eq!(wait["minimum"], WAIT_S.min, "{at}");
+            assert_eq!(wait["maximum"], WAIT_S.max, "{at}");
+            let (method, path) = at.split_once(' ').unwrap();
+            let responses = &doc["paths"][path][method]["responses"];
+            assert!(responses.get("422").is_some(), "{at}");
+        }
+        let limit = &query[&("get /batches/{id}/results".to_owned(), "limit".to_owned())];
+        assert_eq!(limit["minimum"], f64::from(RESULTS_PAGE.min));
+        assert_eq!(limit["maximum"], f64::from(RESULTS_PAGE.max));
+        let include = &query[&("get /batches/{id}".to_owned(), "include".to_owned())];
+        assert!(include.to_string().contains("tasks"), "{include}");
+        assert!(query.contains_key(&("get /batches/{id}/results".to_owned(), "after".to_owned())));
+    }
+
+    /// What the server refuses empty, the schema does too: a batch's `tasks`, a rollout batch's
+    /// `rollouts`, the codes and the idempotency key; and the caps are shown.
+    #[test]
+    fn the_document_refuses_what_the_server_refuses() {
+        use crucible_shared::bounds::{MAX_BATCH_TASKS, MAX_CODE_BYTES, MAX_ROLLOUTS};
+        let doc = serde_json::to_value(super::doc()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let tasks = &schemas["BatchRequest"]["properties"]["tasks"];
+        assert_eq!(tasks["minItems"], 1);
+        assert_eq!(tasks["maxItems"], MAX_BATCH_TASKS);
+        let rollouts = &schemas["RolloutBatchRequest"]["properties"]["rollouts"];
+        assert_eq!(rollouts["minItems"], 1);
+        assert_eq!(rollouts["maxItems"], MAX_ROLLOUTS);
+        for (schema, field) in [
+            ("EvaluateRequest", "reference_code"),
+            ("EvaluateRequest", "kernel_code"),
+            ("Rollout", "reference_code"),
+        ] {
+            let property = &schemas[schema]["properties"][field];
+            assert_eq!(property["minLength"], 1, "{schema}.{field}");
+            assert_eq!(property["maxLength"], MAX_CODE_BYTES, "{schema}.{field}");
+        }
+        for schema in ["EvaluateRequest", "RolloutBatchRequest"] {
+            let key = &schemas[schema]["properties"]["idempotency_key"];
+            assert_eq!(key["minLength"], 1, "{schema}");
+            assert!(key["pattern"].is_string(), "{schema}: {key}");
+        }
     }
 }

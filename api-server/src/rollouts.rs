@@ -187,13 +187,16 @@ pub async fn submit_rollouts(
 
 /// Query of `GET /batches/{id}/results`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ResultsQuery {
     /// The `cursor` of the previous page (0, the default, for the first).
+    #[param(minimum = 0)]
     pub after: Option<u64>,
-    /// Seconds to wait for a result when none is ready yet (0-60).
+    /// Seconds to wait for a result when none is ready yet ([`crucible_shared::bounds::WAIT_S`]).
+    #[param(schema_with = crucible_shared::bounds::wait_schema)]
     pub wait: Option<f64>,
-    /// Most finished evaluations in this page (1-1000, default 1000); rollouts that share an
-    /// evaluation come together.
+    /// Most finished evaluations in this page ([`crucible_shared::bounds::RESULTS_PAGE`]).
+    #[param(schema_with = crucible_shared::bounds::results_limit_schema)]
     pub limit: Option<usize>,
 }
 

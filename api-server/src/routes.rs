@@ -215,9 +215,19 @@ pub async fn cancel_task(
 
 /// Query of `GET /batches/{id}`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct BatchQuery {
     /// `tasks` to include every task with its result.
-    pub include: Option<String>,
+    #[param(inline)]
+    pub include: Option<BatchInclude>,
+}
+
+/// What `GET /batches/{id}?include=` may add to the counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum BatchInclude {
+    /// Every task with its result.
+    Tasks,
 }
 
 /// Counts by status for a batch, and its tasks when asked.
@@ -235,15 +245,8 @@ pub async fn get_batch(
     Path(id): Path<String>,
     ApiQuery(query): ApiQuery<BatchQuery>,
 ) -> Result<Json<BatchStatus>, HttpError> {
-    let include_tasks = match query.include.as_deref() {
-        None => false,
-        Some("tasks") => true,
-        Some(other) => {
-            return Err(
-                ApiError::invalid("include", format!("{other:?} is not one of: tasks")).into(),
-            );
-        }
-    };
+    // An unknown value is refused by the query's deserialisation (422, naming the values).
+    let include_tasks = query.include == Some(BatchInclude::Tasks);
     let id = BatchId(id);
     authorize_batch(&state, &caller, &id, "batch").await?;
     state

@@ -279,7 +279,8 @@ impl Client {
         after: u64,
         wait: Duration,
     ) -> Result<RolloutResultsPage, ClientError> {
-        let wait_s = wait.as_secs_f64().min(60.0);
+        // The server refuses a longer `wait` (422).
+        let wait_s = wait.as_secs_f64().min(crucible_shared::bounds::WAIT_S.max);
         self.send::<(), _>(
             reqwest::Method::GET,
             &format!("/batches/{batch}/results?after={after}&wait={wait_s:.1}"),

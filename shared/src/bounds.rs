@@ -13,6 +13,27 @@ pub const MAX_BATCH_TASKS: usize = 1000;
 pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 256;
 /// Most screening overrides one request may carry.
 pub const MAX_SCREENING_RULES: usize = 32;
+/// Most rollouts in one `POST /rollouts`.
+pub const MAX_ROLLOUTS: usize = 1000;
+/// Longest rollout id.
+pub const MAX_ROLLOUT_ID_BYTES: usize = 256;
+/// Largest completion, in bytes (a long thinking section and the kernel).
+pub const MAX_COMPLETION_BYTES: usize = 512 * 1024;
+/// Most results in one page of `GET /batches/{id}/results`.
+pub const MAX_RESULTS_PAGE: usize = RESULTS_PAGE.max as usize;
+
+/// `?wait=` of the endpoints that long-poll, in seconds: left out (or 0), the answer is at once.
+pub const WAIT_S: Bounds<f64> = Bounds {
+    default: 0.0,
+    min: 0.0,
+    max: 60.0,
+};
+/// `?limit=` of `GET /batches/{id}/results`: finished evaluations in one page.
+pub const RESULTS_PAGE: Bounds<u32> = Bounds {
+    default: 1000,
+    min: 1,
+    max: 1000,
+};
 
 /// A numeric field's default and inclusive bounds: the one place they are written. Serde's
 /// default, the OpenAPI schema ([`Bounds::schema`]) and
@@ -167,5 +188,132 @@ pub(crate) fn max_time_ms_schema() -> utoipa::openapi::Object {
         true,
         "Adaptive timing stops once one model's timed calls have taken this much wall time, \
          in ms.",
+    )
+}
+
+/// The schema of `?wait=` ([`WAIT_S`]).
+pub fn wait_schema() -> utoipa::openapi::Object {
+    WAIT_S.schema(
+        false,
+        &format!(
+            "Seconds to wait for the task to finish ({}-{}). When it finishes in time the \
+             answer is 200 with the whole task, else 202 with its id.",
+            WAIT_S.min, WAIT_S.max
+        ),
+    )
+}
+/// The schema of `?limit=` ([`RESULTS_PAGE`]).
+pub fn results_limit_schema() -> utoipa::openapi::Object {
+    let Bounds { default, min, max } = RESULTS_PAGE;
+    RESULTS_PAGE.schema(
+        true,
+        &format!(
+            "Most finished evaluations in this page ({min}-{max}, default {default}); rollouts \
+             that share an evaluation come together."
+        ),
+    )
+}
+
+/// The characters an `idempotency_key` may not hold (`char::is_control`: C0, DEL and C1), as
+/// the pattern the OpenAPI schema shows; validation tests `char::is_control` itself.
+pub const IDEMPOTENCY_KEY_PATTERN: &str = r"^[^\u0000-\u001F\u007F-\u009F]*$";
+
+/// A string field of 1 to `max_bytes` bytes (`maxLength` counts characters: at most as many as
+/// bytes, so it is the bound a client can check without encoding), nullable when the field is
+/// optional.
+pub(crate) fn bounded_string(
+    max_bytes: usize,
+    nullable: bool,
+    description: String,
+) -> utoipa::openapi::schema::ObjectBuilder {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    let ty = if nullable {
+        SchemaType::from_iter([Type::String, Type::Null])
+    } else {
+        SchemaType::Type(Type::String)
+    };
+    ObjectBuilder::new()
+        .schema_type(ty)
+        .description(Some(description))
+        .min_length(Some(1))
+        .max_length(Some(max_bytes))
+}
+
+pub(crate) fn idempotency_key_schema() -> utoipa::openapi::Object {
+    bounded_string(
+        MAX_IDEMPOTENCY_KEY_BYTES,
+        true,
+        format!(
+            "Resubmitting with the same key returns the same answer: 1-\
+             {MAX_IDEMPOTENCY_KEY_BYTES} bytes, no control characters."
+        ),
+    )
+    .pattern(Some(IDEMPOTENCY_KEY_PATTERN))
+    .build()
+}
+pub(crate) fn reference_code_schema() -> utoipa::openapi::Object {
+    bounded_string(
+        MAX_CODE_BYTES,
+        false,
+        format!(
+            "KernelBench problem source: `class Model`, `get_inputs()`, `get_init_inputs()` (at \
+             most {MAX_CODE_BYTES} bytes). Leave it out when naming a registered `problem` \
+             instead."
+        ),
+    )
+    .build()
+}
+pub(crate) fn rollout_reference_code_schema() -> utoipa::openapi::Object {
+    bounded_string(
+        MAX_CODE_BYTES,
+        true,
+        format!("... or its source (at most {MAX_CODE_BYTES} bytes)."),
+    )
+    .build()
+}
+pub(crate) fn kernel_code_schema() -> utoipa::openapi::Object {
+    bounded_string(
+        MAX_CODE_BYTES,
+        false,
+        format!("Candidate source defining `class ModelNew` (at most {MAX_CODE_BYTES} bytes)."),
+    )
+    .build()
+}
+
+/// An array of 1 to `max` items of the schema `item`.
+pub(crate) fn bounded_array(item: &str, max: usize, description: String) -> utoipa::openapi::Array {
+    utoipa::openapi::schema::ArrayBuilder::new()
+        .items(utoipa::openapi::Ref::from_schema_name(item))
+        .description(Some(description))
+        .min_items(Some(1))
+        .max_items(Some(max))
+        .build()
+}
+
+pub(crate) fn batch_tasks_schema() -> utoipa::openapi::Array {
+    bounded_array(
+        "EvaluateRequest",
+        MAX_BATCH_TASKS,
+        format!("The evaluations, 1-{MAX_BATCH_TASKS} of them, each submitted as its own task."),
+    )
+}
+
+pub(crate) fn rollout_id_schema() -> utoipa::openapi::Object {
+    bounded_string(
+        MAX_ROLLOUT_ID_BYTES,
+        false,
+        format!(
+            "The client's id of this rollout (1-{MAX_ROLLOUT_ID_BYTES} bytes, unique within the \
+             batch); results carry it back."
+        ),
+    )
+    .build()
+}
+
+pub(crate) fn rollouts_schema() -> utoipa::openapi::Array {
+    bounded_array(
+        "Rollout",
+        MAX_ROLLOUTS,
+        format!("The completions to score (1-{MAX_ROLLOUTS}); ids unique within the batch."),
     )
 }

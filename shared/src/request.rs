@@ -4,9 +4,10 @@
 use crate::bounds::{
     Bounds, CORRECT_TRIALS, MAX_BATCH_TASKS, MAX_CODE_BYTES, MAX_IDEMPOTENCY_KEY_BYTES,
     MAX_SCREENING_RULES, MAX_SPEEDUP, PERF_TRIALS, TIMEOUT_S, TOLERANCE, atol_schema,
-    correct_trials_schema, default_correct_trials, default_false, default_max_speedup,
-    default_perf_trials, default_timeout_s, default_tolerance, default_true, max_speedup_schema,
-    perf_trials_schema, rtol_schema, timeout_s_schema,
+    batch_tasks_schema, correct_trials_schema, default_correct_trials, default_false,
+    default_max_speedup, default_perf_trials, default_timeout_s, default_tolerance, default_true,
+    idempotency_key_schema, kernel_code_schema, max_speedup_schema, perf_trials_schema,
+    reference_code_schema, rtol_schema, timeout_s_schema,
 };
 use crate::device::DeviceClass;
 use crate::error::ApiError;
@@ -96,11 +97,13 @@ pub struct EvaluateRequest {
     /// KernelBench problem source: `class Model`, `get_inputs()`, `get_init_inputs()`. Leave
     /// it out when naming a registered `problem` instead.
     #[serde(default)]
+    #[schema(schema_with = reference_code_schema)]
     pub reference_code: String,
     /// A problem of the server's registry (`GET /problems`), instead of `reference_code`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem: Option<crate::problem::ProblemRef>,
     /// Candidate source defining `class ModelNew`.
+    #[schema(schema_with = kernel_code_schema)]
     pub kernel_code: String,
     /// How the candidate implements its kernels.
     #[serde(default)]
@@ -134,6 +137,7 @@ pub struct EvaluateRequest {
     pub priority: Priority,
     /// Resubmitting with the same key returns the same task.
     #[serde(default)]
+    #[schema(schema_with = idempotency_key_schema)]
     pub idempotency_key: Option<String>,
     /// Seed of the models' parameters (set before `get_init_inputs()` and before building
     /// each model, as KernelBench does); a random one is chosen when absent. The seeds of the
@@ -320,13 +324,8 @@ impl EvaluateRequest {
                 format!("must be a finite number from {min} to {max:e}"),
             ));
         }
-        if let Some(key) = &self.idempotency_key
-            && (key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_BYTES)
-        {
-            return Err(ApiError::invalid(
-                &field("idempotency_key"),
-                format!("must be 1-{MAX_IDEMPOTENCY_KEY_BYTES} bytes"),
-            ));
+        if let Some(key) = &self.idempotency_key {
+            validate_idempotency_key(&field("idempotency_key"), key)?;
         }
         if self.screening.len() > MAX_SCREENING_RULES
             || self.screening.keys().any(|k| {
@@ -365,6 +364,25 @@ fn validate_code(field: &str, code: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// An idempotency key (of `/evaluate` or `/rollouts`) is 1 to [`MAX_IDEMPOTENCY_KEY_BYTES`]
+/// bytes without control characters: a NUL or a newline in a key is a client's bug, and one
+/// that reached logs or Redis keys would be hard to see.
+pub(crate) fn validate_idempotency_key(field: &str, key: &str) -> Result<(), ApiError> {
+    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_BYTES {
+        return Err(ApiError::invalid(
+            field,
+            format!("must be 1-{MAX_IDEMPOTENCY_KEY_BYTES} bytes"),
+        ));
+    }
+    if let Some(c) = key.chars().find(|c| c.is_control()) {
+        return Err(ApiError::invalid(
+            field,
+            format!("must not contain control characters (found {c:?})"),
+        ));
+    }
+    Ok(())
+}
+
 fn validate_range(field: &str, value: u32, bounds: Bounds<u32>) -> Result<(), ApiError> {
     let Bounds { min, max, .. } = bounds;
     if (min..=max).contains(&value) {
@@ -394,6 +412,7 @@ fn validate_tolerance(field: &str, value: f64) -> Result<(), ApiError> {
 #[serde(deny_unknown_fields)]
 pub struct BatchRequest {
     /// The evaluations, 1-1000 of them, each submitted as its own task.
+    #[schema(schema_with = batch_tasks_schema)]
     pub tasks: Vec<EvaluateRequest>,
 }
 

@@ -16,26 +16,24 @@ use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use utoipa::ToSchema;
 
-/// Most rollouts in one `POST /rollouts`.
-pub const MAX_ROLLOUTS: usize = 1000;
-/// Longest rollout id.
-pub const MAX_ROLLOUT_ID_BYTES: usize = 256;
-/// Largest completion, in bytes (a long thinking section and the kernel).
-pub const MAX_COMPLETION_BYTES: usize = 512 * 1024;
-/// Most results in one page of `GET /batches/{id}/results`.
-pub const MAX_RESULTS_PAGE: usize = 1000;
+// The bounds of the rollout wire types live with the others (`bounds`).
+pub use crate::bounds::{
+    MAX_COMPLETION_BYTES, MAX_RESULTS_PAGE, MAX_ROLLOUT_ID_BYTES, MAX_ROLLOUTS,
+};
 
 /// One model completion to score.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Rollout {
     /// The client's id of this rollout (unique within the batch); results carry it back.
+    #[schema(schema_with = crate::bounds::rollout_id_schema)]
     pub id: String,
     /// The problem, by reference (`GET /problems`) ...
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem: Option<ProblemRef>,
     /// ... or its source.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = crate::bounds::rollout_reference_code_schema)]
     pub reference_code: Option<String>,
     /// The raw completion: the kernel is extracted from it (docs/REWARDS.md).
     pub completion: String,
@@ -103,6 +101,7 @@ pub struct RolloutEvalSettings {
 #[serde(deny_unknown_fields)]
 pub struct RolloutBatchRequest {
     /// The completions to score (1-1000); ids unique within the batch.
+    #[schema(schema_with = crate::bounds::rollouts_schema)]
     pub rollouts: Vec<Rollout>,
     /// How every rollout's kernel is evaluated.
     #[serde(default)]
@@ -110,6 +109,7 @@ pub struct RolloutBatchRequest {
     /// Resubmitting a batch under the same key (a retry after a lost answer) returns the first
     /// batch instead of making another.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = crate::bounds::idempotency_key_schema)]
     pub idempotency_key: Option<String>,
 }
 
@@ -139,16 +139,8 @@ impl RolloutBatchRequest {
                 ),
             ));
         }
-        if let Some(key) = &self.idempotency_key
-            && (key.is_empty() || key.len() > crate::bounds::MAX_IDEMPOTENCY_KEY_BYTES)
-        {
-            return Err(ApiError::invalid(
-                "idempotency_key",
-                format!(
-                    "must be 1-{} bytes",
-                    crate::bounds::MAX_IDEMPOTENCY_KEY_BYTES
-                ),
-            ));
+        if let Some(key) = &self.idempotency_key {
+            crate::request::validate_idempotency_key("idempotency_key", key)?;
         }
         let mut ids = HashSet::new();
         for (i, r) in self.rollouts.iter().enumerate() {

@@ -25,6 +25,24 @@ pub const MAX_TENANT_WEIGHT: u32 = TENANT_WEIGHT.max;
 /// `weight` when none is given.
 pub const DEFAULT_TENANT_WEIGHT: u32 = TENANT_WEIGHT.default;
 
+/// The schema of a tenant name: the pattern [`validate_tenant_name`] checks (`admin`, reserved,
+/// matches it and is refused by validation alone).
+fn name_schema() -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    ObjectBuilder::new()
+        .schema_type(SchemaType::Type(Type::String))
+        .pattern(Some(name_pattern()))
+        .description(Some(format!(
+            "1-{MAX_TENANT_NAME_BYTES} bytes of lowercase letters, digits, `-` and `_`, starting \
+             with a letter or a digit; `{BUILTIN_TENANT_NAME}` is reserved."
+        )))
+        .build()
+}
+
+fn name_pattern() -> String {
+    format!("^[a-z0-9][a-z0-9_-]{{0,{}}}$", MAX_TENANT_NAME_BYTES - 1)
+}
+
 fn weight_schema() -> utoipa::openapi::Object {
     TENANT_WEIGHT.schema(
         true,
@@ -39,6 +57,7 @@ fn weight_schema() -> utoipa::openapi::Object {
 pub struct CreateTenantRequest {
     /// 1-64 bytes of lowercase letters, digits, `-` and `_`, starting with a letter or a
     /// digit; `admin` is reserved.
+    #[schema(schema_with = name_schema)]
     pub name: String,
     /// Most tasks the tenant may have queued at once; a submission beyond it is refused with
     /// 429 `QUOTA_EXCEEDED`. Absent: only the global queue cap applies.
@@ -213,6 +232,11 @@ mod tests {
             let err = validate_tenant_name(bad).unwrap_err();
             assert_eq!(err.field.as_deref(), Some("name"), "{bad}: {err}");
         }
+        // The schema's pattern bounds the name as validation does.
+        let pattern = super::name_pattern();
+        assert!(pattern.ends_with(&format!("{{0,{}}}$", MAX_TENANT_NAME_BYTES - 1)));
+        let schema = serde_json::to_value(super::name_schema()).unwrap();
+        assert_eq!(schema["pattern"], pattern);
     }
 
     #[test]

@@ -102,6 +102,15 @@ async fn bad_input_gets_a_4xx_naming_the_field_and_never_hurts_the_server() {
             "kernel_code",
         ),
         (minimal("idempotency_key", json!("")), "idempotency_key"),
+        // A NUL (or any control character) in a key is a client's bug, refused.
+        (
+            minimal("idempotency_key", json!("a\u{0}b")),
+            "idempotency_key",
+        ),
+        (
+            minimal("idempotency_key", json!("line\nbreak")),
+            "idempotency_key",
+        ),
     ];
     for (body, field) in cases {
         let (status, answer) = api.post("/evaluate", body).await;

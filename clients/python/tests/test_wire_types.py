@@ -18,6 +18,7 @@ import httpx
 import pytest
 from conftest import Server
 
+from crucible_client import base
 from crucible_client import types as wire
 
 
@@ -131,3 +132,20 @@ def test_the_type_has_the_schemas_fields(schemas: dict[str, Any], schema_name: s
 def test_the_literal_has_the_enums_values(schemas: dict[str, Any], schema_name: str):
     values = get_args(wire.ENUMS[schema_name])
     assert sorted(values) == sorted(schemas[schema_name]["enum"]), schema_name
+
+
+def test_the_clients_bounds_are_the_documents(server: Server):
+    """The bounds the client keeps to (``?wait=``, ``?limit=``, rollouts per batch) are the
+    ones the document shows, read from the same constants the server validates with."""
+    doc = httpx.get(f"{server.url}/openapi.json", timeout=30.0).json()
+
+    def query(path: str, name: str) -> dict[str, Any]:
+        params = doc["paths"][path]["get"]["parameters"]
+        (param,) = [p for p in params if p["name"] == name]
+        assert param["in"] == "query" and not param.get("required", False), param
+        return param["schema"]
+
+    assert query("/tasks/{id}", "wait")["maximum"] == base.MAX_WAIT_S
+    assert query("/batches/{id}/results", "limit")["maximum"] == base.MAX_RESULTS_PAGE
+    rollouts = doc["components"]["schemas"]["RolloutBatchRequest"]["properties"]["rollouts"]
+    assert rollouts["maxItems"] == base.MAX_ROLLOUTS_PER_BATCH
