@@ -4,7 +4,8 @@
 # builds every binary, and runs the whole
 # suite: unit tests, broker contract tests against a real redis-server, the harness checks and
 # the end-to-end tests that start real API and worker processes (and a headless browser), the
-# API fuzzer against its OpenAPI document, and the Python client's tests against a live server.
+# API fuzzer against its OpenAPI document, the chaos run's short profile, and the Python client's
+# tests against a live server.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$(crucible_root)"
