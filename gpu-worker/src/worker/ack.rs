@@ -72,11 +72,15 @@ pub(super) fn next_wait(now: Instant, until: Instant, pause: Duration) -> Option
     (!left.is_zero()).then(|| pause.min(left))
 }
 
-/// Whether an ack that failed with `error` may succeed if tried again: only when the broker
-/// could not be reached (an outage, a restart, a Redis still loading its data). Data the broker
-/// cannot decode stays undecodable: that ack is not retried.
+/// Whether an ack that failed with `error` may succeed if tried again: when the broker could
+/// not be reached (an outage, a restart, a Redis still loading its data) or refused the write
+/// at its `maxmemory` (results expire, an operator makes room). Data the broker cannot decode
+/// stays undecodable: that ack is not retried.
 pub(super) fn worth_retrying(error: &BrokerError) -> bool {
-    matches!(error, BrokerError::Unavailable(_))
+    matches!(
+        error,
+        BrokerError::Unavailable(_) | BrokerError::OutOfMemory(_)
+    )
 }
 
 /// How many acks are being retried; while any is, the claimer waits.
@@ -157,6 +161,9 @@ mod tests {
     fn only_an_unreachable_broker_is_retried() {
         assert!(worth_retrying(&BrokerError::Unavailable(
             "connection refused".into()
+        )));
+        assert!(worth_retrying(&BrokerError::OutOfMemory(
+            "OOM command not allowed when used memory > 'maxmemory'".into()
         )));
         assert!(!worth_retrying(&BrokerError::Corrupt("not json".into())));
     }
