@@ -232,9 +232,32 @@ class Faults:
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
 
+    # Set by main once the batch is in: the fraction of it that is terminal, or None while no
+    # replica answers.
+    progress = staticmethod(lambda: 0.0)
+
+    def wait_turn(self, k: int) -> bool:
+        """Waits for fault `k`'s turn; False when the run is stopping. Paced by progress (the
+        default), fault k comes once a random point of the k-th of n equal slices of the first
+        90 % of the batch is done, so the faults are spread over the whole run whatever its
+        speed (and at least `--fault-interval-s` apart); paced by time, about every
+        `--fault-interval-s`."""
+        gap = self.rng.uniform(0.5, 1.5) * self.args.fault_interval_s
+        if self.stop.wait(gap):
+            return False
+        if self.args.fault_pacing == "time":
+            return True
+        due = 0.9 * (k + self.rng.random()) / len(self.plan)
+        while True:
+            done = self.progress()
+            if done is not None and done >= due:
+                return True
+            if self.stop.wait(0.2):
+                return False
+
     def run(self) -> None:
-        for fault in self.plan:
-            if self.stop.wait(self.rng.uniform(0.5, 1.5) * self.args.fault_interval_s):
+        for k, fault in enumerate(self.plan):
+            if not self.wait_turn(k):
                 return
             began = time.time()
             detail = getattr(self, "_" + fault.replace("-", "_"))()
@@ -413,7 +436,10 @@ def main() -> int:
     p.add_argument("--apis", type=int, default=2)
     p.add_argument("--workers", type=int, default=3)
     p.add_argument("--gpu-workers", type=int, default=0, help="workers on GPUs 0..N-1 (the rest on the CPU)")
-    p.add_argument("--fault-interval-s", type=float, default=3.0, help="mean gap between faults")
+    p.add_argument("--fault-pacing", choices=["progress", "time"], default="progress",
+                   help="spread the faults over the batch's progress (default) or every --fault-interval-s")
+    p.add_argument("--fault-interval-s", type=float, default=3.0,
+                   help="mean gap between faults (with progress pacing: the least gap)")
     p.add_argument("--redis-outage-s", type=float, default=3.0)
     p.add_argument("--task-seconds", type=float, default=0.5, help="the candidate's sleep")
     p.add_argument("--lease-ms", type=int, default=15_000)
@@ -448,6 +474,12 @@ def main() -> int:
         health.thread.start()
         faults.thread.start()
         ids = submit_all(cluster, args, run_id)
+
+        def progress() -> float | None:
+            open_now = pending(cluster, ids)
+            return None if open_now is None else 1 - open_now / max(1, len(ids))
+
+        faults.progress = progress
         print(f"[chaos] {len(ids)} tasks submitted in {time.time() - t0:.1f} s", flush=True)
         end = time.monotonic() + args.deadline_s
         while time.monotonic() < end:

@@ -9,6 +9,11 @@ import collections
 import json
 import sys
 
+# Operations whose 2xx needs something the fuzz run deliberately lacks: draining a worker needs a
+# registered worker, and the run starts none (a worker would evaluate every fuzzed task). Their
+# 404s are still checked against the document like every other answer.
+NO_2XX_HERE = {"POST /admin/workers/{id}/drain"}
+
 
 def main(path: str) -> int:
     statuses: dict[str, collections.Counter[int]] = collections.defaultdict(collections.Counter)
@@ -30,7 +35,11 @@ def main(path: str) -> int:
         counts = ", ".join(f"{s}: {n}" for s, n in sorted(statuses[label].items()))
         print(f"{label:40} {counts}")
     print(f"{requests} requests to {len(statuses)} operations, {failed} failed checks")
-    unreached = [label for label, c in statuses.items() if not any(200 <= s < 300 for s in c)]
+    unreached = [
+        label
+        for label, c in statuses.items()
+        if label not in NO_2XX_HERE and not any(200 <= s < 300 for s in c)
+    ]
     if unreached:
         print(f"never answered 2xx: {', '.join(sorted(unreached))}")
         return 1
