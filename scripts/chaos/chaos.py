@@ -15,7 +15,8 @@ Counted at the end (docs/RELIABILITY.md):
   retried     tasks evaluated more than once (attempts > 1), and the attempts spent
   recovery    seconds from the end of the last fault to the last result
   leaked      task and template directories left in the workers' work dirs after they stopped
-  health      /health answers while faults ran (failures while that replica was up)
+  health      /health answers while faults ran: answered, degraded (503: Redis down), and
+              failed (no answer from a replica that was up)
 
 Stdlib only, so it runs with any Python 3.10+. Exit status 1 when a target (0 lost,
 0 duplicated, 0 failed, 0 leaked) is missed, 2 when the cluster could not be set up.
@@ -309,13 +310,17 @@ class Faults:
 
 
 class HealthProbe:
-    """Asks every live replica's /health twice a second; counts failures of replicas that were
-    up before and after the probe (a replica being killed is not a failure of /health)."""
+    """Asks every live replica's /health twice a second. Any HTTP answer counts as answered (a
+    503 while Redis is down is the right answer, counted as `degraded`); a failure is a replica
+    that had answered since it last started, was not restarted meanwhile, and did not answer
+    within 5 s (a replica still starting, or being killed, is not a failure of /health)."""
 
     def __init__(self, cluster: Cluster):
         self.c = cluster
         self.latencies_ms: list[float] = []
+        self.degraded = 0
         self.failures = 0
+        self.answered_since: dict[str, int] = {}
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
 
@@ -328,9 +333,15 @@ class HealthProbe:
                 t0 = time.monotonic()
                 status, _ = call(port, "GET", "/health", timeout=5)
                 ms = (time.monotonic() - t0) * 1000
-                if status == 200:
+                if status:
                     self.latencies_ms.append(ms)
-                elif api.alive() and api.starts == starts and self.c.redis.alive():
+                    self.degraded += status != 200
+                    self.answered_since[api.name] = starts
+                elif (
+                    api.alive()
+                    and api.starts == starts
+                    and self.answered_since.get(api.name) == starts
+                ):
                     self.failures += 1
 
 
@@ -532,7 +543,8 @@ def main() -> int:
         "recovery_s": recovery,
         "wall_s": time.time() - t0,
         "leaked": leaked,
-        "health_ok": len(lat),
+        "health_answered": len(lat),
+        "health_degraded": health.degraded,
         "health_failures": health.failures,
         "health_p50_ms": pct(0.5),
         "health_p99_ms": pct(0.99),
@@ -552,12 +564,12 @@ def main() -> int:
         ("verdicts stored (worker logs)", sum(stored.values())),
         ("last fault -> last result", recovery_text(recovery)),
         ("leaked dirs", len(leaked)),
-        ("/health ok / failed", f"{len(lat)} / {health.failures}"),
+        ("/health answered / degraded / failed", f"{len(lat)} / {health.degraded} / {health.failures}"),
         ("/health p50 / p99 / max", f"{pct(0.5):.1f} / {pct(0.99):.1f} / {summary['health_max_ms'] or 0:.1f} ms"),
         ("wall", f"{summary['wall_s']:.0f} s"),
     ]
     for name, value in rows:
-        print(f"  {name:<32} {value}")
+        print(f"  {name:<38} {value}")
     missed = lost or duplicated or failed or leaked or len(faults.done) < len(faults.plan)
     return 1 if missed else 0
 
