@@ -39,7 +39,6 @@ fn info(tenant: &Tenant, load: Option<&TenantLoad>) -> TenantInfo {
         (status = 400, description = "Malformed JSON", body = ApiError),
         (status = 409, description = "A tenant of this name exists", body = ApiError),
         (status = 422, description = "A field is out of range", body = ApiError),
-        (status = 503, description = "Broker unavailable", body = ApiError),
     )
 )]
 pub async fn create_tenant(

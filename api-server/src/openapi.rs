@@ -286,16 +286,11 @@ pub fn doc() -> utoipa::openapi::OpenApi {
                 if !applies {
                     continue;
                 }
-                let response = common_response(scope, status, description).into();
-                let responses = &mut op.responses.responses;
-                if matches!(scope, Scope::WithBody) && status == 503 {
-                    // The body budget answers before the handler, so its row (which names the
-                    // broker's 503s too) replaces a handler's own "broker unavailable".
-                    responses.insert(status.to_string(), response);
-                } else {
-                    // A handler's own description of the status (more precise) is kept.
-                    responses.entry(status.to_string()).or_insert(response);
-                }
+                // A handler's own description of the status (more precise) is kept.
+                op.responses
+                    .responses
+                    .entry(status.to_string())
+                    .or_insert_with(|| common_response(scope, status, description).into());
             }
             for (status, response) in op.responses.responses.iter_mut() {
                 if let RefOr::T(response) = response {

@@ -115,7 +115,6 @@ pub fn plan(
         (status = 413, description = "Body too large", body = ApiError),
         (status = 422, description = "A field is out of range, or an unknown problem (`VALIDATION`); no live worker has `eval.device_class` (`DEVICE_CLASS_UNAVAILABLE`)", body = ApiError),
         (status = 429, description = "Queue full (`QUEUE_FULL`) or the tenant's `max_queued` reached (`QUOTA_EXCEEDED`); no rollout was accepted", body = ApiError),
-        (status = 503, description = "Broker unavailable", body = ApiError),
     )
 )]
 pub async fn submit_rollouts(

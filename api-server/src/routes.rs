@@ -35,7 +35,6 @@ use utoipa::{IntoParams, ToSchema};
         (status = 413, description = "Body too large", body = ApiError),
         (status = 422, description = "A field is out of range (`VALIDATION`), or no live worker has the `device_class` (`DEVICE_CLASS_UNAVAILABLE`)", body = ApiError),
         (status = 429, description = "Queue full (`QUEUE_FULL`) or the tenant's `max_queued` reached (`QUOTA_EXCEEDED`)", body = ApiError),
-        (status = 503, description = "Broker unavailable", body = ApiError),
     )
 )]
 pub async fn evaluate(
