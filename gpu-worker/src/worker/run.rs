@@ -129,7 +129,9 @@ impl Worker {
                 }
                 return Err(e.into());
             }
-            // The registry shows the layers in force from now on.
+            // The registry shows the layers in force, and the worker ready, from now on: not
+            // at the next heartbeat, by which time a fast task may have come and gone.
+            self.set(WorkerState::Idle, None);
             self.publish().await;
         }
         let places = Arc::new(Semaphore::new(
