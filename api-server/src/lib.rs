@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod placement;
 pub mod problems;
+pub mod prompts;
 pub mod rollouts;
 pub mod router;
 pub mod routes;
