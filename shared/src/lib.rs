@@ -14,6 +14,7 @@ pub mod ids;
 pub mod parity;
 pub mod placement;
 pub mod problem;
+pub mod problem_set;
 pub mod request;
 pub mod reward;
 pub mod rollout;
