@@ -15,6 +15,7 @@ pub mod parity;
 pub mod placement;
 pub mod problem;
 pub mod problem_set;
+pub mod report;
 pub mod request;
 pub mod reward;
 pub mod rollout;
