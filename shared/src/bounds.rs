@@ -382,3 +382,13 @@ pub(crate) fn batch_size_schema() -> utoipa::openapi::Object {
 pub(crate) fn group_size_schema() -> utoipa::openapi::Object {
     GROUP_SIZE.schema(true, "Rollouts per problem (a GRPO group).")
 }
+/// The schema of `level` of a problem set ([`PROBLEM_SET_LEVEL`]).
+pub fn problem_set_level_schema() -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    ObjectBuilder::new()
+        .schema_type(SchemaType::Type(Type::Integer))
+        .description(Some("KernelBench level of the set's problems."))
+        .default(Some(PROBLEM_SET_LEVEL.into()))
+        .minimum(Some(0))
+        .build()
+}

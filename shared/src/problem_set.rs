@@ -22,8 +22,9 @@ use utoipa::ToSchema;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProblemSetSelection {
-    /// KernelBench level of the set's problems (default 1).
+    /// KernelBench level of the set's problems.
     #[serde(default = "default_problem_set_level")]
+    #[schema(schema_with = crate::bounds::problem_set_level_schema)]
     pub level: u32,
     /// Smallest problem id taken (inclusive); left out, the level's first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
