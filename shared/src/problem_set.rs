@@ -189,7 +189,7 @@ pub fn problem_set(
 ) -> Result<ProblemSet, ApiError> {
     let field = |name: &str| format!("{prefix}{name}");
     let f = selection.test_fraction;
-    if !(f.is_finite() && f >= TEST_FRACTION.min && f < TEST_FRACTION.max) {
+    if !(TEST_FRACTION.min..TEST_FRACTION.max).contains(&f) {
         return Err(ApiError::invalid(
             &field("test_fraction"),
             format!("{f} is outside [0, 1)"),

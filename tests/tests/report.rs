@@ -124,7 +124,7 @@ fn verdict_of(task: &Value) -> (Option<&str>, Option<f64>) {
     )
 }
 
-fn group<'a>(report: &'a Value, level: Value) -> &'a Value {
+fn group(report: &Value, level: Value) -> &Value {
     report["levels"]
         .as_array()
         .unwrap()
