@@ -36,6 +36,10 @@ pub const BEARER_SCHEME: &str = "bearer";
         crate::admin::drain_worker,
         routes::health,
         routes::metrics,
+        // psets (issue 17): problem sets and batch reports.
+        crate::problem_sets::get_problem_set,
+        crate::problem_sets::post_problem_batch,
+        crate::report::batch_report,
     ),
     components(schemas(
         crucible_shared::DrainRequested,
@@ -97,6 +101,17 @@ pub const BEARER_SCHEME: &str = "bearer";
         crucible_shared::VerdictCounts,
         crucible_shared::RecentFailure,
         crucible_shared::CacheRate,
+        // psets (issue 17): problem sets and batch reports.
+        crucible_shared::problem_set::ProblemSetSelection,
+        crucible_shared::problem_set::ProblemSet,
+        crucible_shared::problem_set::Split,
+        crucible_shared::problem_set::ProblemBatchRequest,
+        crucible_shared::problem_set::BatchProblem,
+        crucible_shared::problem_set::ProblemBatch,
+        crucible_shared::report::BatchReport,
+        crucible_shared::report::GroupReport,
+        crucible_shared::report::FastP,
+        crucible_shared::report::ReportSource,
     )),
     tags((name = "tasks", description = "Submit, follow and cancel evaluations"), (name = "rollouts", description = "Model completions in, rewards and next-turn feedback out"), (name = "problems", description = "The problem registry requests may name by level and id"), (name = "status", description = "Workers, queue, recent activity, the status page, health, metrics"), (name = "admin", description = "Tenants and their tokens, worker drains (admin token only)"))
 )]

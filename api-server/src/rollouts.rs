@@ -229,18 +229,8 @@ pub async fn batch_results(
     let batch_id = BatchId(id);
     authorize_batch(&state, &caller, &batch_id, "rollout batch").await?;
     let not_found = || ApiError::not_found(format!("rollout batch {batch_id}"));
-    let records: Vec<RolloutRecord> = match state
-        .broker
-        .kv_get(RECORDS_NAMESPACE, batch_id.as_str())
-        .await?
-    {
-        Some(json) => serde_json::from_str(&json).map_err(|e| {
-            ApiError::new(
-                crucible_shared::ApiErrorCode::Internal,
-                format!("stored rollout records: {e}"),
-            )
-        })?,
-        None => return Err(not_found().into()),
+    let Some(records) = stored_records(&state, &batch_id).await? else {
+        return Err(not_found().into());
     };
     let has_no_kernel = records.iter().any(|r| r.task_id.is_none());
     let (include_no_kernel, log_after) = page_start(has_no_kernel, after);
@@ -266,4 +256,26 @@ pub async fn batch_results(
         done: cursor >= offset + page.distinct,
         total: records.len(),
     }))
+}
+
+/// The rollout records of a batch; None when it is not a rollout batch (or they expired).
+/// Read only after the caller's ownership of the batch is checked.
+pub async fn stored_records(
+    state: &AppState,
+    batch_id: &BatchId,
+) -> Result<Option<Vec<RolloutRecord>>, HttpError> {
+    let Some(json) = state
+        .broker
+        .kv_get(RECORDS_NAMESPACE, batch_id.as_str())
+        .await?
+    else {
+        return Ok(None);
+    };
+    let records = serde_json::from_str(&json).map_err(|e| {
+        ApiError::new(
+            crucible_shared::ApiErrorCode::Internal,
+            format!("stored rollout records: {e}"),
+        )
+    })?;
+    Ok(Some(records))
 }

@@ -6,7 +6,7 @@ use crate::auth::{PAGE_PATH, SCRIPT_PATH, STYLE_PATH};
 use crate::error::not_found;
 use crate::state::AppState;
 use crate::status_page::{self, JSON_PATH};
-use crate::{admin, rollouts, routes};
+use crate::{admin, problem_sets, report, rollouts, routes};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
@@ -62,7 +62,15 @@ pub fn router(state: AppState) -> Router {
         .route(SCRIPT_PATH, get(status_page::script))
         .route(STYLE_PATH, get(status_page::stylesheet))
         .route("/health", get(routes::health))
-        .route("/metrics", get(routes::metrics));
+        .route("/metrics", get(routes::metrics))
+        // psets (issue 17): problem sets and batch reports.
+        .route("/problem-sets", get(problem_sets::get_problem_set))
+        .route(
+            "/problem-sets/batches",
+            post(problem_sets::post_problem_batch)
+                .layer(DefaultBodyLimit::max(EVALUATE_BODY_LIMIT)),
+        )
+        .route("/batches/{id}/report", get(report::batch_report));
     Router::new()
         .merge(api)
         .merge(SwaggerUi::new(crate::auth::DOCS_PATH).url("/openapi.json", crate::openapi::doc()))

@@ -5,6 +5,7 @@
 
 mod cancel_cmd;
 mod doctor;
+mod report_cmd;
 mod rollouts_cmd;
 mod tenants_cmd;
 mod timing_arg;
@@ -147,6 +148,9 @@ enum Command {
     /// Check the CUDA device in this process (used by workers).
     #[command(hide = true)]
     ProbeGpu,
+    /// A batch's report: correct rate, fast_p, speedups, hacks and decoys per level; prints a
+    /// table and writes the JSON with `--json`.
+    Report(report_cmd::ReportArgs),
 }
 
 #[derive(Subcommand)]
@@ -372,6 +376,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Tenants { command } => tenants_cmd::run(command).await,
         Command::Workers { command } => workers_cmd::run(command).await,
         Command::Cancel { id, remote } => cancel_cmd::run(&id, remote).await,
+        Command::Report(args) => report_cmd::run(args).await,
         Command::Doctor(args) => {
             if !doctor::run(args).await? {
                 use std::io::Write;

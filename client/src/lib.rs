@@ -7,6 +7,10 @@
 pub mod returns;
 pub mod summary;
 
+use crucible_shared::problem_set::{
+    ProblemBatch, ProblemBatchRequest, ProblemSet, ProblemSetSelection,
+};
+use crucible_shared::report::BatchReport;
 use crucible_shared::rollout::{
     MAX_ROLLOUTS, Rollout, RolloutBatchRequest, RolloutBatchResponse, RolloutEvalSettings,
     RolloutResult, RolloutResultsPage,
@@ -339,6 +343,38 @@ impl Client {
         Ok(seen)
     }
 
+    /// `GET /problem-sets`: the train and test splits `selection` names.
+    pub async fn problem_set(
+        &self,
+        selection: &ProblemSetSelection,
+    ) -> Result<ProblemSet, ClientError> {
+        self.send::<(), _>(
+            reqwest::Method::GET,
+            &format!("/problem-sets?{}", problem_set_query(selection)),
+            None,
+        )
+        .await
+    }
+
+    /// `POST /problem-sets/batches`: the problems of one step of an epoch.
+    pub async fn problem_batch(
+        &self,
+        request: &ProblemBatchRequest,
+    ) -> Result<ProblemBatch, ClientError> {
+        self.send(
+            reqwest::Method::POST,
+            "/problem-sets/batches",
+            Some(request),
+        )
+        .await
+    }
+
+    /// `GET /batches/{id}/report`: correct rate, fast_p and speedups per level of a batch.
+    pub async fn report(&self, id: &BatchId) -> Result<BatchReport, ClientError> {
+        self.send::<(), _>(reqwest::Method::GET, &format!("/batches/{id}/report"), None)
+            .await
+    }
+
     async fn send<B: serde::Serialize, T: DeserializeOwned>(
         &self,
         method: reqwest::Method,
@@ -400,6 +436,23 @@ impl Client {
             last,
         })
     }
+}
+
+/// Pure: the query string of `GET /problem-sets` for `selection` (`start`/`end` only when set).
+pub fn problem_set_query(selection: &ProblemSetSelection) -> String {
+    let mut query = format!(
+        "level={}&backend={}&test_fraction={}&seed={}",
+        selection.level,
+        selection.backend.as_str(),
+        selection.test_fraction,
+        selection.seed
+    );
+    for (name, value) in [("start", selection.start), ("end", selection.end)] {
+        if let Some(v) = value {
+            query.push_str(&format!("&{name}={v}"));
+        }
+    }
+    query
 }
 
 /// Most a `Retry-After` may make a client wait before its next attempt: a header asking for

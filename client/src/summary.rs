@@ -1,7 +1,7 @@
 //! What a trainer wants to know about a scored batch at a glance: how many were correct, how
 //! fast, how many were caught cheating, the mean reward. Pure, over the results.
 
-use crucible_shared::Verdict;
+use crucible_shared::report::{GroupReport, SampleOutcome};
 use crucible_shared::rollout::{RolloutResult, RolloutStatus};
 use serde::Serialize;
 
@@ -32,55 +32,38 @@ pub struct RolloutSummary {
 }
 
 impl RolloutSummary {
-    /// The summary of `results`; all zero (rates 0, means None) for none.
+    /// The summary of `results`; all zero (rates 0, means None) for none. The rates and
+    /// speedups are `crucible_shared::report`'s, the one definition of them.
     pub fn of<'a>(results: impl IntoIterator<Item = &'a RolloutResult>) -> Self {
         let mut s = Self::default();
-        let (mut speedups, mut rewards) = (Vec::new(), Vec::new());
-        let (mut ok, mut fast) = (0usize, 0usize);
+        let mut rewards = Vec::new();
+        let mut outcomes = Vec::new();
         for r in results {
-            s.rollouts += 1;
             match r.status {
                 RolloutStatus::Done => s.evaluated += 1,
                 RolloutStatus::NoKernel => s.no_kernel += 1,
                 _ => s.unscored += 1,
             }
             rewards.extend(r.reward);
-            let Some(result) = &r.result else { continue };
-            match result.verdict {
-                Verdict::Ok => {
-                    ok += 1;
-                    if let Some(x) = result.speedup {
-                        speedups.push(x);
-                        fast += usize::from(x > 1.0);
-                    }
-                }
-                Verdict::Hack => s.hacks += 1,
-                Verdict::Decoy => s.decoys += 1,
-                Verdict::Incorrect | Verdict::Error => {}
-            }
+            outcomes.push(SampleOutcome::of_rollout(r));
         }
-        let share = |n: usize| {
-            if s.rollouts == 0 {
-                0.0
-            } else {
-                n as f64 / s.rollouts as f64
-            }
-        };
-        s.correct_rate = share(ok);
-        s.fast_1 = share(fast);
-        s.mean_speedup = mean(&speedups);
-        s.mean_reward = mean(&rewards);
+        let group = GroupReport::of(None, &outcomes);
+        s.rollouts = group.samples;
+        s.correct_rate = group.correct_rate;
+        s.fast_1 = group.fast(1.0);
+        s.mean_speedup = group.mean_speedup;
+        s.hacks = group.hacks;
+        s.decoys = group.decoys;
+        s.mean_reward =
+            (!rewards.is_empty()).then(|| rewards.iter().sum::<f64>() / rewards.len() as f64);
         s
     }
-}
-
-fn mean(xs: &[f64]) -> Option<f64> {
-    (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crucible_shared::Verdict;
     use crucible_shared::reward::RewardProfile;
     use crucible_shared::{DeviceInfo, DeviceKind, EvalResult, VerdictCode};
 

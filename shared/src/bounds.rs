@@ -317,3 +317,78 @@ pub(crate) fn rollouts_schema() -> utoipa::openapi::Array {
         format!("The completions to score (1-{MAX_ROLLOUTS}); ids unique within the batch."),
     )
 }
+
+// Problem sets (`problem_set`): kernel_rl's dataset knobs, written once.
+
+/// `level` of a problem set: KernelBench level 1 (single operators) unless named.
+pub const PROBLEM_SET_LEVEL: u32 = 1;
+/// `test_fraction` of a problem set: the share of its problems held out. Unlike the other
+/// bounds its maximum is exclusive (a split must keep a train problem), so its schema is
+/// written by hand below.
+pub const TEST_FRACTION: Bounds<f64> = Bounds {
+    default: 0.1,
+    min: 0.0,
+    max: 1.0,
+};
+/// `seed` of a problem set's split and shuffle.
+pub const PROBLEM_SET_SEED: u64 = 0;
+/// `batch_size`: problems per step of `POST /problem-sets/batches`.
+pub const PROBLEM_BATCH_SIZE: Bounds<u32> = Bounds {
+    default: 4,
+    min: 1,
+    max: 1000,
+};
+/// `group_size`: rollouts per problem of a step (a GRPO group). `batch_size × group_size` may
+/// not exceed [`MAX_ROLLOUTS`], so one step fits one `POST /rollouts`.
+pub const GROUP_SIZE: Bounds<u32> = Bounds {
+    default: 4,
+    min: 1,
+    max: 1000,
+};
+
+pub(crate) fn default_problem_set_level() -> u32 {
+    PROBLEM_SET_LEVEL
+}
+pub(crate) fn default_test_fraction() -> f64 {
+    TEST_FRACTION.default
+}
+pub(crate) fn default_batch_size() -> u32 {
+    PROBLEM_BATCH_SIZE.default
+}
+pub(crate) fn default_group_size() -> u32 {
+    GROUP_SIZE.default
+}
+
+/// The schema of `test_fraction`: `[0, 1)`, maximum exclusive.
+pub fn test_fraction_schema() -> utoipa::openapi::Object {
+    let mut object = TEST_FRACTION.schema(
+        false,
+        "Share of the selected problems held out as the test split, in [0, 1): \
+         round(n × test_fraction) of them (halves up), at most n − 1.",
+    );
+    object.maximum = None;
+    object.exclusive_maximum = Some(TEST_FRACTION.max.into());
+    object
+}
+pub(crate) fn batch_size_schema() -> utoipa::openapi::Object {
+    PROBLEM_BATCH_SIZE.schema(
+        true,
+        &format!(
+            "Problems per step (the last step of an epoch may hold fewer); batch_size × \
+             group_size is at most {MAX_ROLLOUTS}, one `POST /rollouts`."
+        ),
+    )
+}
+pub(crate) fn group_size_schema() -> utoipa::openapi::Object {
+    GROUP_SIZE.schema(true, "Rollouts per problem (a GRPO group).")
+}
+/// The schema of `level` of a problem set ([`PROBLEM_SET_LEVEL`]).
+pub fn problem_set_level_schema() -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    ObjectBuilder::new()
+        .schema_type(SchemaType::Type(Type::Integer))
+        .description(Some("KernelBench level of the set's problems."))
+        .default(Some(PROBLEM_SET_LEVEL.into()))
+        .minimum(Some(0))
+        .build()
+}

@@ -22,6 +22,8 @@ from .base import (
     _Base,
     _batch_ids,
     _batch_params,
+    _problem_batch_body,
+    _problem_set_selection,
     _check_wait,
     _deadline,
     _evaluate_body,
@@ -36,16 +38,20 @@ from .retry import DEFAULT_RETRY, RETRYABLE_ERRORS, RetryPolicy
 from .types import (
     Backend,
     BatchCancelResponse,
+    BatchReport,
     BatchStatus,
     CancelResponse,
     EvalSettings,
     HealthStatus,
     Problem,
+    ProblemBatch,
     ProblemInfo,
+    ProblemSet,
     QueueStatus,
     Rollout,
     RolloutResult,
     RolloutResultsPage,
+    Split,
     SubmitResponse,
     TaskView,
     Timing,
@@ -274,3 +280,42 @@ class AsyncClient(_Base):
         submission = await self.submit_rollouts(rollouts, eval, idempotency_key)
         results = await self.wait_results(submission, wait=wait, timeout=timeout)
         return [results[r["id"]] for r in rollouts]
+
+    async def problem_set(
+        self,
+        *,
+        level: int | None = None,
+        start: int | None = None,
+        end: int | None = None,
+        backend: Backend | None = None,
+        test_fraction: float | None = None,
+        seed: int | None = None,
+    ) -> ProblemSet:
+        """See ``Client.problem_set``."""
+        params = _problem_set_selection(level, start, end, backend, test_fraction, seed)
+        return await self._request("GET", "/problem-sets", params=params)
+
+    async def problem_batch(
+        self,
+        epoch: int,
+        step: int,
+        *,
+        split: Split | None = None,
+        batch_size: int | None = None,
+        group_size: int | None = None,
+        shuffle: bool | None = None,
+        level: int | None = None,
+        start: int | None = None,
+        end: int | None = None,
+        backend: Backend | None = None,
+        test_fraction: float | None = None,
+        seed: int | None = None,
+    ) -> ProblemBatch:
+        """See ``Client.problem_batch``."""
+        selection = _problem_set_selection(level, start, end, backend, test_fraction, seed)
+        body = _problem_batch_body(epoch, step, selection, split, batch_size, group_size, shuffle)
+        return await self._request("POST", "/problem-sets/batches", json=body)
+
+    async def report(self, batch_id: str) -> BatchReport:
+        """See ``Client.report``."""
+        return await self._request("GET", f"/batches/{batch_id}/report")

@@ -196,6 +196,47 @@ def _batch_ids(batches: str | Submission | Iterable[str]) -> list[str]:
     return ids
 
 
+def _problem_set_selection(
+    level: int | None,
+    start: int | None,
+    end: int | None,
+    backend: Backend | None,
+    test_fraction: float | None,
+    seed: int | None,
+) -> dict[str, Any]:
+    """A problem set's selection with the keys given: the server fills in its defaults (they
+    are written once, there)."""
+    given = {
+        "level": level,
+        "start": start,
+        "end": end,
+        "backend": backend,
+        "test_fraction": test_fraction,
+        "seed": seed,
+    }
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _problem_batch_body(
+    epoch: int,
+    step: int,
+    selection: Mapping[str, Any],
+    split: str | None,
+    batch_size: int | None,
+    group_size: int | None,
+    shuffle: bool | None,
+) -> dict[str, Any]:
+    optional = {
+        "split": split,
+        "batch_size": batch_size,
+        "group_size": group_size,
+        "shuffle": shuffle,
+    }
+    body: dict[str, Any] = {"set": dict(selection), "epoch": epoch, "step": step}
+    body.update({k: v for k, v in optional.items() if v is not None})
+    return body
+
+
 def _batch_params(include_tasks: bool) -> dict[str, str]:
     return {"include": "tasks"} if include_tasks else {}
 

@@ -22,6 +22,8 @@ from .base import (
     _Base,
     _batch_ids,
     _batch_params,
+    _problem_batch_body,
+    _problem_set_selection,
     _check_wait,
     _deadline,
     _evaluate_body,
@@ -36,16 +38,20 @@ from .retry import DEFAULT_RETRY, RETRYABLE_ERRORS, RetryPolicy
 from .types import (
     Backend,
     BatchCancelResponse,
+    BatchReport,
     BatchStatus,
     CancelResponse,
     EvalSettings,
     HealthStatus,
     Problem,
+    ProblemBatch,
     ProblemInfo,
+    ProblemSet,
     QueueStatus,
     Rollout,
     RolloutResult,
     RolloutResultsPage,
+    Split,
     SubmitResponse,
     TaskView,
     Timing,
@@ -291,3 +297,49 @@ class Client(_Base):
         submission = self.submit_rollouts(rollouts, eval, idempotency_key)
         results = self.wait_results(submission, wait=wait, timeout=timeout)
         return [results[r["id"]] for r in rollouts]
+
+    def problem_set(
+        self,
+        *,
+        level: int | None = None,
+        start: int | None = None,
+        end: int | None = None,
+        backend: Backend | None = None,
+        test_fraction: float | None = None,
+        seed: int | None = None,
+    ) -> ProblemSet:
+        """``GET /problem-sets``: the train and test problems of ``level`` with
+        ``start <= id <= end``, split by seed and content hash (every replica and run agrees).
+        A parameter left None takes the server's default."""
+        params = _problem_set_selection(level, start, end, backend, test_fraction, seed)
+        return self._request("GET", "/problem-sets", params=params)
+
+    def problem_batch(
+        self,
+        epoch: int,
+        step: int,
+        *,
+        split: Split | None = None,
+        batch_size: int | None = None,
+        group_size: int | None = None,
+        shuffle: bool | None = None,
+        level: int | None = None,
+        start: int | None = None,
+        end: int | None = None,
+        backend: Backend | None = None,
+        test_fraction: float | None = None,
+        seed: int | None = None,
+    ) -> ProblemBatch:
+        """``POST /problem-sets/batches``: the problems of step ``step`` of epoch ``epoch``
+        (``steps_per_epoch`` and ``last_step`` say where the epoch ends), each with its
+        ``group_size``. Parameters left None take the server's defaults (kernel_rl's: train
+        split, batch_size 4, group_size 4, shuffled)."""
+        selection = _problem_set_selection(level, start, end, backend, test_fraction, seed)
+        body = _problem_batch_body(epoch, step, selection, split, batch_size, group_size, shuffle)
+        return self._request("POST", "/problem-sets/batches", json=body)
+
+    def report(self, batch_id: str) -> BatchReport:
+        """``GET /batches/{id}/report``: correct rate, fast_p (p = 0, 1, 1.2, 1.5, 2),
+        mean and geometric-mean speedup, hacks and decoys, per level and overall, of a
+        ``/rollouts`` or ``/evaluate/batch`` batch."""
+        return self._request("GET", f"/batches/{batch_id}/report")

@@ -410,6 +410,106 @@ class RolloutResultsPage(TypedDict):
     total: int
 
 
+# psets (issue 17): problem sets and batch reports.
+
+Split = Literal["train", "test"]
+ReportSource = Literal["rollouts", "evaluations"]
+
+
+class ProblemSetSelection(TypedDict, total=False):
+    """Which problems form a set and how they split; an absent key takes the server's
+    default (level 1, backend triton, test_fraction 0.1, seed 0, the level's whole id range)."""
+
+    level: int
+    start: int | None
+    end: int | None
+    backend: Backend
+    test_fraction: float
+    seed: int
+
+
+class ProblemSet(TypedDict):
+    """``GET /problem-sets``: the selection (``start``/``end`` resolved) and its splits."""
+
+    selection: ProblemSetSelection
+    train: list[ProblemInfo]
+    test: list[ProblemInfo]
+
+
+class _ProblemBatchRequestRequired(TypedDict):
+    epoch: int
+    step: int
+
+
+class ProblemBatchRequest(_ProblemBatchRequestRequired, total=False):
+    """``POST /problem-sets/batches``; absent keys take the server's defaults (kernel_rl's)."""
+
+    set: ProblemSetSelection
+    split: Split
+    batch_size: int
+    group_size: int
+    shuffle: bool
+
+
+class BatchProblem(ProblemInfo):
+    """One problem of a step and how many rollouts to sample for it."""
+
+    group_size: int
+
+
+class ProblemBatch(TypedDict):
+    """The problems of one step; ``last_step`` ends the epoch."""
+
+    split: Split
+    epoch: int
+    step: int
+    steps_per_epoch: int
+    last_step: bool
+    backend: Backend
+    problems: list[BatchProblem]
+
+
+class FastP(TypedDict):
+    """fast_p for one p: correct and speedup above p, over all samples."""
+
+    p: float
+    count: int
+    rate: float
+
+
+class _GroupReportRequired(TypedDict):
+    samples: int
+    correct: int
+    correct_rate: float
+    fast_p: list[FastP]
+    timed: int
+    incorrect: int
+    errors: int
+    hacks: int
+    decoys: int
+    no_kernel: int
+    unscored: int
+    pending: int
+
+
+class GroupReport(_GroupReportRequired, total=False):
+    """One level's figures (``level`` None: no registered problem, or ``overall``)."""
+
+    level: int | None
+    mean_speedup: float | None
+    geomean_speedup: float | None
+
+
+class BatchReport(TypedDict):
+    """``GET /batches/{id}/report``."""
+
+    batch_id: str
+    source: ReportSource
+    done: bool
+    overall: GroupReport
+    levels: list[GroupReport]
+
+
 #: The OpenAPI schema each type mirrors, by the schema's name.
 SCHEMAS: dict[str, type] = {
     "ProblemRef": ProblemRef,
@@ -437,6 +537,14 @@ SCHEMAS: dict[str, type] = {
     "RolloutBatchResponse": RolloutBatchResponse,
     "RolloutResult": RolloutResult,
     "RolloutResultsPage": RolloutResultsPage,
+    "ProblemSetSelection": ProblemSetSelection,
+    "ProblemSet": ProblemSet,
+    "ProblemBatchRequest": ProblemBatchRequest,
+    "BatchProblem": BatchProblem,
+    "ProblemBatch": ProblemBatch,
+    "FastP": FastP,
+    "GroupReport": GroupReport,
+    "BatchReport": BatchReport,
 }
 
 #: The OpenAPI enum each ``Literal`` mirrors, by the schema's name.
@@ -455,4 +563,6 @@ ENUMS: dict[str, object] = {
     "ReferenceBackend": ReferenceBackend,
     "DeviceKind": DeviceKind,
     "BuildSource": BuildSource,
+    "Split": Split,
+    "ReportSource": ReportSource,
 }

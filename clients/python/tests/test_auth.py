@@ -67,3 +67,13 @@ def test_another_tenants_batch_is_not_found(secured: Server):
     with Client(secured.url, token=new_tenant(secured)) as other, pytest.raises(CrucibleError) as e:
         list(other.stream_results(submission, timeout=30))
     assert (e.value.status, e.value.code) == (404, "NOT_FOUND")
+
+
+def test_only_the_owner_reads_a_batch_report(secured: Server):
+    with Client(secured.url, token=new_tenant(secured)) as owner:
+        submission = owner.submit_rollouts([prose("mine")])
+        report = owner.report(submission.batch_ids[0])
+    assert (report["overall"]["samples"], report["overall"]["no_kernel"]) == (1, 1)
+    with Client(secured.url, token=new_tenant(secured)) as other, pytest.raises(CrucibleError) as e:
+        other.report(submission.batch_ids[0])
+    assert (e.value.status, e.value.code) == (404, "NOT_FOUND")
