@@ -8,6 +8,7 @@ mod activity;
 mod cancel;
 mod claims;
 mod drain;
+mod kv_if_absent;
 mod reaper_lease;
 mod state;
 mod submit;
@@ -547,5 +548,15 @@ impl Broker for MemoryBroker {
         // A deletion here cancels its tenant's tasks under the lock, in one step: none is
         // ever left half done.
         Ok(0)
+    }
+
+    async fn kv_put_if_absent(
+        &self,
+        namespace: KvNamespace,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<Option<String>, BrokerError> {
+        Ok(self.put_kv_if_absent(namespace, key, value, ttl))
     }
 }
