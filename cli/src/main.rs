@@ -5,6 +5,7 @@
 
 mod cancel_cmd;
 mod doctor;
+mod episodes_cmd;
 mod rollouts_cmd;
 mod tenants_cmd;
 mod timing_arg;
@@ -147,6 +148,11 @@ enum Command {
     /// Check the CUDA device in this process (used by workers).
     #[command(hide = true)]
     ProbeGpu,
+    /// Multi-turn episodes on a running service: start, post a turn, show.
+    Episodes {
+        #[command(subcommand)]
+        command: episodes_cmd::EpisodesCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -390,6 +396,7 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::ProbeGpu => unreachable!("handled before logging starts"),
+        Command::Episodes { command } => episodes_cmd::run(command).await,
     }
 }
 
