@@ -189,7 +189,7 @@ async fn load_turns(
 
 /// Submits turn `turn`'s completion as a one-rollout batch of the episode's tenant: the
 /// rollouts' plan (parsing, weights, the evaluation request) and submission, unchanged.
-/// Returns the turn's record and whether its task is the caller's alone (neither coalesced
+/// Returns the turn's record (and its JSON) and whether its task is the caller's alone (neither coalesced
 /// with an open task nor answered from the cache), so a race loser may cancel it.
 async fn submit_turn(
     state: &AppState,
@@ -198,7 +198,7 @@ async fn submit_turn(
     episode: &EpisodeRecord,
     turn: u32,
     completion: &str,
-) -> Result<(TurnRecord, bool), HttpError> {
+) -> Result<(TurnRecord, String, bool), HttpError> {
     let rollout = Rollout {
         id: turn_key(episode_id, turn),
         problem: episode.problem,
@@ -230,7 +230,8 @@ async fn submit_turn(
         batch_id,
         record: plan.records.remove(0),
     };
-    Ok((record, fresh))
+    let json = serde_json::to_string(&record).map_err(|e| internal("turn record", e))?;
+    Ok((record, json, fresh))
 }
 
 /// Post the completion of a turn: it is evaluated like a rollout, and the answer carries its
@@ -284,7 +285,7 @@ pub async fn post_turn(
         .await?;
         if turn_status(scored[0].as_ref()) == TurnStatus::Failed {
             // A service failure: the same completion is evaluated again.
-            let (record, _) = submit_turn(
+            let (record, json, _) = submit_turn(
                 &state,
                 caller.tenant_id(),
                 &episode_id,
@@ -293,7 +294,6 @@ pub async fn post_turn(
                 &body.completion,
             )
             .await?;
-            let json = serde_json::to_string(&record).map_err(|e| internal("turn record", e))?;
             state
                 .broker
                 .kv_put(NAMESPACE, &turn_key(&episode_id, target), &json, ttl)
@@ -307,7 +307,7 @@ pub async fn post_turn(
         )));
     } else {
         check_next_turn(&state, &episode, &episode_id, &turns).await?;
-        let (record, fresh) = submit_turn(
+        let (record, json, fresh) = submit_turn(
             &state,
             caller.tenant_id(),
             &episode_id,
@@ -316,7 +316,6 @@ pub async fn post_turn(
             &body.completion,
         )
         .await?;
-        let json = serde_json::to_string(&record).map_err(|e| internal("turn record", e))?;
         let key = turn_key(&episode_id, target);
         let stored = match state
             .broker

@@ -498,15 +498,9 @@ impl Broker for MemoryBroker {
         value: &str,
         ttl: Duration,
     ) -> Result<(), BrokerError> {
-        let mut guard = self.lock();
-        let st = &mut *guard;
         let now = Instant::now();
-        st.kv
-            .insert((namespace, key.to_owned()), (value.to_owned(), now + ttl));
-        if st.kv.len() >= st.kv_sweep_at.max(KV_SWEEP_MIN) {
-            st.kv.retain(|_, (_, until)| *until > now);
-            st.kv_sweep_at = st.kv.len() * 2;
-        }
+        self.lock()
+            .store_kv((namespace, key.to_owned()), value, now + ttl, now);
         Ok(())
     }
 

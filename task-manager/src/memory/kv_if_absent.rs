@@ -2,7 +2,7 @@
 //! state's lock, so it is as atomic as the Redis `SET NX GET`; an expired entry counts as
 //! absent, as in Redis.
 
-use super::{KV_SWEEP_MIN, MemoryBroker};
+use super::{KV_SWEEP_MIN, MemoryBroker, State};
 use crate::kv::KvNamespace;
 use std::time::{Duration, Instant};
 
@@ -23,11 +23,25 @@ impl MemoryBroker {
         {
             return Some(existing.clone());
         }
-        st.kv.insert(entry, (value.to_owned(), now + ttl));
-        if st.kv.len() >= st.kv_sweep_at.max(KV_SWEEP_MIN) {
-            st.kv.retain(|_, (_, until)| *until > now);
-            st.kv_sweep_at = st.kv.len() * 2;
-        }
+        st.store_kv(entry, value, now + ttl, now);
         None
+    }
+}
+
+impl State {
+    /// Stores a key-value entry until `until`, sweeping expired entries once the map has
+    /// doubled since the last sweep (so a put costs amortised O(1)).
+    pub(super) fn store_kv(
+        &mut self,
+        entry: (KvNamespace, String),
+        value: &str,
+        until: Instant,
+        now: Instant,
+    ) {
+        self.kv.insert(entry, (value.to_owned(), until));
+        if self.kv.len() >= self.kv_sweep_at.max(KV_SWEEP_MIN) {
+            self.kv.retain(|_, (_, until)| *until > now);
+            self.kv_sweep_at = self.kv.len() * 2;
+        }
     }
 }
