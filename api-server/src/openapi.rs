@@ -40,6 +40,11 @@ pub const BEARER_SCHEME: &str = "bearer";
         crate::problem_sets::get_problem_set,
         crate::problem_sets::post_problem_batch,
         crate::report::batch_report,
+        // episodes (issue 17)
+        crate::episodes::start_episodes,
+        crate::episodes::post_turn,
+        crate::episodes::get_episode,
+        crate::episodes::get_turn,
     ),
     components(schemas(
         crucible_shared::DrainRequested,
@@ -112,8 +117,18 @@ pub const BEARER_SCHEME: &str = "bearer";
         crucible_shared::report::GroupReport,
         crucible_shared::report::FastP,
         crucible_shared::report::ReportSource,
+        // episodes (issue 17)
+        crucible_shared::episode::EpisodeRequest,
+        crucible_shared::episode::EpisodesStarted,
+        crucible_shared::episode::TurnRequest,
+        crucible_shared::episode::TurnStatus,
+        crucible_shared::episode::TurnView,
+        crucible_shared::episode::EpisodeView,
+        crucible_shared::prompt::Prompt,
+        crucible_shared::prompt::PromptSettings,
+        crucible_shared::prompt::PromptOption,
     )),
-    tags((name = "tasks", description = "Submit, follow and cancel evaluations"), (name = "rollouts", description = "Model completions in, rewards and next-turn feedback out"), (name = "problems", description = "The problem registry requests may name by level and id"), (name = "status", description = "Workers, queue, recent activity, the status page, health, metrics"), (name = "admin", description = "Tenants and their tokens, worker drains (admin token only)"))
+    tags((name = "tasks", description = "Submit, follow and cancel evaluations"), (name = "rollouts", description = "Model completions in, rewards and next-turn feedback out"), (name = "episodes", description = "Multi-turn episodes: a first prompt, turns scored as rollouts, next prompts with feedback, discounted returns"), (name = "problems", description = "The problem registry requests may name by level and id"), (name = "status", description = "Workers, queue, recent activity, the status page, health, metrics"), (name = "admin", description = "Tenants and their tokens, worker drains (admin token only)"))
 )]
 /// The OpenAPI document of every route and schema, derived from the handlers' annotations
 /// and the wire types' doc comments.

@@ -22,7 +22,7 @@ use crucible_shared::rollout::{
     page_start, rollout_results,
 };
 use crucible_shared::{ApiError, BatchId, EvaluateRequest, TenantId, problem_hash};
-use crucible_task_manager::KvNamespace;
+use crucible_task_manager::{KvNamespace, Submitted};
 use serde::Deserialize;
 use std::time::Duration;
 use utoipa::IntoParams;
@@ -102,6 +102,30 @@ pub fn plan(
     Ok(out)
 }
 
+/// Places and submits a plan's evaluations as one batch of `tenant`'s and sets each record's
+/// task: the one submission path of rollouts and episode turns (`episodes`).
+pub async fn submit_plan(
+    state: &AppState,
+    tenant: &TenantId,
+    plan: &mut RolloutPlan,
+) -> Result<(BatchId, Vec<Submitted>), HttpError> {
+    // One class per group of rollouts of a problem (or the batch's `eval.device_class`).
+    placement::place_batch(state, &mut plan.requests, |_| {
+        "eval.device_class".to_owned()
+    })
+    .await?;
+    let specs = std::mem::take(&mut plan.requests)
+        .into_iter()
+        .map(spec_of)
+        .collect();
+    // A batch even when nothing is evaluated: its results are read the same way.
+    let (batch_id, submitted) = state.broker.submit_batch(tenant, specs).await?;
+    for (k, s) in submitted.iter().enumerate() {
+        plan.records[plan.evaluated[k]].task_id = Some(s.task_id.clone());
+    }
+    Ok((batch_id, submitted))
+}
+
 /// Score a batch of model completions: each rollout's kernel is extracted and evaluated,
 /// and `GET /batches/{batch_id}/results` streams its reward, components, result and feedback.
 /// Without `eval.device_class`, the rollouts of each problem (a GRPO group) are placed together
@@ -142,20 +166,7 @@ pub async fn submit_rollouts(
     {
         return Ok((StatusCode::ACCEPTED, Json(answer(BatchId(earlier), true))));
     }
-    // One class per group of rollouts of a problem (or the batch's `eval.device_class`).
-    placement::place_batch(&state, &mut plan.requests, |_| {
-        "eval.device_class".to_owned()
-    })
-    .await?;
-    let specs = std::mem::take(&mut plan.requests)
-        .into_iter()
-        .map(spec_of)
-        .collect();
-    // A batch even when nothing is evaluated: its results are read the same way.
-    let (batch_id, submitted) = broker.submit_batch(tenant, specs).await?;
-    for (k, s) in submitted.iter().enumerate() {
-        plan.records[plan.evaluated[k]].task_id = Some(s.task_id.clone());
-    }
+    let (batch_id, submitted) = submit_plan(&state, tenant, &mut plan).await?;
     let records = serde_json::to_string(&plan.records)
         .map_err(|e| ApiError::new(crucible_shared::ApiErrorCode::Internal, e.to_string()))?;
     broker

@@ -6,7 +6,7 @@ use crate::auth::{PAGE_PATH, SCRIPT_PATH, STYLE_PATH};
 use crate::error::not_found;
 use crate::state::AppState;
 use crate::status_page::{self, JSON_PATH};
-use crate::{admin, problem_sets, report, rollouts, routes};
+use crate::{admin, episodes, problem_sets, report, rollouts, routes};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
@@ -70,7 +70,18 @@ pub fn router(state: AppState) -> Router {
             post(problem_sets::post_problem_batch)
                 .layer(DefaultBodyLimit::max(EVALUATE_BODY_LIMIT)),
         )
-        .route("/batches/{id}/report", get(report::batch_report));
+        .route("/batches/{id}/report", get(report::batch_report))
+        // episodes (issue 17)
+        .route(
+            "/episodes",
+            post(episodes::start_episodes).layer(DefaultBodyLimit::max(EVALUATE_BODY_LIMIT)),
+        )
+        .route("/episodes/{id}", get(episodes::get_episode))
+        .route(
+            "/episodes/{id}/turns",
+            post(episodes::post_turn).layer(DefaultBodyLimit::max(EVALUATE_BODY_LIMIT)),
+        )
+        .route("/episodes/{id}/turns/{turn}", get(episodes::get_turn));
     Router::new()
         .merge(api)
         .merge(SwaggerUi::new(crate::auth::DOCS_PATH).url("/openapi.json", crate::openapi::doc()))

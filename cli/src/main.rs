@@ -6,6 +6,7 @@
 mod cancel_cmd;
 mod doctor;
 mod report_cmd;
+mod episodes_cmd;
 mod rollouts_cmd;
 mod tenants_cmd;
 mod timing_arg;
@@ -151,6 +152,11 @@ enum Command {
     /// A batch's report: correct rate, fast_p, speedups, hacks and decoys per level; prints a
     /// table and writes the JSON with `--json`.
     Report(report_cmd::ReportArgs),
+    /// Multi-turn episodes on a running service: start, post a turn, show.
+    Episodes {
+        #[command(subcommand)]
+        command: episodes_cmd::EpisodesCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -395,6 +401,7 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::ProbeGpu => unreachable!("handled before logging starts"),
+        Command::Episodes { command } => episodes_cmd::run(command).await,
     }
 }
 

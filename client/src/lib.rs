@@ -1,9 +1,11 @@
 //! The client side of Crucible: a typed async HTTP client (a bearer token when the server
 //! requires one; retries with backoff on 429, 503 and connection errors; rollout batches
 //! resubmitted under one idempotency key) used by
-//! trainers and by the `crucible` CLI, the multi-turn return helpers (`returns`) and the
+//! trainers and by the `crucible` CLI (episodes in `episodes`), the multi-turn return helpers
+//! (`returns`, from `crucible_shared::returns`) and the
 //! summary of a scored batch (`summary`).
 
+mod episodes;
 pub mod returns;
 pub mod summary;
 

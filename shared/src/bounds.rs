@@ -392,3 +392,53 @@ pub fn problem_set_level_schema() -> utoipa::openapi::Object {
         .minimum(Some(0))
         .build()
 }
+
+// Episodes (`episode`): Kevin-style multi-turn refinement, kernel_rl's defaults.
+
+/// `max_turns` of an episode: kernel_rl and Kevin refine up to 4 times.
+pub const EPISODE_TURNS: Bounds<u32> = Bounds {
+    default: 4,
+    min: 1,
+    max: 16,
+};
+/// `gamma` of an episode's discounted returns `R_t = s_t + γ·R_{t+1}` (kernel_rl: 0.4).
+pub const EPISODE_GAMMA: Bounds<f64> = Bounds {
+    default: 0.4,
+    min: 0.0,
+    max: 1.0,
+};
+/// `group_size` of `POST /episodes`: episodes of one problem started in one call (a GRPO
+/// group); 1 starts a single episode.
+pub const EPISODE_GROUP: Bounds<u32> = Bounds {
+    default: 1,
+    min: 1,
+    max: 64,
+};
+/// Most bytes of the previous turn's kernel a next-turn prompt quotes.
+pub const MAX_PROMPT_KERNEL_BYTES: usize = 32 * 1024;
+/// Most bytes of the previous turn's feedback a next-turn prompt quotes
+/// (`reward::feedback` is capped below it already; the cap holds whatever it becomes).
+pub const MAX_PROMPT_FEEDBACK_BYTES: usize = 2 * 1024;
+
+pub(crate) fn default_max_turns() -> u32 {
+    EPISODE_TURNS.default
+}
+pub(crate) fn default_gamma() -> f64 {
+    EPISODE_GAMMA.default
+}
+pub(crate) fn max_turns_schema() -> utoipa::openapi::Object {
+    EPISODE_TURNS.schema(true, "Most turns of the episode (kernel_rl, Kevin: 4).")
+}
+pub(crate) fn gamma_schema() -> utoipa::openapi::Object {
+    EPISODE_GAMMA.schema(
+        false,
+        "Discount of the returns `R_t = s_t + gamma * R_{t+1}` (kernel_rl: 0.4).",
+    )
+}
+pub(crate) fn episode_group_size_schema() -> utoipa::openapi::Object {
+    EPISODE_GROUP.schema(
+        true,
+        "Start this many episodes of the problem in one call (a GRPO group); they share the \
+         first prompt and a `group_id`.",
+    )
+}

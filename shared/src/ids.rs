@@ -91,3 +91,14 @@ impl TenantId {
         self.0 == BUILTIN_TENANT_ID
     }
 }
+
+string_id!(
+    /// A multi-turn episode (`POST /episodes`).
+    EpisodeId,
+    "e_"
+);
+string_id!(
+    /// The episodes of one problem started together (a GRPO group).
+    EpisodeGroupId,
+    "g_"
+);

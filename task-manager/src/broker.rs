@@ -273,4 +273,16 @@ pub trait Broker: TenantRegistry + Send + Sync + 'static {
     /// Cancels the queued tasks of deleted tenants whose deleting request stopped half way;
     /// returns how many. Reaches the tenant registry, so only the API's role runs it.
     async fn finish_tenant_deletions(&self) -> Result<u64, BrokerError>;
+
+    /// Stores `value` under `key` in `namespace` with `ttl` only when no live value is there,
+    /// in one atomic step: None when it stored it, else the value already there (untouched).
+    /// Of any number of callers racing for one key, exactly one stores (an episode's turn is
+    /// taken once, `api-server/src/episodes.rs`).
+    async fn kv_put_if_absent(
+        &self,
+        namespace: KvNamespace,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<Option<String>, BrokerError>;
 }

@@ -1,5 +1,6 @@
 //! The namespaces of the broker's small key-value cache: one enum, so every user of the cache
-//! (the worker's reference timings and builds, the API's rollout records and batch keys) is
+//! (the worker's reference timings and builds, the API's rollout records, batch keys and
+//! episodes) is
 //! named in one place, each with its own hit and miss counters. The names are part of the
 //! Redis key layout (`kv:<len>:<name>:<key>`, `kv:<name>:hits`) that deploy/redis.conf grants
 //! per role, so they must never change.
@@ -15,15 +16,18 @@ pub enum KvNamespace {
     Rollouts,
     /// Rollout batch idempotency keys, by tenant and key; the value is the batch id.
     RolloutBatchKeys,
+    /// Episodes and their turns, by episode id and `{episode}:{turn}` (the API's `episodes`).
+    Episodes,
 }
 
 impl KvNamespace {
     /// Every namespace, in [`KvNamespace::index`] order (the stats report each).
-    pub const ALL: [KvNamespace; 4] = [
+    pub const ALL: [KvNamespace; 5] = [
         KvNamespace::Ref,
         KvNamespace::Build,
         KvNamespace::Rollouts,
         KvNamespace::RolloutBatchKeys,
+        KvNamespace::Episodes,
     ];
 
     /// The name in keys and counters.
@@ -33,6 +37,7 @@ impl KvNamespace {
             KvNamespace::Build => "build",
             KvNamespace::Rollouts => "rollouts",
             KvNamespace::RolloutBatchKeys => "rollout-batch-keys",
+            KvNamespace::Episodes => "episodes",
         }
     }
 
@@ -74,7 +79,10 @@ mod tests {
     #[test]
     fn names_and_counters_keep_the_deployed_layout() {
         let names: Vec<&str> = KvNamespace::ALL.iter().map(|n| n.as_str()).collect();
-        assert_eq!(names, ["ref", "build", "rollouts", "rollout-batch-keys"]);
+        assert_eq!(
+            names,
+            ["ref", "build", "rollouts", "rollout-batch-keys", "episodes"]
+        );
         for (i, ns) in KvNamespace::ALL.into_iter().enumerate() {
             assert_eq!(ns.index(), i);
         }

@@ -8,6 +8,7 @@ mod activity;
 mod cancel;
 mod claims;
 mod drain;
+mod kv_if_absent;
 mod reaper_lease;
 mod state;
 mod submit;
@@ -497,15 +498,9 @@ impl Broker for MemoryBroker {
         value: &str,
         ttl: Duration,
     ) -> Result<(), BrokerError> {
-        let mut guard = self.lock();
-        let st = &mut *guard;
         let now = Instant::now();
-        st.kv
-            .insert((namespace, key.to_owned()), (value.to_owned(), now + ttl));
-        if st.kv.len() >= st.kv_sweep_at.max(KV_SWEEP_MIN) {
-            st.kv.retain(|_, (_, until)| *until > now);
-            st.kv_sweep_at = st.kv.len() * 2;
-        }
+        self.lock()
+            .store_kv((namespace, key.to_owned()), value, now + ttl, now);
         Ok(())
     }
 
@@ -547,5 +542,15 @@ impl Broker for MemoryBroker {
         // A deletion here cancels its tenant's tasks under the lock, in one step: none is
         // ever left half done.
         Ok(0)
+    }
+
+    async fn kv_put_if_absent(
+        &self,
+        namespace: KvNamespace,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<Option<String>, BrokerError> {
+        Ok(self.put_kv_if_absent(namespace, key, value, ttl))
     }
 }

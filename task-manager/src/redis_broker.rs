@@ -11,6 +11,7 @@ mod cancel;
 mod claim;
 mod drain;
 mod keys;
+mod kv_if_absent;
 mod reaper_lease;
 mod replicas;
 mod scripts;
@@ -574,5 +575,15 @@ impl Broker for RedisBroker {
 
     async fn finish_tenant_deletions(&self) -> Result<u64, BrokerError> {
         self.purge_deleted_tenants().await
+    }
+
+    async fn kv_put_if_absent(
+        &self,
+        namespace: KvNamespace,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<Option<String>, BrokerError> {
+        self.put_kv_if_absent(namespace, key, value, ttl).await
     }
 }

@@ -335,10 +335,28 @@ async fn each_role_does_its_whole_job_with_nothing_refused() {
 
     // Each role's own key-value namespaces.
     let ttl = Duration::from_secs(60);
-    for ns in [KvNamespace::Rollouts, KvNamespace::RolloutBatchKeys] {
+    for ns in [
+        KvNamespace::Rollouts,
+        KvNamespace::RolloutBatchKeys,
+        KvNamespace::Episodes,
+    ] {
         api.kv_put(ns, "k", "v", ttl).await.unwrap();
         assert_eq!(api.kv_get(ns, "k").await.unwrap().as_deref(), Some("v"));
     }
+    // An episode's turn is taken with a put-if-absent (`SET NX GET`).
+    assert_eq!(
+        api.kv_put_if_absent(KvNamespace::Episodes, "e:0", "a", ttl)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        api.kv_put_if_absent(KvNamespace::Episodes, "e:0", "b", ttl)
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("a")
+    );
     for ns in [KvNamespace::Ref, KvNamespace::Build] {
         worker.kv_put(ns, "k", "v", ttl).await.unwrap();
         assert_eq!(worker.kv_get(ns, "k").await.unwrap().as_deref(), Some("v"));

@@ -1,7 +1,8 @@
 """Python client of Crucible, the GPU kernel-evaluation service for RL trainers.
 
 ``Client`` / ``AsyncClient`` speak the HTTP API (evaluate one kernel; submit rollouts and
-stream their rewards; cancel tasks and batches); ``returns`` has the multi-turn helpers; the
+stream their rewards; cancel tasks and batches); ``episodes`` drives server-side multi-turn episodes (``Episode``, ``EpisodeGroup`` and their
+asyncio twins); ``returns`` has the multi-turn helpers; the
 trainer adapters are ``verl_reward`` (VERL's custom reward function), ``trl_reward`` (TRL's
 ``reward_funcs``) and ``tinker_env`` (a tinker_cookbook-style multi-turn environment).
 """
@@ -9,6 +10,7 @@ trainer adapters are ``verl_reward`` (VERL's custom reward function), ``trl_rewa
 from .aio import AsyncClient
 from .base import DEFAULT_URL, Submission, make_rollout, problem_ref
 from .client import Client
+from .episodes import AsyncEpisode, AsyncEpisodeGroup, Episode, EpisodeGroup
 from .errors import CrucibleError, NotEvaluated
 from .retry import RetryPolicy
 from .returns import DEFAULT_GAMMA, discounted_returns, stops_early
@@ -21,8 +23,12 @@ __all__ = [
     "DEFAULT_GAMMA",
     "DEFAULT_URL",
     "AsyncClient",
+    "AsyncEpisode",
+    "AsyncEpisodeGroup",
     "Client",
     "CrucibleError",
+    "Episode",
+    "EpisodeGroup",
     "KernelEnv",
     "KernelEnvGroupBuilder",
     "NotEvaluated",

@@ -34,7 +34,9 @@ from .base import (
     _rollout_batches,
     _submission,
 )
+from .base import _episode_body, _turn_body
 from .retry import DEFAULT_RETRY, RETRYABLE_ERRORS, RetryPolicy
+from .types import EpisodesStarted, EpisodeView, Profile, TurnView, Weights
 from .types import (
     Backend,
     BatchCancelResponse,
@@ -319,3 +321,64 @@ class AsyncClient(_Base):
     async def report(self, batch_id: str) -> BatchReport:
         """See ``Client.report``."""
         return await self._request("GET", f"/batches/{batch_id}/report")
+    async def start_episode(
+        self,
+        *,
+        problem: ProblemLike | None = None,
+        reference_code: str | None = None,
+        profile: Profile = "kernel_rl",
+        backend: Backend = "triton",
+        weights: Weights | None = None,
+        prompt_option: str = "zero_shot",
+        thinking: bool = False,
+        max_turns: int | None = None,
+        gamma: float | None = None,
+        early_stop_on_correct: bool = True,
+        speedup_threshold: float | None = None,
+        eval: EvalSettings | None = None,
+        group_size: int | None = None,
+    ) -> EpisodesStarted:
+        """See ``Client.start_episode``."""
+        body = _episode_body(
+            problem=problem,
+            reference_code=reference_code,
+            profile=profile,
+            backend=backend,
+            weights=weights,
+            prompt_option=prompt_option,
+            thinking=thinking,
+            max_turns=max_turns,
+            gamma=gamma,
+            early_stop_on_correct=early_stop_on_correct,
+            speedup_threshold=speedup_threshold,
+            eval=eval,
+            group_size=group_size,
+        )
+        return await self._request("POST", "/episodes", json=body, answers=frozenset({201}))
+
+    async def post_turn(
+        self, episode_id: str, completion: str, *, turn: int | None = None, wait: float = 0.0
+    ) -> TurnView:
+        """See ``Client.post_turn``."""
+        return await self._request(
+            "POST",
+            f"/episodes/{episode_id}/turns",
+            params={"wait": _check_wait(wait)},
+            json=_turn_body(completion, turn),
+            wait_s=wait,
+        )
+
+    async def episode(self, episode_id: str, *, wait: float = 0.0) -> EpisodeView:
+        """See ``Client.episode``."""
+        return await self._request(
+            "GET", f"/episodes/{episode_id}", params={"wait": _check_wait(wait)}, wait_s=wait
+        )
+
+    async def turn(self, episode_id: str, turn: int, *, wait: float = 0.0) -> TurnView:
+        """See ``Client.turn``."""
+        return await self._request(
+            "GET",
+            f"/episodes/{episode_id}/turns/{turn}",
+            params={"wait": _check_wait(wait)},
+            wait_s=wait,
+        )

@@ -352,3 +352,53 @@ class _Base:
         if delay is None:
             raise _exhausted(outcome, attempt)
         return False, delay
+
+
+def _episode_body(
+    *,
+    problem: ProblemLike | None,
+    reference_code: str | None,
+    profile: Profile,
+    backend: Backend,
+    weights: Weights | None,
+    prompt_option: str,
+    thinking: bool,
+    max_turns: int | None,
+    gamma: float | None,
+    early_stop_on_correct: bool,
+    speedup_threshold: float | None,
+    eval: EvalSettings | None,
+    group_size: int | None,
+) -> dict[str, Any]:
+    """The body of ``POST /episodes``; the server's defaults fill what is left out (max_turns
+    4, gamma 0.4)."""
+    if (problem is None) == (reference_code is None):
+        raise ValueError("give exactly one of problem and reference_code")
+    body: dict[str, Any] = {
+        "profile": profile,
+        "backend": backend,
+        "prompt_option": prompt_option,
+        "thinking": thinking,
+        "early_stop_on_correct": early_stop_on_correct,
+    }
+    if problem is not None:
+        body["problem"] = problem_ref(problem)
+    else:
+        body["reference_code"] = reference_code
+    optional = {
+        "weights": weights,
+        "max_turns": max_turns,
+        "gamma": gamma,
+        "speedup_threshold": speedup_threshold,
+        "eval": eval,
+        "group_size": group_size,
+    }
+    body.update({k: v for k, v in optional.items() if v is not None})
+    return body
+
+
+def _turn_body(completion: str, turn: int | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"completion": completion}
+    if turn is not None:
+        body["turn"] = turn
+    return body

@@ -34,7 +34,9 @@ from .base import (
     _rollout_batches,
     _submission,
 )
+from .base import _episode_body, _turn_body
 from .retry import DEFAULT_RETRY, RETRYABLE_ERRORS, RetryPolicy
+from .types import EpisodesStarted, EpisodeView, Profile, TurnView, Weights
 from .types import (
     Backend,
     BatchCancelResponse,
@@ -343,3 +345,70 @@ class Client(_Base):
         mean and geometric-mean speedup, hacks and decoys, per level and overall, of a
         ``/rollouts`` or ``/evaluate/batch`` batch."""
         return self._request("GET", f"/batches/{batch_id}/report")
+    def start_episode(
+        self,
+        *,
+        problem: ProblemLike | None = None,
+        reference_code: str | None = None,
+        profile: Profile = "kernel_rl",
+        backend: Backend = "triton",
+        weights: Weights | None = None,
+        prompt_option: str = "zero_shot",
+        thinking: bool = False,
+        max_turns: int | None = None,
+        gamma: float | None = None,
+        early_stop_on_correct: bool = True,
+        speedup_threshold: float | None = None,
+        eval: EvalSettings | None = None,
+        group_size: int | None = None,
+    ) -> EpisodesStarted:
+        """``POST /episodes``: start an episode of a problem (or ``group_size`` of them, a GRPO
+        group) and get its first prompt; ``episodes.Episode`` / ``EpisodeGroup`` drive it."""
+        body = _episode_body(
+            problem=problem,
+            reference_code=reference_code,
+            profile=profile,
+            backend=backend,
+            weights=weights,
+            prompt_option=prompt_option,
+            thinking=thinking,
+            max_turns=max_turns,
+            gamma=gamma,
+            early_stop_on_correct=early_stop_on_correct,
+            speedup_threshold=speedup_threshold,
+            eval=eval,
+            group_size=group_size,
+        )
+        return self._request("POST", "/episodes", json=body, answers=frozenset({201}))
+
+    def post_turn(
+        self, episode_id: str, completion: str, *, turn: int | None = None, wait: float = 0.0
+    ) -> TurnView:
+        """``POST /episodes/{id}/turns``: the completion of a turn, waiting up to ``wait``
+        seconds for its reward (``status`` ``pending`` if it is not scored by then). Posting the
+        same completion again is safe: the same turn comes back (a ``failed`` one is evaluated
+        again); another completion for a taken turn is a CrucibleError (409)."""
+        return self._request(
+            "POST",
+            f"/episodes/{episode_id}/turns",
+            params={"wait": _check_wait(wait)},
+            json=_turn_body(completion, turn),
+            wait_s=wait,
+        )
+
+    def episode(self, episode_id: str, *, wait: float = 0.0) -> EpisodeView:
+        """``GET /episodes/{id}``: every turn so far, long-polling up to ``wait`` seconds for
+        the last one."""
+        return self._request(
+            "GET", f"/episodes/{episode_id}", params={"wait": _check_wait(wait)}, wait_s=wait
+        )
+
+    def turn(self, episode_id: str, turn: int, *, wait: float = 0.0) -> TurnView:
+        """``GET /episodes/{id}/turns/{turn}``, long-polling up to ``wait`` seconds while it
+        is evaluated."""
+        return self._request(
+            "GET",
+            f"/episodes/{episode_id}/turns/{turn}",
+            params={"wait": _check_wait(wait)},
+            wait_s=wait,
+        )

@@ -566,3 +566,90 @@ ENUMS: dict[str, object] = {
     "Split": Split,
     "ReportSource": ReportSource,
 }
+
+
+# Episodes (``POST /episodes``, docs/ENVIRONMENT.md "Episodes").
+
+PromptOption = Literal["zero_shot", "one_shot", "few_shot", "raicl"]
+TurnStatus = Literal["pending", "scored", "failed"]
+
+
+class PromptSettings(TypedDict):
+    """How a prompt was asked for."""
+
+    option: PromptOption
+    backend: Backend
+    thinking: bool
+
+
+class Prompt(TypedDict):
+    """A prompt ready for the model: ``text``, how it was asked for, its worked examples."""
+
+    text: str
+    settings: PromptSettings
+    examples: list[str]
+
+
+class _EpisodesStartedRequired(TypedDict):
+    episode_id: str
+    episode_ids: list[str]
+    prompt: Prompt
+    max_turns: int
+    gamma: float
+
+
+class EpisodesStarted(_EpisodesStartedRequired, total=False):
+    """``POST /episodes``: the episode ids (one, or a group's) and the first prompt."""
+
+    group_id: str | None
+
+
+class _TurnViewRequired(TypedDict):
+    episode_id: str
+    turn: int
+    status: TurnStatus
+    batch_id: str
+    feedback: str
+    done: bool
+
+
+class TurnView(_TurnViewRequired, total=False):
+    """One turn: ``reward`` (None while ``pending`` and for a ``failed`` turn: post the same
+    completion again), ``feedback``, ``done``, the ``next_prompt``, and once done the
+    ``returns`` of every turn."""
+
+    reward: float | None
+    rollout: RolloutResult | None
+    next_prompt: Prompt | None
+    returns: list[float] | None
+
+
+class _EpisodeViewRequired(TypedDict):
+    episode_id: str
+    problem_hash: str
+    profile: Profile
+    max_turns: int
+    gamma: float
+    prompt: Prompt
+    turns: list[TurnView]
+    done: bool
+
+
+class EpisodeView(_EpisodeViewRequired, total=False):
+    """``GET /episodes/{id}``: every turn so far, and once done the returns."""
+
+    group_id: str | None
+    problem: ProblemRef | None
+    returns: list[float] | None
+
+
+SCHEMAS.update(
+    {
+        "PromptSettings": PromptSettings,
+        "Prompt": Prompt,
+        "EpisodesStarted": EpisodesStarted,
+        "TurnView": TurnView,
+        "EpisodeView": EpisodeView,
+    }
+)
+ENUMS.update({"PromptOption": PromptOption, "TurnStatus": TurnStatus})

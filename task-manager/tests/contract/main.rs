@@ -13,6 +13,7 @@ mod cancel;
 mod classes;
 mod drain;
 mod kv;
+mod kv_if_absent;
 mod leases;
 mod priorities;
 mod queue_bytes;
