@@ -62,6 +62,19 @@ if [[ "${SUITE:-smoke}" == rollouts ]]; then
     | tee "$OUT/table.txt"
   cat "$OUT/summary.txt"
   exit $rc
+elif [[ "${SUITE:-smoke}" == episodes ]]; then
+  # scripts/gpu-episodes.sh: a level-1 slice as a problem set, multi-turn episodes with
+  # scripted completions, and a checkpoint batch's report, by the Python client (httpx from
+  # the bundle); then the same report through `crucible report`.
+  PYTHONPATH="$BUNDLE/pylib:clients/python" "$PY" scripts/gpu-episodes/run.py \
+    --api "http://127.0.0.1:$API_PORT" --manifest scripts/gpu-smoke/candidates/manifest.json \
+    --candidates scripts/gpu-smoke/candidates --out "$OUT" "$@" | tee "$OUT/episodes.txt"
+  rc=${PIPESTATUS[0]}
+  if [[ -s "$OUT/checkpoint_batch.txt" ]]; then
+    "$BUNDLE/bin/crucible" report "$(cat "$OUT/checkpoint_batch.txt")" \
+      --url "http://127.0.0.1:$API_PORT" --json "$OUT/report-cli.json" | tee "$OUT/report-cli.txt"
+  fi
+  exit $rc
 elif [[ "${SUITE:-smoke}" == parity ]]; then
   # scripts/gpu-parity.sh: the measurement options (precision, timing_method,
   # reference_backend) on real problems with our Triton candidates.
