@@ -36,6 +36,9 @@ pub const BEARER_SCHEME: &str = "bearer";
         crate::admin::drain_worker,
         routes::health,
         routes::metrics,
+        // prompts branch (issue 17): first-turn prompts.
+        crate::prompts::problem_prompt,
+        crate::prompts::prompt,
     ),
     components(schemas(
         crucible_shared::DrainRequested,
@@ -97,6 +100,11 @@ pub const BEARER_SCHEME: &str = "bearer";
         crucible_shared::VerdictCounts,
         crucible_shared::RecentFailure,
         crucible_shared::CacheRate,
+        // prompts branch (issue 17): first-turn prompts.
+        crucible_shared::prompt::PromptOption,
+        crucible_shared::prompt::PromptSettings,
+        crucible_shared::prompt::PromptRequest,
+        crucible_shared::prompt::Prompt,
     )),
     tags((name = "tasks", description = "Submit, follow and cancel evaluations"), (name = "rollouts", description = "Model completions in, rewards and next-turn feedback out"), (name = "problems", description = "The problem registry requests may name by level and id"), (name = "status", description = "Workers, queue, recent activity, the status page, health, metrics"), (name = "admin", description = "Tenants and their tokens, worker drains (admin token only)"))
 )]

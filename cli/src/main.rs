@@ -4,6 +4,7 @@
 //! `CRUCIBLE_TOKEN`) when it requires one, or check a node (`crucible doctor`).
 
 mod cancel_cmd;
+mod corpus_cmd;
 mod doctor;
 mod rollouts_cmd;
 mod tenants_cmd;
@@ -147,6 +148,11 @@ enum Command {
     /// Check the CUDA device in this process (used by workers).
     #[command(hide = true)]
     ProbeGpu,
+    /// Build and search the RA-ICL kernel corpus index (`CRUCIBLE_CORPUS`).
+    Corpus {
+        #[command(subcommand)]
+        command: corpus_cmd::CorpusCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -370,6 +376,7 @@ async fn main() -> anyhow::Result<()> {
             }
         },
         Command::Tenants { command } => tenants_cmd::run(command).await,
+        Command::Corpus { command } => corpus_cmd::run(command),
         Command::Workers { command } => workers_cmd::run(command).await,
         Command::Cancel { id, remote } => cancel_cmd::run(&id, remote).await,
         Command::Doctor(args) => {
@@ -413,6 +420,7 @@ async fn up(
 ) -> anyhow::Result<()> {
     let cfg = BrokerConfig::from_env()?;
     let problems = crucible_api_server::problems::load_from_env().context("problem registry")?;
+    let prompts = crucible_api_server::prompts::config::load_from_env().context("prompts")?;
     // Bound first: authentication is decided from the address actually bound, and a public one
     // without an admin token is refused before any worker starts.
     let listener = tokio::net::TcpListener::bind(&bind)
@@ -439,6 +447,7 @@ async fn up(
     // no other port is opened.
     let state = crucible_api_server::AppState::new(broker.clone(), auth)
         .with_problems(problems)
+        .with_prompts(prompts)
         .with_limits(crucible_api_server::ServeLimits::from_env()?);
     let registry = state.metrics.registry();
     registry.register(Box::new(build_info(Component::Up)))?;

@@ -28,6 +28,7 @@ from .base import (
     _finished_view,
     _headers,
     _poll_wait,
+    _prompt_body,
     _read_timeout,
     _rollout_batches,
     _submission,
@@ -42,6 +43,8 @@ from .types import (
     HealthStatus,
     Problem,
     ProblemInfo,
+    Prompt,
+    PromptOption,
     QueueStatus,
     Rollout,
     RolloutResult,
@@ -274,3 +277,17 @@ class AsyncClient(_Base):
         submission = await self.submit_rollouts(rollouts, eval, idempotency_key)
         results = await self.wait_results(submission, wait=wait, timeout=timeout)
         return [results[r["id"]] for r in rollouts]
+
+    async def prompt(
+        self,
+        problem: ProblemLike | None = None,
+        *,
+        reference_code: str | None = None,
+        option: PromptOption = "zero_shot",
+        backend: Backend = "triton",
+        thinking: bool = False,
+        k: int | None = None,
+    ) -> Prompt:
+        """See ``Client.prompt``."""
+        body = _prompt_body(problem, reference_code, option, backend, thinking, k)
+        return await self._request("POST", "/prompts", json=body)

@@ -456,3 +456,43 @@ ENUMS: dict[str, object] = {
     "DeviceKind": DeviceKind,
     "BuildSource": BuildSource,
 }
+
+
+# prompts (issue 17): first-turn prompts.
+
+#: Which examples a first-turn prompt carries (docs/ENVIRONMENT.md, "Prompts").
+PromptOption = Literal["zero_shot", "one_shot", "few_shot", "raicl"]
+
+
+class PromptSettings(TypedDict, total=False):
+    """How a prompt is asked for; every key may be left out. ``k``: few_shot 1-3 (default 3),
+    raicl 1-8 (default 3); in a prompt's settings, the number used."""
+
+    option: PromptOption
+    backend: Backend
+    thinking: bool
+    k: int | None
+
+
+class PromptRequest(TypedDict, total=False):
+    """``POST /prompts``: a registered ``problem`` or its ``reference_code``, and settings."""
+
+    problem: ProblemRef | None
+    reference_code: str | None
+    settings: PromptSettings
+
+
+class Prompt(TypedDict):
+    """A first-turn prompt: the text, its settings, the ids of its examples and the format
+    the response must follow (also inside ``text``)."""
+
+    text: str
+    settings: PromptSettings
+    examples: list[str]
+    response_format: str
+
+
+SCHEMAS.update(
+    {"PromptSettings": PromptSettings, "PromptRequest": PromptRequest, "Prompt": Prompt}
+)
+ENUMS["PromptOption"] = PromptOption
