@@ -2,7 +2,7 @@
 //! whole), opened read-only, searched with BM25 over code and description, filtered to one
 //! backend and never returning the entries of an excluded problem.
 
-use crate::query::ProblemQuery;
+use crate::query::{ProblemQuery, is_boilerplate};
 use crate::{CorpusEntry, CorpusError};
 use crucible_shared::Backend;
 use serde::{Deserialize, Serialize};
@@ -16,8 +16,17 @@ use tantivy::{Index, IndexReader, TantivyDocument, Term, doc};
 const MANIFEST: &str = "crucible-corpus.json";
 /// Bumped when the schema changes: an index of another format is refused, not misread.
 const FORMAT: u32 = 1;
-/// How much more an operator the problem calls weighs than any other word of its source.
+/// How much an operator the problem calls weighs against the operators an entry's problem
+/// calls (its `ops` field), a class shared with them (GELU and Tanh: elementwise), and a word
+/// of the problem's source (not boilerplate) in an entry's code or description.
 const OP_BOOST: f32 = 3.0;
+const CLASS_BOOST: f32 = 2.0;
+/// The score an entry of the problem's kind (the class of highest precedence:
+/// `query::ProblemQuery::kind`) gets on top of its BM25 score: more than any BM25 score here
+/// reaches, so every entry of the kind ranks above every entry of another (an L1 norm's `abs`
+/// does not make it the nearest example for Softsign), and BM25 orders within each.
+const KIND_SCORE: f32 = 1000.0;
+const WORD_BOOST: f32 = 1.0;
 /// The indexing writer's memory (tantivy's minimum is 15 MB per thread; one thread).
 const WRITER_BUDGET_BYTES: usize = 32 << 20;
 
@@ -40,6 +49,11 @@ struct Fields {
     description: Field,
     code: Field,
     problem_hash: Field,
+    /// The operators the entry's problem calls and their classes (from its description, or
+    /// its code when the description names none): indexed, not stored.
+    ops: Field,
+    /// The kind of the entry's problem (`matmul`, `elementwise`, ...), when it has one.
+    kind: Field,
 }
 
 fn schema() -> (Schema, Fields) {
@@ -50,6 +64,8 @@ fn schema() -> (Schema, Fields) {
         description: b.add_text_field("description", TEXT | STORED),
         code: b.add_text_field("code", TEXT | STORED),
         problem_hash: b.add_text_field("problem_hash", STRING | STORED),
+        ops: b.add_text_field("ops", TEXT),
+        kind: b.add_text_field("kind", STRING),
     };
     (b.build(), fields)
 }
@@ -94,7 +110,11 @@ fn write_index(entries: &[CorpusEntry], dir: &Path) -> Result<BuildSummary, Corp
     let index = Index::create_in_dir(dir, schema)?;
     let mut writer = index.writer_with_num_threads(1, WRITER_BUDGET_BYTES)?;
     for e in entries {
+        let problem = entry_query(e);
+        let mut ops = problem.op_words();
+        ops.extend(problem.class_words().into_iter().map(str::to_string));
         let mut document = doc!(
+            f.ops => ops.join(" "),
             f.id => e.id.as_str(),
             f.backend => e.backend.as_str(),
             f.description => e.description.as_str(),
@@ -102,6 +122,9 @@ fn write_index(entries: &[CorpusEntry], dir: &Path) -> Result<BuildSummary, Corp
         );
         if let Some(hash) = &e.problem_hash {
             document.add_text(f.problem_hash, hash);
+        }
+        if let Some(kind) = problem.kind() {
+            document.add_text(f.kind, kind);
         }
         writer.add_document(document)?;
     }
@@ -121,6 +144,17 @@ fn write_index(entries: &[CorpusEntry], dir: &Path) -> Result<BuildSummary, Corp
         source,
     })?;
     Ok(summary)
+}
+
+/// The problem an entry solves, as a query: from its description, or its code when the
+/// description names no operator.
+fn entry_query(e: &CorpusEntry) -> ProblemQuery {
+    let q = ProblemQuery::from_reference(&e.description);
+    if q.ops.is_empty() {
+        ProblemQuery::from_reference(&e.code)
+    } else {
+        q
+    }
 }
 
 /// One retrieved entry and its BM25 score.
@@ -198,24 +232,42 @@ impl Corpus {
     ) -> Result<Vec<Hit>, CorpusError> {
         let f = &self.fields;
         let mut words: Vec<(Box<dyn Query>, Occur)> = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        let op_words = query.op_words().join(" ");
-        for (text, boost) in [(op_words.as_str(), OP_BOOST), (query.text.as_str(), 1.0)] {
-            for token in self.tokens(text)? {
-                if !seen.insert(token.clone()) {
-                    continue;
-                }
-                for field in [f.code, f.description] {
-                    let term = TermQuery::new(
-                        Term::from_field_text(field, &token),
-                        IndexRecordOption::WithFreqs,
-                    );
-                    words.push((
-                        Box::new(BoostQuery::new(Box::new(term), boost)),
-                        Occur::Should,
-                    ));
-                }
+        if let Some(kind) = query.kind() {
+            let term = TermQuery::new(
+                Term::from_field_text(f.kind, kind),
+                IndexRecordOption::Basic,
+            );
+            words.push((
+                Box::new(ConstScoreQuery::new(Box::new(term), KIND_SCORE)),
+                Occur::Should,
+            ));
+        }
+        let mut add = |field, token: &str, boost| {
+            let term = TermQuery::new(
+                Term::from_field_text(field, token),
+                IndexRecordOption::WithFreqs,
+            );
+            words.push((
+                Box::new(BoostQuery::new(Box::new(term), boost)),
+                Occur::Should,
+            ));
+        };
+        let op_words = self.tokens(&query.op_words().join(" "))?;
+        for token in &op_words {
+            add(f.ops, token, OP_BOOST);
+            add(f.code, token, WORD_BOOST);
+            add(f.description, token, WORD_BOOST);
+        }
+        for class in query.class_words() {
+            add(f.ops, class, CLASS_BOOST);
+        }
+        let mut seen: std::collections::HashSet<String> = op_words.into_iter().collect();
+        for token in self.tokens(&query.text)? {
+            if is_boilerplate(&token) || !seen.insert(token.clone()) {
+                continue;
             }
+            add(f.code, &token, WORD_BOOST);
+            add(f.description, &token, WORD_BOOST);
         }
         if words.is_empty() || k == 0 {
             return Ok(Vec::new());

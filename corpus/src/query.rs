@@ -25,6 +25,154 @@ const NOT_OPS: [&str; 16] = [
     "no_grad",
 ];
 
+/// Operator classes: what kind of kernel an operator needs. A problem and an example share a
+/// class when their operators differ (GELU and Tanh: both elementwise), which BM25 over names
+/// alone cannot see. Names are the last part of an operator, lowercased. In order of
+/// precedence: the first class a problem's operators fall in is its kind (a linear layer with
+/// a ReLU is a matmul kernel with an epilogue; an L1 norm is a reduction, not an elementwise
+/// kernel).
+const OP_CLASSES: [(&str, &[&str]); 7] = [
+    (
+        "matmul",
+        &[
+            "matmul",
+            "mm",
+            "bmm",
+            "addmm",
+            "linear",
+            "einsum",
+            "baddbmm",
+            "matrix_multiplication",
+        ],
+    ),
+    (
+        "convolution",
+        &[
+            "conv1d",
+            "conv2d",
+            "conv3d",
+            "convtranspose1d",
+            "convtranspose2d",
+            "convtranspose3d",
+            "conv_transpose2d",
+        ],
+    ),
+    (
+        "normalization",
+        &[
+            "batchnorm1d",
+            "batchnorm2d",
+            "batchnorm3d",
+            "layernorm",
+            "layer_norm",
+            "groupnorm",
+            "group_norm",
+            "instancenorm2d",
+            "rmsnorm",
+            "batch_norm",
+        ],
+    ),
+    (
+        "pooling",
+        &[
+            "maxpool1d",
+            "maxpool2d",
+            "maxpool3d",
+            "avgpool1d",
+            "avgpool2d",
+            "avgpool3d",
+        ],
+    ),
+    (
+        "softmax",
+        &["softmax", "log_softmax", "logsoftmax", "softmin"],
+    ),
+    (
+        "reduction",
+        &[
+            "sum",
+            "mean",
+            "max",
+            "min",
+            "amax",
+            "amin",
+            "argmax",
+            "argmin",
+            "prod",
+            "norm",
+            "var",
+            "std",
+            "cumsum",
+            "cumprod",
+            "logsumexp",
+        ],
+    ),
+    (
+        "elementwise",
+        &[
+            "relu",
+            "relu6",
+            "leaky_relu",
+            "leakyrelu",
+            "gelu",
+            "sigmoid",
+            "tanh",
+            "silu",
+            "swish",
+            "elu",
+            "selu",
+            "celu",
+            "softplus",
+            "softsign",
+            "hardtanh",
+            "hardsigmoid",
+            "hardswish",
+            "mish",
+            "abs",
+            "exp",
+            "log",
+            "sqrt",
+            "rsqrt",
+            "pow",
+            "clamp",
+            "add",
+            "mul",
+            "sub",
+            "div",
+            "neg",
+            "erf",
+            "sin",
+            "cos",
+            "where",
+            "maximum",
+            "minimum",
+        ],
+    ),
+];
+
+/// Words of a `Model` class that every problem has (Python, torch, docstring boilerplate):
+/// left out of the query, where their many matches in long code would outweigh an operator.
+const BOILERPLATE: [&str; 40] = [
+    "self", "def", "return", "class", "model", "module", "nn", "torch", "tensor", "super", "init",
+    "forward", "x", "args", "returns", "input", "output", "shape", "of", "the", "a", "an", "to",
+    "with", "and", "as", "same", "applies", "applied", "simple", "that", "performs", "int",
+    "float", "float32", "none", "is", "in", "on", "for",
+];
+
+/// The class of an operator word (`gelu` is elementwise), if it has one.
+pub fn op_class(op_word: &str) -> Option<&'static str> {
+    let word = op_word.to_ascii_lowercase();
+    OP_CLASSES
+        .iter()
+        .find(|(_, ops)| ops.contains(&word.as_str()))
+        .map(|(class, _)| *class)
+}
+
+/// Whether a lowercased token of a `Model` class is boilerplate every problem shares.
+pub fn is_boilerplate(token: &str) -> bool {
+    BOILERPLATE.contains(&token) || token.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// A problem's search: its operators and the rest of its `Model` source.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ProblemQuery {
@@ -60,6 +208,26 @@ impl ProblemQuery {
             }
         }
         words
+    }
+
+    /// Its kind: the class of highest precedence among its operators' classes.
+    pub fn kind(&self) -> Option<&'static str> {
+        let classes = self.class_words();
+        OP_CLASSES
+            .iter()
+            .map(|(class, _)| *class)
+            .find(|class| classes.contains(class))
+    }
+
+    /// The classes of its operators, each once.
+    pub fn class_words(&self) -> Vec<&'static str> {
+        let mut classes = Vec::new();
+        for class in self.op_words().iter().filter_map(|w| op_class(w)) {
+            if !classes.contains(&class) {
+                classes.push(class);
+            }
+        }
+        classes
     }
 }
 
@@ -216,6 +384,27 @@ def get_inputs():
             ["Conv2d", "gelu", "matmul", "softmax", "sum", "mean"]
         );
         assert!(q.text.contains("Conv, then GELU") && !q.text.contains("get_inputs"));
+        assert_eq!(
+            q.class_words(),
+            [
+                "convolution",
+                "elementwise",
+                "matmul",
+                "softmax",
+                "reduction"
+            ]
+        );
+        assert_eq!(q.kind(), Some("matmul"));
+        assert_eq!(
+            ProblemQuery::from_reference("y = x / torch.sum(torch.abs(x), dim=1)").kind(),
+            Some("reduction")
+        );
+        assert_eq!(
+            ProblemQuery::from_reference("y = torch.relu(x)").kind(),
+            Some("elementwise")
+        );
+        assert_eq!(ProblemQuery::from_reference("y = x").kind(), None);
+        assert!(is_boilerplate("self") && is_boilerplate("1") && !is_boilerplate("gelu"));
     }
 
     #[test]

@@ -84,7 +84,7 @@ fn build_files(dir: &Path) -> Files {
     files
 }
 
-async fn start(test: &str, env: &[(&str, &Path)]) -> (Proc, Api) {
+async fn start(logs: &Path, env: &[(&str, &Path)]) -> (Proc, Api) {
     let port = free_port();
     let mut cmd = up_command(port);
     cmd.env_remove("KERNELBENCH_ROOT")
@@ -93,20 +93,20 @@ async fn start(test: &str, env: &[(&str, &Path)]) -> (Proc, Api) {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let up = Proc::spawn("crucible-up", cmd, &log_dir(test));
+    let up = Proc::spawn("crucible-up", cmd, logs);
     let api = Api::new(port);
     api.wait_ready().await;
     (up, api)
 }
 
 /// A server that must refuse to start: its exit status and log, within a deadline.
-fn refused_start(test: &str, env: &[(&str, &Path)]) -> String {
+fn refused_start(logs: &Path, env: &[(&str, &Path)]) -> String {
     let mut cmd = up_command(free_port());
     cmd.env_remove("KERNELBENCH_ROOT");
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut proc = Proc::spawn("refused", cmd, &log_dir(test));
+    let mut proc = Proc::spawn("refused", cmd, logs);
     let deadline = Instant::now() + Duration::from_secs(60);
     let status = loop {
         if let Some(status) = proc.exited() {
@@ -134,10 +134,10 @@ fn ids(prompt: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_option_from_a_live_api_and_retrieval_finds_the_family_never_the_problem() {
-    let test = "prompts-options";
-    let files = build_files(&log_dir(test));
+    let logs = log_dir("prompts-options");
+    let files = build_files(&logs);
     let (_up, api) = start(
-        test,
+        &logs,
         &[
             ("CRUCIBLE_PROBLEMS", &files.registry),
             ("CRUCIBLE_CORPUS", &files.index),
@@ -267,8 +267,7 @@ async fn every_option_from_a_live_api_and_retrieval_finds_the_family_never_the_p
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn templates_override_the_words_and_bad_configuration_stops_the_server() {
-    let test = "prompts-config";
-    let dir = log_dir(test);
+    let dir = log_dir("prompts-config");
     let registry = repo_root().join("tests/rollouts/problems.jsonl");
     let templates = dir.join("templates");
     let _ = std::fs::remove_dir_all(&templates);
@@ -280,7 +279,7 @@ async fn templates_override_the_words_and_bad_configuration_stops_the_server() {
     .unwrap();
     {
         let (_up, api) = start(
-            test,
+            &dir,
             &[
                 ("CRUCIBLE_PROBLEMS", &registry),
                 ("CRUCIBLE_PROMPT_TEMPLATES", &templates),
@@ -302,12 +301,12 @@ async fn templates_override_the_words_and_bad_configuration_stops_the_server() {
     }
 
     std::fs::write(templates.join("example.txt"), "{code}\n{solution}\n").unwrap();
-    let log = refused_start(test, &[("CRUCIBLE_PROMPT_TEMPLATES", &templates)]);
+    let log = refused_start(&dir, &[("CRUCIBLE_PROMPT_TEMPLATES", &templates)]);
     assert!(
         log.contains("example.txt line 2: unknown placeholder {solution}"),
         "{log}"
     );
-    let log = refused_start(test, &[("CRUCIBLE_CORPUS", &templates)]);
+    let log = refused_start(&dir, &[("CRUCIBLE_CORPUS", &templates)]);
     assert!(log.contains("is not a kernel corpus index"), "{log}");
 }
 

@@ -90,3 +90,22 @@ fn an_existing_directory_is_kept_unless_replaced_and_other_directories_are_refus
     let err = Corpus::open(&out).unwrap_err().to_string();
     assert!(err.contains("format 99"), "{err}");
 }
+
+#[test]
+fn an_entry_of_the_problems_kind_ranks_above_one_that_shares_an_operator_only() {
+    let model = |body: &str| {
+        format!("class Model(nn.Module):\n    def forward(self, x):\n        return {body}\n")
+    };
+    let mut l1 = entry("l1norm", Backend::Triton, "abs, row sum, divide", None);
+    l1.description = model("x / torch.sum(torch.abs(x), dim=1, keepdim=True)");
+    let mut tanh = entry("tanh", Backend::Triton, "one load, tanh, one store", None);
+    tanh.description = model("torch.tanh(x)");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("index");
+    build_index(&[l1, tanh], &out, false).unwrap();
+    let c = Corpus::open(&out).unwrap();
+    let softsign = ProblemQuery::from_reference(&model("x / (1 + torch.abs(x))"));
+    assert_eq!(softsign.kind(), Some("elementwise"));
+    let hits = c.search(&softsign, Backend::Triton, 2, None).unwrap();
+    assert_eq!(ids(&hits), ["tanh", "l1norm"]);
+}
