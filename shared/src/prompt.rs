@@ -73,8 +73,6 @@ pub struct PromptSettings {
     /// How many examples a `few_shot` (1-3, default 3) or `raicl` (1-8, default 3) prompt
     /// carries; only those options take it. In a prompt's settings: the number used.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1, maximum = 8)]
-    #[param(minimum = 1, maximum = 8)]
     pub k: Option<u32>,
 }
 

@@ -5,6 +5,8 @@
 //! a problem of the same operator family, and none solves the problem itself); the
 //! configuration faults that stop the server; the CLI's refusal of a bad corpus line.
 
+use crucible_shared::prompt::{PromptOption, PromptRequest, PromptSettings};
+use crucible_shared::{Backend, ProblemRef};
 use crucible_tests::*;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -210,6 +212,30 @@ async fn every_option_from_a_live_api_and_retrieval_finds_the_family_never_the_p
     assert_eq!(status, 200, "{posted}");
     assert_eq!(ids(&posted), ids(&raicl));
     assert_eq!(posted["text"], raicl["text"]);
+
+    // The Rust client asks the same of both routes.
+    let client = crucible_client::Client::new(api.base.clone());
+    let settings = PromptSettings {
+        option: PromptOption::Raicl,
+        ..PromptSettings::default()
+    };
+    let by_get = client.prompt(1, 1006, &settings).await.unwrap();
+    assert_eq!(serde_json::to_value(&by_get).unwrap(), raicl);
+    let by_post = client
+        .prompt_for(&PromptRequest {
+            problem: Some(ProblemRef { level: 1, id: 1006 }),
+            reference_code: None,
+            settings: PromptSettings {
+                option: PromptOption::FewShot,
+                backend: Backend::Cuda,
+                thinking: true,
+                k: Some(1),
+            },
+        })
+        .await
+        .unwrap();
+    assert_eq!(by_post.examples, ["builtin/leaky_relu.cuda"]);
+    assert!(by_post.response_format.contains("<think>"));
 
     // Bad asks: named fields, the right statuses.
     for (query, field) in [("?option=zero_shot&k=2", "k"), ("?option=raicl&k=99", "k")] {
