@@ -245,7 +245,10 @@ mod tests {
         };
         let p = first_turn("class Model: pass", &settings, &[example]);
         assert!(p.text.contains("class Model: pass"));
-        assert!(p.text.contains("Example 1:\nadds two tensors"));
+        assert!(
+            p.text
+                .contains("Example 1, a problem:\n```python\nadds two tensors\n```")
+        );
         assert!(p.text.contains("<think>") && p.text.contains("<KERNEL>"));
         assert_eq!(p.examples, ["add"]);
         let zero = first_turn("class Model: pass", &PromptSettings::default(), &[]);

@@ -319,7 +319,7 @@ async fn templates_override_the_words_and_bad_configuration_stops_the_server() {
             text.starts_with("Our own words for {ModelNew} in Triton"),
             "{text}"
         );
-        assert!(text.contains("Example 1:") && text.contains("torch.softmax"));
+        assert!(text.contains("Example 1, a problem:") && text.contains("torch.softmax"));
         // No corpus configured: RA-ICL is refused and says how to configure one.
         let (status, err) = api.get("/problems/1/23/prompt?option=raicl").await;
         assert_eq!(status, 409, "{err}");
