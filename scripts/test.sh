@@ -36,6 +36,9 @@ fi
 "$CRUCIBLE_PYTHON" tests/harness/check_triton_aot.py
 # Every environment variable the binaries read is documented in .env.example.
 "$CRUCIBLE_PYTHON" scripts/check_env_example.py
+# The built-in worked examples of one- and few-shot prompts: Triton ones run on CPU through the
+# Triton interpreter against their Model, CUDA ones parsed and their build checked.
+"$CRUCIBLE_PYTHON" scripts/check_worked_examples.py
 # No source file over 600 lines, no import circle between a crate's files.
 "$CRUCIBLE_PYTHON" scripts/check_layout.py
 # deploy/: the alert rules and their unit tests, the dashboard, a staged install of every role

@@ -93,6 +93,9 @@ pub async fn start_episodes(
         option: request.prompt_option,
         backend: request.backend,
         thinking: request.thinking,
+        // few_shot and raicl carry the server's default number of examples (kernel_rl's
+        // raicl_k, 3).
+        k: None,
     };
     let prompt = first_prompt(&state, &reference_code, request.problem, &settings)?;
     let group_id = request.group_size.map(|_| EpisodeGroupId::random());

@@ -55,6 +55,7 @@ async fn main() -> anyhow::Result<()> {
     let problems = crucible_api_server::problems::load_from_env().context("problem registry")?;
     let state = AppState::new(broker, auth)
         .with_problems(problems)
+        .with_prompts(crucible_api_server::prompts::config::load_from_env().context("prompts")?)
         .with_limits(crucible_api_server::ServeLimits::from_env()?);
     state
         .metrics

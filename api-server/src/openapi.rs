@@ -45,6 +45,9 @@ pub const BEARER_SCHEME: &str = "bearer";
         crate::episodes::post_turn,
         crate::episodes::get_episode,
         crate::episodes::get_turn,
+        // prompts branch (issue 17): first-turn prompts.
+        crate::prompts::problem_prompt,
+        crate::prompts::prompt,
     ),
     components(schemas(
         crucible_shared::DrainRequested,
@@ -124,9 +127,11 @@ pub const BEARER_SCHEME: &str = "bearer";
         crucible_shared::episode::TurnStatus,
         crucible_shared::episode::TurnView,
         crucible_shared::episode::EpisodeView,
-        crucible_shared::prompt::Prompt,
-        crucible_shared::prompt::PromptSettings,
+        // prompts branch (issue 17): first-turn prompts.
         crucible_shared::prompt::PromptOption,
+        crucible_shared::prompt::PromptSettings,
+        crucible_shared::prompt::PromptRequest,
+        crucible_shared::prompt::Prompt,
     )),
     tags((name = "tasks", description = "Submit, follow and cancel evaluations"), (name = "rollouts", description = "Model completions in, rewards and next-turn feedback out"), (name = "episodes", description = "Multi-turn episodes: a first prompt, turns scored as rollouts, next prompts with feedback, discounted returns"), (name = "problems", description = "The problem registry requests may name by level and id"), (name = "status", description = "Workers, queue, recent activity, the status page, health, metrics"), (name = "admin", description = "Tenants and their tokens, worker drains (admin token only)"))
 )]

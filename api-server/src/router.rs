@@ -6,7 +6,7 @@ use crate::auth::{PAGE_PATH, SCRIPT_PATH, STYLE_PATH};
 use crate::error::not_found;
 use crate::state::AppState;
 use crate::status_page::{self, JSON_PATH};
-use crate::{admin, episodes, problem_sets, report, rollouts, routes};
+use crate::{admin, episodes, problem_sets, prompts, report, rollouts, routes};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
@@ -48,6 +48,14 @@ pub fn router(state: AppState) -> Router {
         .route("/batches/{id}/results", get(rollouts::batch_results))
         .route("/problems", get(routes::list_problems))
         .route("/problems/{level}/{id}", get(routes::get_problem))
+        .route(
+            "/problems/{level}/{id}/prompt",
+            get(prompts::problem_prompt),
+        )
+        .route(
+            "/prompts",
+            post(prompts::prompt).layer(DefaultBodyLimit::max(EVALUATE_BODY_LIMIT)),
+        )
         .route("/workers/status", get(routes::workers_status))
         .route("/queue/status", get(routes::queue_status))
         .route(

@@ -5,6 +5,7 @@ use crate::auth::Auth;
 use crate::limits::ServeLimits;
 use crate::metrics::Metrics;
 use crate::problems::ProblemRegistry;
+use crate::prompts::config::PromptConfig;
 use crucible_task_manager::Broker;
 use std::sync::Arc;
 
@@ -21,6 +22,8 @@ pub struct AppState {
     pub auth: Arc<Auth>,
     /// Timeouts, the connection cap and the request-body budget (`limits`).
     pub limits: Arc<ServeLimits>,
+    /// Prompt templates and the RA-ICL corpus (`prompts::config`).
+    pub prompts: Arc<PromptConfig>,
 }
 
 impl AppState {
@@ -32,12 +35,19 @@ impl AppState {
             problems: Arc::new(ProblemRegistry::default()),
             auth: Arc::new(auth),
             limits: Arc::new(ServeLimits::default()),
+            prompts: Arc::new(PromptConfig::default()),
         }
     }
 
     /// The same state serving this problem registry.
     pub fn with_problems(mut self, problems: ProblemRegistry) -> Self {
         self.problems = Arc::new(problems);
+        self
+    }
+
+    /// The same state making prompts from these templates and this corpus.
+    pub fn with_prompts(mut self, prompts: PromptConfig) -> Self {
+        self.prompts = Arc::new(prompts);
         self
     }
 

@@ -1,12 +1,14 @@
 //! `crucible`: run the whole service on one machine (`crucible up`), evaluate one pair locally
 //! (`crucible eval`), talk to a running service (`crucible submit`, `crucible status`,
-//! `crucible cancel`, `crucible rollouts`, `crucible tenants`) with a bearer token (`--token` /
-//! `CRUCIBLE_TOKEN`) when it requires one, or check a node (`crucible doctor`).
+//! `crucible cancel`, `crucible rollouts`, `crucible episodes`, `crucible report`,
+//! `crucible tenants`) with a bearer token (`--token` / `CRUCIBLE_TOKEN`) when it requires one,
+//! build the RA-ICL corpus index (`crucible corpus`), or check a node (`crucible doctor`).
 
 mod cancel_cmd;
+mod corpus_cmd;
 mod doctor;
-mod report_cmd;
 mod episodes_cmd;
+mod report_cmd;
 mod rollouts_cmd;
 mod tenants_cmd;
 mod timing_arg;
@@ -156,6 +158,11 @@ enum Command {
     Episodes {
         #[command(subcommand)]
         command: episodes_cmd::EpisodesCommand,
+    },
+    /// Build and search the RA-ICL kernel corpus index (`CRUCIBLE_CORPUS`).
+    Corpus {
+        #[command(subcommand)]
+        command: corpus_cmd::CorpusCommand,
     },
 }
 
@@ -380,6 +387,7 @@ async fn main() -> anyhow::Result<()> {
             }
         },
         Command::Tenants { command } => tenants_cmd::run(command).await,
+        Command::Corpus { command } => corpus_cmd::run(command),
         Command::Workers { command } => workers_cmd::run(command).await,
         Command::Cancel { id, remote } => cancel_cmd::run(&id, remote).await,
         Command::Report(args) => report_cmd::run(args).await,
@@ -425,6 +433,7 @@ async fn up(
 ) -> anyhow::Result<()> {
     let cfg = BrokerConfig::from_env()?;
     let problems = crucible_api_server::problems::load_from_env().context("problem registry")?;
+    let prompts = crucible_api_server::prompts::config::load_from_env().context("prompts")?;
     // Bound first: authentication is decided from the address actually bound, and a public one
     // without an admin token is refused before any worker starts.
     let listener = tokio::net::TcpListener::bind(&bind)
@@ -451,6 +460,7 @@ async fn up(
     // no other port is opened.
     let state = crucible_api_server::AppState::new(broker.clone(), auth)
         .with_problems(problems)
+        .with_prompts(prompts)
         .with_limits(crucible_api_server::ServeLimits::from_env()?);
     let registry = state.metrics.registry();
     registry.register(Box::new(build_info(Component::Up)))?;

@@ -12,6 +12,7 @@ pub mod summary;
 use crucible_shared::problem_set::{
     ProblemBatch, ProblemBatchRequest, ProblemSet, ProblemSetSelection,
 };
+use crucible_shared::prompt::{Prompt, PromptRequest, PromptSettings};
 use crucible_shared::report::BatchReport;
 use crucible_shared::rollout::{
     MAX_ROLLOUTS, Rollout, RolloutBatchRequest, RolloutBatchResponse, RolloutEvalSettings,
@@ -235,6 +236,33 @@ impl Client {
             None,
         )
         .await
+    }
+
+    /// A registered problem's first-turn prompt (`GET /problems/{level}/{id}/prompt`): the
+    /// text, its settings with `k` resolved, its examples' ids and the response format.
+    pub async fn prompt(
+        &self,
+        level: u32,
+        id: u32,
+        settings: &PromptSettings,
+    ) -> Result<Prompt, ClientError> {
+        let mut path = format!(
+            "/problems/{level}/{id}/prompt?option={}&backend={}&thinking={}",
+            settings.option.as_str(),
+            settings.backend.as_str(),
+            settings.thinking
+        );
+        if let Some(k) = settings.k {
+            path.push_str(&format!("&k={k}"));
+        }
+        self.send::<(), _>(reqwest::Method::GET, &path, None).await
+    }
+
+    /// The first-turn prompt of a registered problem or of a source sent whole
+    /// (`POST /prompts`).
+    pub async fn prompt_for(&self, request: &PromptRequest) -> Result<Prompt, ClientError> {
+        self.send(reqwest::Method::POST, "/prompts", Some(request))
+            .await
     }
 
     /// Submits one rollout batch (up to [`MAX_ROLLOUTS`]). Without an idempotency key one is

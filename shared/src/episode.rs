@@ -362,6 +362,7 @@ pub fn next_prompt(first: &Prompt, turn: u32, kernel: Option<&str>, feedback: &s
         text,
         settings: first.settings,
         examples: first.examples.clone(),
+        response_format: first.response_format.clone(),
     }
 }
 

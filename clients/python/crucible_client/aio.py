@@ -30,6 +30,7 @@ from .base import (
     _finished_view,
     _headers,
     _poll_wait,
+    _prompt_body,
     _read_timeout,
     _rollout_batches,
     _submission,
@@ -49,6 +50,8 @@ from .types import (
     ProblemBatch,
     ProblemInfo,
     ProblemSet,
+    Prompt,
+    PromptOption,
     QueueStatus,
     Rollout,
     RolloutResult,
@@ -382,3 +385,16 @@ class AsyncClient(_Base):
             params={"wait": _check_wait(wait)},
             wait_s=wait,
         )
+    async def prompt(
+        self,
+        problem: ProblemLike | None = None,
+        *,
+        reference_code: str | None = None,
+        option: PromptOption = "zero_shot",
+        backend: Backend = "triton",
+        thinking: bool = False,
+        k: int | None = None,
+    ) -> Prompt:
+        """See ``Client.prompt``."""
+        body = _prompt_body(problem, reference_code, option, backend, thinking, k)
+        return await self._request("POST", "/prompts", json=body)

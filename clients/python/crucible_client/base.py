@@ -402,3 +402,25 @@ def _turn_body(completion: str, turn: int | None) -> dict[str, Any]:
     if turn is not None:
         body["turn"] = turn
     return body
+
+
+def _prompt_body(
+    problem: ProblemLike | None,
+    reference_code: str | None,
+    option: str,
+    backend: str,
+    thinking: bool,
+    k: int | None,
+) -> dict[str, Any]:
+    """The ``POST /prompts`` body: exactly one of ``problem`` and ``reference_code``."""
+    if (problem is None) == (reference_code is None):
+        raise ValueError("give exactly one of problem and reference_code")
+    settings: dict[str, Any] = {"option": option, "backend": backend, "thinking": thinking}
+    if k is not None:
+        settings["k"] = k
+    body: dict[str, Any] = {"settings": settings}
+    if problem is not None:
+        body["problem"] = problem_ref(problem)
+    else:
+        body["reference_code"] = reference_code
+    return body

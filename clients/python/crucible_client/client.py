@@ -30,6 +30,7 @@ from .base import (
     _finished_view,
     _headers,
     _poll_wait,
+    _prompt_body,
     _read_timeout,
     _rollout_batches,
     _submission,
@@ -49,6 +50,8 @@ from .types import (
     ProblemBatch,
     ProblemInfo,
     ProblemSet,
+    Prompt,
+    PromptOption,
     QueueStatus,
     Rollout,
     RolloutResult,
@@ -412,3 +415,19 @@ class Client(_Base):
             params={"wait": _check_wait(wait)},
             wait_s=wait,
         )
+    def prompt(
+        self,
+        problem: ProblemLike | None = None,
+        *,
+        reference_code: str | None = None,
+        option: PromptOption = "zero_shot",
+        backend: Backend = "triton",
+        thinking: bool = False,
+        k: int | None = None,
+    ) -> Prompt:
+        """``POST /prompts``: the first-turn prompt of a registered ``problem`` (``(level,
+        id)`` or a problem dict) or of ``reference_code``: the text, its settings, the ids of
+        its examples and the response format. ``option`` ``raicl`` retrieves ``k`` examples
+        from the server's corpus (CrucibleError 409 when it has none)."""
+        body = _prompt_body(problem, reference_code, option, backend, thinking, k)
+        return self._request("POST", "/prompts", json=body)

@@ -570,24 +570,38 @@ ENUMS: dict[str, object] = {
 
 # Episodes (``POST /episodes``, docs/ENVIRONMENT.md "Episodes").
 
-PromptOption = Literal["zero_shot", "one_shot", "few_shot", "raicl"]
 TurnStatus = Literal["pending", "scored", "failed"]
 
+#: Which examples a first-turn prompt carries (docs/ENVIRONMENT.md, "Prompts").
+PromptOption = Literal["zero_shot", "one_shot", "few_shot", "raicl"]
 
-class PromptSettings(TypedDict):
-    """How a prompt was asked for."""
+
+class PromptSettings(TypedDict, total=False):
+    """How a prompt is asked for; every key may be left out. ``k``: few_shot 1-3 (default 3),
+    raicl 1-8 (default 3); in a prompt's settings, the number used."""
 
     option: PromptOption
     backend: Backend
     thinking: bool
+    k: int | None
+
+
+class PromptRequest(TypedDict, total=False):
+    """``POST /prompts``: a registered ``problem`` or its ``reference_code``, and settings."""
+
+    problem: ProblemRef | None
+    reference_code: str | None
+    settings: PromptSettings
 
 
 class Prompt(TypedDict):
-    """A prompt ready for the model: ``text``, how it was asked for, its worked examples."""
+    """A first-turn prompt: the text, its settings, the ids of its examples and the format
+    the response must follow (also inside ``text``)."""
 
     text: str
     settings: PromptSettings
     examples: list[str]
+    response_format: str
 
 
 class _EpisodesStartedRequired(TypedDict):
@@ -646,6 +660,7 @@ class EpisodeView(_EpisodeViewRequired, total=False):
 SCHEMAS.update(
     {
         "PromptSettings": PromptSettings,
+        "PromptRequest": PromptRequest,
         "Prompt": Prompt,
         "EpisodesStarted": EpisodesStarted,
         "TurnView": TurnView,

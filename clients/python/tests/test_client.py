@@ -20,7 +20,7 @@ from crucible_client import (
     make_rollout,
     stops_early,
 )
-from crucible_client.types import EvalResult, EvalSettings, Profile, Rollout, RolloutResult
+from crucible_client.types import EvalResult, EvalSettings, Profile, Prompt, Rollout, RolloutResult
 
 PROBLEMS_DIR = REPO / "tests" / "problems"
 CANDIDATES = REPO / "tests" / "candidates"
@@ -305,3 +305,31 @@ def test_the_rollout_corpus_scores_as_computed_by_hand(server: Server):
         ] != pytest.approx(by_hand, abs=1e-6):
             wrong.append(f"{r['id']}: {got} reward {r['reward']} (by hand {by_hand})")
     assert not wrong, "\n".join(wrong)
+
+
+def test_prompts_for_a_registered_problem_and_for_a_source(server: Server):
+    with Client(server.url) as c:
+        relu = [p for p in c.problems() if p["hash"] == sha256(RELU)][0]
+        by_ref = c.prompt(relu, option="few_shot", k=2, thinking=True)
+        by_source = c.prompt(reference_code=RELU, option="few_shot", k=2, thinking=True)
+        assert by_ref == by_source
+        assert by_ref["examples"] == ["builtin/leaky_relu.triton", "builtin/row_softmax.triton"]
+        assert by_ref["settings"] == {
+            "option": "few_shot", "backend": "triton", "thinking": True, "k": 2
+        }
+        assert "<think>" in by_ref["response_format"]
+        assert RELU.strip() in by_ref["text"] and by_ref["response_format"] in by_ref["text"]
+        # This server has no corpus: retrieval is refused, with the variable that enables it.
+        with pytest.raises(CrucibleError) as e:
+            c.prompt(relu, option="raicl")
+        assert e.value.status == 409 and "CRUCIBLE_CORPUS" in str(e.value)
+        with pytest.raises(ValueError):
+            c.prompt()
+
+    async def with_async() -> Prompt:
+        async with AsyncClient(server.url) as ac:
+            return await ac.prompt((relu["level"], relu["id"]), backend="cuda", option="one_shot")
+
+    one = asyncio.run(with_async())
+    assert one["examples"] == ["builtin/leaky_relu.cuda"]
+    assert "k" not in one["settings"]
