@@ -20,6 +20,9 @@ for exe in "$(command -v redis-server)" "$(command -v redis-cli)"; do
     | xargs -r -I{} cp -L {} .gpu-run/redis/
 done
 cp -r "$KB/level1" "$KB/level2" "$KB/level3" "$KB/baseline_times" .gpu-run/kernelbench/
+# The RA-ICL corpus of our own solved kernels, indexed by the binary that serves it.
+"$CRUCIBLE_PYTHON" tests/prompts/build_corpus.py --kernelbench "$KB" --corpus .gpu-run/corpus.jsonl
+target/release/crucible corpus index .gpu-run/corpus.jsonl --out .gpu-run/corpus
 # A `redis-server` that finds its libraries without handing them to anyone else (the escape
 # test starts its own by name).
 mkdir -p .gpu-run/redis-bin

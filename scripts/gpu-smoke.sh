@@ -28,6 +28,8 @@ done
 export REDIS_URL="redis://127.0.0.1:$REDIS_PORT" CRUCIBLE_PYTHON="$PY" RUST_LOG=${RUST_LOG:-info}
 # Problems by {level, id}: the real KernelBench problems of the bundle.
 export KERNELBENCH_ROOT="$BUNDLE/kernelbench"
+# The RA-ICL corpus of our solved kernels, when the bundle has its index (gpu-bundle.sh).
+[[ -d "$BUNDLE/corpus" ]] && export CRUCIBLE_CORPUS="$BUNDLE/corpus"
 "$BUNDLE/bin/crucible-api" --bind "127.0.0.1:$API_PORT" >"$OUT/api.log" 2>&1 &
 pids+=($!)
 "$BUNDLE/bin/crucible-worker" --gpu 0 >"$OUT/worker.log" 2>&1 &

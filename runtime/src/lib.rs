@@ -27,11 +27,16 @@ pub enum LogTo {
     Stderr,
 }
 
-/// Installs the global subscriber: human-readable lines filtered by `RUST_LOG` (`info` when it
-/// is unset or does not parse).
+/// The filter when `RUST_LOG` is unset or does not parse: our `info`, and only warnings from
+/// the corpus index's search engine, whose `info` lines narrate its commits and merges.
+pub const DEFAULT_LOG_FILTER: &str = "info,tantivy=warn";
+
+/// Installs the global subscriber: human-readable lines filtered by `RUST_LOG`
+/// ([`DEFAULT_LOG_FILTER`] when it is unset or does not parse).
 pub fn init_tracing(to: LogTo) {
     let builder = tracing_subscriber::fmt().with_env_filter(
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| DEFAULT_LOG_FILTER.into()),
     );
     match to {
         LogTo::Stdout => builder.init(),

@@ -62,6 +62,9 @@ async def episode(client, level, pid, source, args):
               "timeout_s": 300},
     )
     prompt_bytes = len(ep.prompt)
+    # The examples the first prompt carries (the episode's prompt is the same request's).
+    examples = (await client.prompt({"level": level, "id": pid}, option=args.prompt_option,
+                                    thinking=True))["examples"]
     started = time.monotonic()
     for completion in scripted.turns(source):
         if ep.done:
@@ -70,6 +73,7 @@ async def episode(client, level, pid, source, args):
     return {
         "problem": f"{level}/{pid}",
         "prompt_bytes": prompt_bytes,
+        "examples": examples,
         "next_prompt_bytes": [len((t.get("next_prompt") or {}).get("text", "")) for t in ep.turns],
         "verdicts": [verdict(t) for t in ep.turns],
         "rewards": ep.rewards,
@@ -101,6 +105,7 @@ async def main():
     ap.add_argument("--prompt-option", default="few_shot")
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--perf-trials", type=int, default=100)
+    ap.add_argument("--checkpoint-perf-trials", type=int, default=200)
     ap.add_argument("--turn-timeout", type=float, default=900)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
@@ -125,6 +130,9 @@ async def main():
         wall = time.monotonic() - t0
         (out / "episodes.json").write_text(json.dumps(episodes, indent=1))
         print(f"\n{len(episodes)} episodes, {sum(len(e['rewards']) for e in episodes)} turns in {wall:.0f} s")
+        print(f"first prompts ({args.prompt_option}): "
+              + "; ".join(f"{e['problem']} <- {','.join(x.rsplit('/', 1)[-1] for x in e['examples'])}"
+                          for e in episodes))
         print(f"{'problem':>8} | {'turn verdicts':<48} | {'rewards':<20} | {'returns':<22} | speedup")
         for e in episodes:
             rewards = " ".join(f"{r:.2f}" if r is not None else "-" for r in e["rewards"])
@@ -141,7 +149,10 @@ async def main():
             for k, text in enumerate([scripted.completion(src, "final"), scripted.completion(scripted.wrong(src), "final")]):
                 rollouts.append({"id": f"{lvl}-{pid}-{k}", "problem": {"level": lvl, "id": pid},
                                  "completion": text, "backend": "triton", "profile": args.profile})
-        eval_settings = {"num_correct_trials": args.trials, "num_perf_trials": args.perf_trials, "timeout_s": 300}
+        # Timed with other settings than the episodes' turns, so the same kernels are measured
+        # again rather than answered from the result cache.
+        eval_settings = {"num_correct_trials": args.trials,
+                         "num_perf_trials": args.checkpoint_perf_trials, "timeout_s": 300}
         submission = await client.submit_rollouts(rollouts, eval_settings)
         results = await client.wait_results(submission, timeout=1200)
         (batch_id,) = submission.batch_ids  # under 1,000 rollouts: one batch
