@@ -37,29 +37,35 @@ from .base import (
 )
 from .base import _episode_body, _turn_body
 from .retry import DEFAULT_RETRY, RETRYABLE_ERRORS, RetryPolicy
-from .types import EpisodesStarted, EpisodeView, Profile, TurnView, Weights
+from .env_types import (
+    BatchReport,
+    EpisodeView,
+    EpisodesStarted,
+    ProblemBatch,
+    ProblemSet,
+    Prompt,
+    PromptOption,
+    Split,
+    TurnView,
+)
 from .types import (
     Backend,
     BatchCancelResponse,
-    BatchReport,
     BatchStatus,
     CancelResponse,
     EvalSettings,
     HealthStatus,
     Problem,
-    ProblemBatch,
     ProblemInfo,
-    ProblemSet,
-    Prompt,
-    PromptOption,
+    Profile,
     QueueStatus,
     Rollout,
     RolloutResult,
     RolloutResultsPage,
-    Split,
     SubmitResponse,
     TaskView,
     Timing,
+    Weights,
 )
 
 

@@ -17,11 +17,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .env_types import EpisodesStarted, TurnView
 from .aio import AsyncClient
 from .base import MAX_WAIT_S
 from .client import Client
 from .errors import NotEvaluated
-from .types import EpisodesStarted, TurnView
 
 #: How long ``step`` waits for a turn's evaluation by default, in seconds.
 DEFAULT_TURN_TIMEOUT_S = 900.0

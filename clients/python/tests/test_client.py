@@ -20,7 +20,8 @@ from crucible_client import (
     make_rollout,
     stops_early,
 )
-from crucible_client.types import EvalResult, EvalSettings, Profile, Prompt, Rollout, RolloutResult
+from crucible_client.env_types import Prompt
+from crucible_client.types import EvalResult, EvalSettings, Profile, Rollout, RolloutResult
 
 PROBLEMS_DIR = REPO / "tests" / "problems"
 CANDIDATES = REPO / "tests" / "candidates"

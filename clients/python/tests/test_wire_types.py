@@ -19,6 +19,7 @@ import pytest
 from conftest import Server
 
 from crucible_client import base
+from crucible_client import env_types
 from crucible_client import types as wire
 
 
@@ -89,11 +90,12 @@ def python_type_of(schema_name: str) -> Any:
 def test_every_modelled_type_is_checked():
     typed_dicts = {
         name
-        for name, value in vars(wire).items()
+        for module in (wire, env_types)
+        for name, value in vars(module).items()
         if inspect.isclass(value)
         and typing.is_typeddict(value)
         and not name.startswith("_")
-        and value.__module__ == wire.__name__
+        and value.__module__ == module.__name__
     }
     assert typed_dicts == {t.__name__ for t in wire.SCHEMAS.values()}
 
