@@ -92,7 +92,7 @@ pub async fn start_episodes(
     let settings = PromptSettings {
         option: request.prompt_option,
         backend: request.backend,
-        thinking: request.thinking,
+        thinking: request.asks_for_thinking(),
         // few_shot and raicl carry the server's default number of examples (kernel_rl's
         // raicl_k, 3).
         k: None,

@@ -36,9 +36,10 @@ pub enum EpisodesCommand {
         /// `zero_shot`, `one_shot`, `few_shot` or `raicl`.
         #[arg(long, default_value = "zero_shot", value_parser = parse_option)]
         prompt_option: PromptOption,
-        /// Ask for a `<think>` section first.
+        /// Ask for a `<think>` section first (`true`/`false`; left out: when the profile
+        /// rewards thinking).
         #[arg(long)]
-        thinking: bool,
+        thinking: Option<bool>,
         /// Most turns (server default 4).
         #[arg(long)]
         max_turns: Option<u32>,
@@ -119,9 +120,11 @@ pub async fn run(command: EpisodesCommand) -> anyhow::Result<()> {
                 "backend": crucible_shared::Backend::from(backend),
                 "profile": profile,
                 "prompt_option": prompt_option,
-                "thinking": thinking,
                 "early_stop_on_correct": !no_early_stop,
             });
+            if let Some(thinking) = thinking {
+                body["thinking"] = thinking.into();
+            }
             if let (Some(level), Some(id)) = (level, problem_id) {
                 body["problem"] = serde_json::to_value(ProblemRef { level, id })?;
             }

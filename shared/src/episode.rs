@@ -49,9 +49,10 @@ pub struct EpisodeRequest {
     /// Which examples the first prompt carries.
     #[serde(default)]
     pub prompt_option: PromptOption,
-    /// Ask for reasoning in a `<think>` section first.
-    #[serde(default)]
-    pub thinking: bool,
+    /// Ask for reasoning in a `<think>` section first. Left out: asked for exactly when the
+    /// profile's `thinking` weight (after `weights`) is above 0, as kernel_rl does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<bool>,
     /// Most turns.
     #[serde(default = "crate::bounds::default_max_turns")]
     #[schema(schema_with = crate::bounds::max_turns_schema)]
@@ -76,6 +77,18 @@ pub struct EpisodeRequest {
 }
 
 impl EpisodeRequest {
+    /// Whether the prompts ask for a `<think>` section: as sent, or else when thinking is
+    /// rewarded (the profile's `thinking` weight with the overrides applied is above 0).
+    pub fn asks_for_thinking(&self) -> bool {
+        self.thinking.unwrap_or_else(|| {
+            self.weights
+                .unwrap_or_default()
+                .apply(self.profile.weights())
+                .thinking
+                > 0.0
+        })
+    }
+
     /// Bounds that do not need the problem registry.
     pub fn validate(&self) -> Result<(), ApiError> {
         if self.problem.is_some() == self.reference_code.is_some() {
@@ -373,6 +386,21 @@ mod tests {
 
     fn request() -> EpisodeRequest {
         serde_json::from_str(r#"{"problem":{"level":1,"id":19}}"#).unwrap()
+    }
+
+    #[test]
+    fn thinking_is_asked_for_when_sent_or_else_when_it_is_rewarded() {
+        let mut r = request();
+        assert!(r.asks_for_thinking(), "kernel_rl weighs thinking 0.1");
+        r.profile = RewardProfile::Kevin;
+        assert!(!r.asks_for_thinking(), "kevin does not reward it");
+        r.weights = Some(WeightsOverride {
+            thinking: Some(0.2),
+            ..WeightsOverride::default()
+        });
+        assert!(r.asks_for_thinking(), "an override that rewards it");
+        r.thinking = Some(false);
+        assert!(!r.asks_for_thinking(), "as sent");
     }
 
     #[test]

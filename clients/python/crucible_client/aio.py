@@ -339,7 +339,7 @@ class AsyncClient(_Base):
         backend: Backend = "triton",
         weights: Weights | None = None,
         prompt_option: str = "zero_shot",
-        thinking: bool = False,
+        thinking: bool | None = None,
         max_turns: int | None = None,
         gamma: float | None = None,
         early_stop_on_correct: bool = True,

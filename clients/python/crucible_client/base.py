@@ -362,7 +362,7 @@ def _episode_body(
     backend: Backend,
     weights: Weights | None,
     prompt_option: str,
-    thinking: bool,
+    thinking: bool | None,
     max_turns: int | None,
     gamma: float | None,
     early_stop_on_correct: bool,
@@ -378,7 +378,6 @@ def _episode_body(
         "profile": profile,
         "backend": backend,
         "prompt_option": prompt_option,
-        "thinking": thinking,
         "early_stop_on_correct": early_stop_on_correct,
     }
     if problem is not None:
@@ -387,6 +386,7 @@ def _episode_body(
         body["reference_code"] = reference_code
     optional = {
         "weights": weights,
+        "thinking": thinking,
         "max_turns": max_turns,
         "gamma": gamma,
         "speedup_threshold": speedup_threshold,
