@@ -29,15 +29,19 @@ mkdir -p .gpu-run/redis-bin
 printf '#!/bin/sh\nd=$(dirname "$(readlink -f "$0")")/../redis\nLD_LIBRARY_PATH="$d" exec "$d/redis-server" "$@"\n' \
   >.gpu-run/redis-bin/redis-server
 chmod +x .gpu-run/redis-bin/redis-server
-# The escape corpus's end-to-end test, run there against GPU workers (scripts/gpu-escapes.sh).
-mkdir -p .gpu-run/bin/deps
-escapes=$(cargo test --release -p crucible-tests --test escapes --no-run --message-format=json 2>/dev/null \
-  | "$CRUCIBLE_PYTHON" -c 'import json,sys
+# The escape corpus's end-to-end test, run there against GPU workers (scripts/gpu-escapes.sh);
+# only with BUNDLE_ESCAPES=1: the device tool carries at most 64 MiB, and the three binaries
+# alone take ~57 MB.
+if [[ "${BUNDLE_ESCAPES:-0}" == 1 ]]; then
+  mkdir -p .gpu-run/bin/deps
+  escapes=$(cargo test --release -p crucible-tests --test escapes --no-run --message-format=json 2>/dev/null \
+    | "$CRUCIBLE_PYTHON" -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "escapes" and m.get("executable"):
         print(m["executable"])')
-cp "$escapes" .gpu-run/bin/deps/escapes
+  cp "$escapes" .gpu-run/bin/deps/escapes
+fi
 # The Python client's one dependency (httpx, pure Python, with its own) for the GPU machine,
 # which has no package index.
 mkdir -p .gpu-run/pylib
@@ -50,5 +54,6 @@ for name in ["httpx", "httpcore", "h11", "anyio", "sniffio", "idna", "certifi"]:
         continue  # not every httpx version needs every one of these
     shutil.copytree(src, pathlib.Path(sys.argv[1]) / name, ignore=shutil.ignore_patterns("__pycache__"))
 PYEOF
-strip .gpu-run/bin/* .gpu-run/bin/deps/* 2>/dev/null || true
-du -sh .gpu-run
+strip .gpu-run/bin/crucible* .gpu-run/bin/deps/* 2>/dev/null || true
+rm .gpu-run/corpus.jsonl
+du -sh --apparent-size .gpu-run

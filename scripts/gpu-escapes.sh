@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The escape corpus on the GPU machine: the same end-to-end test as in CI (tests/tests/escapes.rs:
 # its own redis-server, crucible-api and two workers), with both workers on GPU 0. Needs the
-# bundle of scripts/gpu-bundle.sh (it carries the test binary); the test's log directory is copied
+# bundle of `BUNDLE_ESCAPES=1 scripts/gpu-bundle.sh` (which adds the test binary); the log directory is copied
 # under $OUT.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
