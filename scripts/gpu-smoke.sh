@@ -72,7 +72,8 @@ elif [[ "${SUITE:-smoke}" == episodes ]]; then
     --api "http://127.0.0.1:$API_PORT" --manifest scripts/gpu-smoke/candidates/manifest.json \
     --candidates scripts/gpu-smoke/candidates --out "$OUT" "$@" | tee "$OUT/episodes.txt"
   rc=${PIPESTATUS[0]}
-  if [[ -s "$OUT/checkpoint_batch.txt" ]]; then
+  # The CLI binary is left out of bundles trimmed to the device tool's 64 MiB.
+  if [[ -s "$OUT/checkpoint_batch.txt" && -x "$BUNDLE/bin/crucible" ]]; then
     "$BUNDLE/bin/crucible" report "$(cat "$OUT/checkpoint_batch.txt")" \
       --url "http://127.0.0.1:$API_PORT" --json "$OUT/report-cli.json" | tee "$OUT/report-cli.txt"
   fi

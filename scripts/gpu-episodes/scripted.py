@@ -7,9 +7,6 @@ import re
 
 WRONG_TAIL = '''
 
-_KernelModel = ModelNew
-
-
 class ModelNew(nn.Module):
     """The kernel's module with its answer shifted: runs, compiles, and is wrong."""
 
@@ -25,8 +22,10 @@ _SIGNATURE_END = re.compile(r"\)\s*(->[^:]*)?:\s*(#.*)?$")
 
 
 def wrong(source: str) -> str:
-    """The candidate with its outputs changed after its own kernels ran."""
-    return source.rstrip() + "\n" + WRONG_TAIL
+    """The candidate with its outputs changed after its own kernels ran: its class renamed
+    (`super(ModelNew, self)` included) and wrapped by a ModelNew that shifts the answer."""
+    renamed = re.sub(r"\bModelNew\b", "_KernelModel", source)
+    return renamed.rstrip() + "\n" + WRONG_TAIL
 
 
 def uncompilable(source: str) -> str:
