@@ -15,7 +15,9 @@ class ModelNew(nn.Module):
         self.inner = _KernelModel(*args, **kwargs)
 
     def forward(self, *args):
-        return self.inner(*args) * 0.5 + 0.25
+        # Off by 0.5·y + 1 everywhere but y = -2: beyond any tolerance near KernelBench's
+        # (a shift toward 0.5, tried first, passed the mean of uniform inputs, which is ~0.5).
+        return self.inner(*args) * 1.5 + 1.0
 '''
 
 _SIGNATURE_END = re.compile(r"\)\s*(->[^:]*)?:\s*(#.*)?$")
