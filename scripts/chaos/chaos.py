@@ -81,6 +81,9 @@ class Service:
         self.log_path = logs / f"{name}.log"
         self.proc: subprocess.Popen | None = None
         self.starts = 0
+        # Set before a signal is sent, cleared at the next start: a process on its way out
+        # (draining, or killed) is not a failure of /health when it stops answering.
+        self.stopping = False
 
     def start(self) -> None:
         log = open(self.log_path, "ab")
@@ -90,12 +93,14 @@ class Service:
             self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         self.starts += 1
+        self.stopping = False
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
     def kill9(self) -> None:
         if self.alive():
+            self.stopping = True
             self.proc.kill()
             self.proc.wait()
 
@@ -103,6 +108,7 @@ class Service:
         """SIGTERM, then SIGKILL after `timeout`; True when it exited by itself."""
         if not self.alive():
             return True
+        self.stopping = True
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout=timeout)
@@ -312,14 +318,16 @@ class Faults:
 class HealthProbe:
     """Asks every live replica's /health twice a second. Any HTTP answer counts as answered (a
     503 while Redis is down is the right answer, counted as `degraded`); a failure is a replica
-    that had answered since it last started, was not restarted meanwhile, and did not answer
-    within 5 s (a replica still starting, or being killed, is not a failure of /health)."""
+    that had answered since it last started, was not restarted or signalled meanwhile, and did
+    not answer within 5 s (a replica still starting, draining or being killed is not a failure
+    of /health). Each failure is kept with its time and replica, for the logs."""
 
     def __init__(self, cluster: Cluster):
         self.c = cluster
         self.latencies_ms: list[float] = []
         self.degraded = 0
         self.failures = 0
+        self.failed_at: list[str] = []
         self.answered_since: dict[str, int] = {}
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
@@ -328,7 +336,7 @@ class HealthProbe:
         while not self.stop.wait(0.5):
             for port, api in zip(self.c.api_ports, self.c.apis):
                 starts = api.starts
-                if not api.alive():
+                if not api.alive() or api.stopping:
                     continue
                 t0 = time.monotonic()
                 status, _ = call(port, "GET", "/health", timeout=5)
@@ -339,10 +347,12 @@ class HealthProbe:
                     self.answered_since[api.name] = starts
                 elif (
                     api.alive()
+                    and not api.stopping
                     and api.starts == starts
                     and self.answered_since.get(api.name) == starts
                 ):
                     self.failures += 1
+                    self.failed_at.append(f"{api.name} at {time.time():.3f}")
 
 
 def submit_all(cluster: Cluster, args, run_id: str) -> list[str]:
@@ -546,6 +556,7 @@ def main() -> int:
         "health_answered": len(lat),
         "health_degraded": health.degraded,
         "health_failures": health.failures,
+        "health_failed_at": health.failed_at,
         "health_p50_ms": pct(0.5),
         "health_p99_ms": pct(0.99),
         "health_max_ms": lat[-1] if lat else None,
