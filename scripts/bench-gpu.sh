@@ -11,6 +11,10 @@
 #   scripts/bench-gpu.sh naive  [bench.py args]  one fresh python per evaluation running the harness,
 #                                                sequentially (a KernelBench loop); no service
 #   scripts/bench-gpu.sh report [--tasks]        the table of every mode recorded so far
+#   scripts/bench-gpu.sh scale  [scale.py args]  scale-out: the workload (copied to >= 8 evaluations
+#                                                per GPU) with 1, 2, 4, 8 workers, one per GPU, as many
+#                                                as nvidia-smi -L lists (GPUS=1,2 picks), all modes in
+#                                                one call: the table of scripts/bench/scale.py
 #
 # bench.py args: --shard K/N runs the K-th of N slices (off and naive take ~8-10 min for the whole
 # workload: run them as --shard 1/2 and --shard 2/2 in two calls; the report sums the shards).
@@ -25,8 +29,8 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 MODE=${1:-}
 shift || true
-case "$MODE" in on | off | naive | report) ;; *)
-  echo "usage: $0 on|off|naive|report [bench.py args]" >&2
+case "$MODE" in on | off | naive | report | scale) ;; *)
+  echo "usage: $0 on|off|naive|report|scale [bench.py args]" >&2
   exit 2
   ;;
 esac
@@ -57,6 +61,14 @@ bench() {
   "$BENCH_PY" scripts/bench/bench.py --results "$RESULTS" --workload "$WORKLOAD" \
     ${PROBLEMS:+--problems "$PROBLEMS"} --gpu "$GPU" --deadline-s "$DEADLINE_S" $BENCH_ARGS "$@"
 }
+if [[ "$MODE" == scale ]]; then
+  # Its own driver: it starts Redis, the API and the workers of each mode itself.
+  export BIN OUT REDIS_PORT API_PORT CRUCIBLE_PYTHON="$PY"
+  # shellcheck disable=SC2086
+  WORKER_ARGS=${WORKER_ARGS#--gpu 0} "$BENCH_PY" scripts/bench/scale.py --workload "$WORKLOAD" \
+    ${PROBLEMS:+--problems "$PROBLEMS"} $BENCH_ARGS "$@" 2>&1 | tee -a "$OUT/scale.log"
+  exit "${PIPESTATUS[0]}"
+fi
 if [[ "$MODE" == report ]]; then
   bench --report "$@"
   exit $?

@@ -23,6 +23,12 @@ pub const OTHER_STAGE: &str = "other";
 /// Longest stage name used as a label.
 const MAX_STAGE_CHARS: usize = 40;
 
+/// The `stage_ms` entry of a CPU stage's wait for one of the node's compile slots (the build
+/// cache's `.slots`, shared by every worker of the node), also observed on its own in
+/// `crucible_compile_slot_wait_seconds`: with one worker per GPU, the sign of a compile pool too
+/// small for the node.
+pub const COMPILE_SLOT_WAIT_STAGE: &str = "compile_slot_wait";
+
 /// Claim to ack: a CPU task takes seconds, a GPU task up to its `timeout_s` (≤ 3600).
 const EVALUATION_BUCKETS: [f64; 13] = [
     0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
@@ -30,6 +36,11 @@ const EVALUATION_BUCKETS: [f64; 13] = [
 /// One `stage_ms` entry: from a millisecond (a cache hit) to the whole budget.
 const STAGE_BUCKETS: [f64; 15] = [
     0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0,
+];
+/// A wait for a compile slot: none while a slot is free, minutes behind other workers' builds
+/// (a cold `load_inline` build is about a minute).
+const COMPILE_SLOT_WAIT_BUCKETS: [f64; 12] = [
+    0.001, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0,
 ];
 /// Submission to claim: none on an idle cluster, hours behind a large batch.
 const QUEUE_WAIT_BUCKETS: [f64; 15] = [
@@ -44,6 +55,7 @@ pub struct WorkerMetrics {
     evaluation_seconds: HistogramVec,
     stage_seconds: HistogramVec,
     queue_wait: Histogram,
+    compile_slot_wait: Histogram,
     /// The stage names used as labels so far (bounded by [`MAX_STAGE_LABELS`]).
     stages: Mutex<BTreeSet<String>>,
 }
@@ -96,6 +108,13 @@ impl WorkerMetrics {
                 )
                 .buckets(QUEUE_WAIT_BUCKETS.to_vec()),
             )?,
+            compile_slot_wait: Histogram::with_opts(
+                HistogramOpts::new(
+                    "crucible_compile_slot_wait_seconds",
+                    "CPU stages of the stored verdicts that took one of the node's compile slots: how long each waited for it",
+                )
+                .buckets(COMPILE_SLOT_WAIT_BUCKETS.to_vec()),
+            )?,
             stages: Mutex::new(BTreeSet::new()),
         };
         for c in metrics.collectors() {
@@ -104,7 +123,7 @@ impl WorkerMetrics {
         Ok(metrics)
     }
 
-    fn collectors(&self) -> [Box<dyn Collector>; 6] {
+    fn collectors(&self) -> [Box<dyn Collector>; 7] {
         [
             Box::new(self.info.clone()),
             Box::new(self.healthy.clone()),
@@ -112,6 +131,7 @@ impl WorkerMetrics {
             Box::new(self.evaluation_seconds.clone()),
             Box::new(self.stage_seconds.clone()),
             Box::new(self.queue_wait.clone()),
+            Box::new(self.compile_slot_wait.clone()),
         ]
     }
 
@@ -149,6 +169,9 @@ impl WorkerMetrics {
                 self.stage_seconds
                     .with_label_values(&[stage_label(name, &mut stages)])
                     .observe(ms / 1e3);
+                if name == COMPILE_SLOT_WAIT_STAGE {
+                    self.compile_slot_wait.observe(ms / 1e3);
+                }
             }
         }
     }

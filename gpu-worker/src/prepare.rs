@@ -24,6 +24,7 @@ use crate::build_cache::{
 };
 use crate::config::WorkerConfig;
 use crate::evaluation::{Prebuilt, StageInputs, run_prepare_child};
+use crate::metrics::COMPILE_SLOT_WAIT_STAGE;
 use crate::protocol::{Prepared, Stage};
 use crate::reference_cache::SoftwareVersions;
 use crate::supervisor::{ChildOutcome, KillReason, Launcher};
@@ -200,7 +201,15 @@ pub async fn prepare(
     }
     // Only builds and dry runs take one of the node's compile slots; the rest is light.
     let _slot = match cache {
-        Some(cache) => Some(cache.slot().await?),
+        Some(cache) => {
+            let waiting = Instant::now();
+            let slot = cache.slot().await?;
+            // Several workers share the node's slots: how long this task queued for one.
+            ready
+                .stage_ms
+                .insert(COMPILE_SLOT_WAIT_STAGE.into(), ms(waiting));
+            Some(slot)
+        }
         None => None,
     };
     let inputs = StageInputs {

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Unit tests of the GPU benchmark's pure functions (report.py, bench.py's workload expansion).
+"""Unit tests of the GPU benchmark's pure functions (report.py, bench.py's workload expansion,
+scale.py's table).
 Run: python3 scripts/bench/test_bench.py (scripts/test.sh does). Standard library only."""
 import io
 import json
@@ -13,6 +14,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
 import report  # noqa: E402
+import scale  # noqa: E402
 
 
 def task(label, speedup, ker=None, expect="correct", got="correct", **kw):
@@ -120,6 +122,69 @@ class Workload(unittest.TestCase):
                              "num_perf_trials", "timeout_s")}
         self.assertNotIn("timing", bench.request_body(it, True))
         self.assertEqual(bench.request_body(it, True, "adaptive")["timing"], {"mode": "adaptive"})
+
+
+def window_line(task_id, gpu, a_us, b_us):
+    """A worker's "timing window" log line as tracing writes it (with colours)."""
+    return (f"2026-11-24T18:00:00.000000Z \x1b[32m INFO\x1b[0m crucible_gpu_worker::worker::run: timing window "
+            f"\x1b[3mworker_id\x1b[0m\x1b[2m=\x1b[0mw1 \x1b[3mtask_id\x1b[0m\x1b[2m=\x1b[0m{task_id} "
+            f"\x1b[3mgpu\x1b[0m\x1b[2m=\x1b[0m{gpu} \x1b[3mfrom_unix_us\x1b[0m\x1b[2m=\x1b[0m{a_us} "
+            f"\x1b[3muntil_unix_us\x1b[0m\x1b[2m=\x1b[0m{b_us}")
+
+
+class Scale(unittest.TestCase):
+    def test_modes_follow_the_gpus_unless_told(self):
+        self.assertEqual(scale.modes_for(8), [1, 2, 4, 8])
+        self.assertEqual(scale.modes_for(3), [1, 2])
+        self.assertEqual(scale.modes_for(0), [1], "no nvidia-smi: one (CPU) worker")
+        self.assertEqual(scale.modes_for(8, "2, 1"), [1, 2])
+        with self.assertRaises(SystemExit):
+            scale.modes_for(8, "0,2")
+
+    def test_the_workload_is_copied_to_enough_distinct_evaluations_per_worker(self):
+        items = [{"label": "a", "kernel_code": "x"}, {"label": "b", "kernel_code": "y"},
+                 {"label": "c", "kernel_code": "z"}]
+        out = scale.scaled(items, 4, 8)
+        self.assertEqual(len(out), 33, "11 copies of 3: the first count >= 32")
+        self.assertEqual(len({it["label"] for it in out}), 33)
+        self.assertEqual(len({it["kernel_code"] for it in out}), 33, "no copy is cached or coalesced")
+        self.assertEqual(scale.scaled(items, 1, 2), items, "enough already: unchanged")
+
+    def test_timings_overlap_only_on_one_device(self):
+        log = "\n".join([window_line("t1", 0, 1_000_000, 2_000_000), "other line",
+                         window_line("t2", 0, 2_000_000, 3_000_000)])
+        windows = scale.timing_windows(log)
+        self.assertEqual(windows, [("0", "t1", 1.0, 2.0), ("0", "t2", 2.0, 3.0)])
+        other = scale.timing_windows(window_line("t3", 1, 1_500_000, 2_500_000))
+        self.assertEqual(scale.max_overlap(windows + other), {"0": 1, "1": 1},
+                         "back to back on GPU 0, GPU 1 beside it: no overlap")
+        twin = scale.timing_windows(window_line("t4", 0, 2_500_000, 2_600_000))
+        self.assertEqual(scale.max_overlap(windows + twin)["0"], 2, "two timings at once on GPU 0")
+        cpu = scale.timing_windows(window_line("t5", "cpu", 2_500_000, 2_600_000), stand_in="cpu1")
+        self.assertEqual(cpu[0][0], "cpu1", "a CPU stand-in is a device of its own")
+
+    def test_rows_compare_with_the_smallest_mode(self):
+        def mode(n, wall, tasks, windows=()):
+            return {"workers_n": n, "wall_s": wall, "tasks": tasks, "busy": {"0": 50.0},
+                    "overlap": scale.max_overlap(windows), "timings": len(windows)}
+        base_tasks = [task("a", 1, stage_ms={"compile_slot_wait": 500.0}), task("b", 1, got="incorrect"),
+                      task("c", 1, stage_ms={"build_cache": 3.0})]
+        one = mode(1, 60.0, base_tasks)
+        row1 = scale.summary(one, one)
+        one["evals_per_min"] = row1["evals_per_min"]
+        two = mode(2, 20.0, [task("a", 1), task("b", 1), task("c", 1)],
+                   [("0", "a", 0.0, 2.0), ("0", "b", 1.0, 3.0)])
+        row2 = scale.summary(two, one)
+        self.assertEqual((row1["evals_per_min"], row1["ratio"]), (3.0, 1.0))
+        self.assertEqual((row2["evals_per_min"], row2["ratio"], row2["target"]), (9.0, 3.0, 1.7))
+        self.assertEqual((row1["slot_waits"], row1["slot_wait_max_s"], row1["cache_hits"]), (1, 0.5, 1))
+        self.assertEqual(row2["verdict_diffs"], ["b"])
+        self.assertEqual(row2["max_timings_at_once"], 2)
+        self.assertTrue(scale.verdict_ok([row1]))
+        self.assertFalse(scale.verdict_ok([row1, row2]))
+        text = scale.table([row1, row2])
+        self.assertIn("evals/min", text)
+        self.assertEqual(len(text.splitlines()), 3)
 
 
 if __name__ == "__main__":

@@ -94,6 +94,32 @@ fn worker_info_and_health_are_labelled_by_device() {
 }
 
 #[test]
+fn a_compile_slot_wait_is_observed_in_its_own_histogram_and_as_a_stage() {
+    let registry = Registry::new();
+    let metrics = WorkerMetrics::register(&registry).unwrap();
+    let mut r = result(None, Verdict::Ok);
+    r.stage_ms.insert(COMPILE_SLOT_WAIT_STAGE.into(), 2500.0);
+    metrics.verdict_stored(Backend::Cuda, &r, Duration::from_secs(9));
+    // A verdict whose CPU stage took no slot (a cache hit, a CPU worker) observes nothing.
+    metrics.verdict_stored(
+        Backend::Triton,
+        &result(None, Verdict::Ok),
+        Duration::from_secs(1),
+    );
+    let t = text(&registry);
+    for line in [
+        "# TYPE crucible_compile_slot_wait_seconds histogram",
+        "crucible_compile_slot_wait_seconds_count 1",
+        "crucible_compile_slot_wait_seconds_sum 2.5",
+        r#"crucible_compile_slot_wait_seconds_bucket{le="1"} 0"#,
+        r#"crucible_compile_slot_wait_seconds_bucket{le="5"} 1"#,
+        r#"crucible_evaluation_stage_seconds_count{stage="compile_slot_wait"} 1"#,
+    ] {
+        assert!(t.contains(line), "missing {line:?} in\n{t}");
+    }
+}
+
+#[test]
 fn registering_twice_in_one_registry_fails() {
     let registry = Registry::new();
     WorkerMetrics::register(&registry).unwrap();

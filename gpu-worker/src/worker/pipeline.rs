@@ -18,7 +18,7 @@
 use crate::protocol::Stage;
 use crate::supervisor::{ChildEvent, Gate};
 use crucible_shared::{RuntimeStats, TaskId, TaskSpec};
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 use tokio_util::sync::CancellationToken;
 
 /// Device memory a child takes beside its tensors: the judge's and the runner's CUDA contexts
@@ -46,6 +46,10 @@ pub(super) struct DeviceTiming {
     pub(super) go: Option<Instant>,
     pub(super) result: Option<Instant>,
     pub(super) reference: Option<RuntimeStats>,
+    /// When its timing gate opened and when its timing ended, by the wall clock: logged so
+    /// that a run of several workers can show no device ever timed two children at once.
+    pub(super) timed_from: Option<SystemTime>,
+    pub(super) timed_until: Option<SystemTime>,
 }
 
 /// Where a device child is, as its events tell.
@@ -313,6 +317,7 @@ impl DevicePipeline {
                 let child = &mut self.children[timer];
                 open(child);
                 child.phase = Phase::Timing;
+                child.timing.timed_from = Some(SystemTime::now());
             }
             // Until it has timed, parked children stay parked.
             return;
@@ -359,12 +364,18 @@ impl DevicePipeline {
                 child.wants_timing_since = Some(Instant::now());
             }
             // Any stage after its timing (`integrity`) ends it.
-            ChildEvent::Stage(_) if child.phase == Phase::Timing => child.phase = Phase::Working,
+            ChildEvent::Stage(_) if child.phase == Phase::Timing => {
+                child.phase = Phase::Working;
+                child.timing.timed_until = Some(SystemTime::now());
+            }
             ChildEvent::Stage(_) if child.phase == Phase::Starting && let_go => {
                 child.phase = Phase::Working
             }
             ChildEvent::Stage(_) => {}
             ChildEvent::Result => {
+                if child.phase == Phase::Timing {
+                    child.timing.timed_until = Some(SystemTime::now());
+                }
                 child.phase = Phase::Ended;
                 child.timing.result = Some(Instant::now());
             }

@@ -12,13 +12,14 @@ use super::neighbours::Neighbours;
 use super::pipeline::{DevicePipeline, DeviceTiming};
 use super::{TaskEnd, Worker, WorkerError};
 use crate::evaluation::{Evaluated, StageInputs, apply_reference_timing, run_evaluation_gated};
+use crate::metrics::gpu_label;
 use crate::reference_cache::SoftwareVersions;
 use crate::supervisor::{self, ChildEvent, Launcher};
 use crate::template::Template;
 use crate::verdict::Classified;
 use crucible_shared::{TaskId, VerdictCode, WorkerState};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -357,6 +358,12 @@ impl Worker {
             outcome,
         } = done;
         let lease = &ready.task.lease;
+        if let (Some(from), Some(until)) = (timing.timed_from, timing.timed_until) {
+            // One line per timing: a benchmark of several workers checks from these that no
+            // device ever timed two children at once (scripts/bench/scale.py).
+            let us = |t: SystemTime| t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros());
+            tracing::info!(worker_id = %self.id, task_id = %lease.task_id, gpu = %gpu_label(&self.cfg.device), from_unix_us = us(from), until_unix_us = us(until), "timing window");
+        }
         let outcome = match outcome {
             Ok(Evaluated {
                 mut classified,

@@ -130,6 +130,25 @@ fn a_child_times_only_when_every_other_child_is_parked_and_the_others_wait_for_i
     assert!(!device.timing_now());
     assert_eq!(opened(&b_gate), 1, "b goes on");
     assert_eq!(opened(&c_gate), 1, "c goes on");
+
+    // `a`'s timing window is kept for the log; `b` never timed.
+    device.on_event(&a, ChildEvent::Result);
+    let timing = device.ended(&a);
+    let (from, until) = (timing.timed_from.unwrap(), timing.timed_until.unwrap());
+    assert!(from <= until);
+    let timing = device.ended(&b);
+    assert!(timing.timed_from.is_none() && timing.timed_until.is_none());
+}
+
+#[test]
+fn a_timing_ended_by_the_childs_result_closes_its_window() {
+    let mut device = DevicePipeline::new(1, None);
+    let (a, _gate) = working(&mut device, "a");
+    stage(&mut device, &a, "timing_gate");
+    assert!(device.timing_now());
+    device.on_event(&a, ChildEvent::Result);
+    let timing = device.ended(&a);
+    assert!(timing.timed_from.is_some() && timing.timed_until.is_some());
 }
 
 #[test]
