@@ -64,6 +64,7 @@ fn conflict(message: String) -> HttpError {
     request_body = EpisodeRequest,
     responses(
         (status = 201, description = "Started; post the first turn's completion to `POST /episodes/{episode_id}/turns`", body = EpisodesStarted),
+        (status = 409, description = "`prompt_option` raicl on a server without a kernel corpus (`CRUCIBLE_CORPUS`)", body = ApiError),
         (status = 422, description = "A field is out of range, an unknown problem, or a prompt option the server cannot serve", body = ApiError),
     )
 )]
@@ -461,16 +462,21 @@ pub async fn get_episode(
 pub async fn get_turn(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path((id, turn)): Path<(String, u32)>,
+    Path((id, turn)): Path<(String, String)>,
     ApiQuery(query): ApiQuery<WaitQuery>,
 ) -> Result<Json<TurnView>, HttpError> {
     let wait = wait_duration(query.wait)?.unwrap_or(Duration::ZERO);
     let episode_id = EpisodeId(id);
     let episode = load_episode(&state, &caller, &episode_id, false).await?;
     let mut turns = load_turns(&state, &episode_id, episode.max_turns).await?;
-    if turn as usize >= turns.len() {
-        return Err(ApiError::not_found(format!("turn {turn} of episode {episode_id}")).into());
-    }
+    // A turn that is not a number names no turn, as one not posted yet: 404, like the problem
+    // routes' ids.
+    let turn = match turn.parse::<u32>() {
+        Ok(t) if (t as usize) < turns.len() => t,
+        _ => {
+            return Err(ApiError::not_found(format!("turn {turn} of episode {episode_id}")).into());
+        }
+    };
     turns.truncate(turn as usize + 1);
     let scores = score_turns(&state, &turns, wait).await?;
     let view = turn_views(&episode, &episode_id, &turns, scores)

@@ -1,5 +1,6 @@
 """Makes what the fuzzed operations that take an id need, on the server scripts/fuzz-api.sh
-started: a task, an evaluation batch, a rollout batch and a tenant (stdlib only; the admin token
+started: a task, an evaluation batch, a rollout batch, a tenant and two episodes (one with no
+turn yet, one whose first turn is posted) (stdlib only; the admin token
 in $CRUCIBLE_FUZZ_TOKEN). Prints Schemathesis ``[[operations]]`` tables that give each such
 operation a real id, so it is fuzzed past the 404 of an unknown one: its query parameters,
 cancelling (200, then 409) and deleting (200, then 404)."""
@@ -65,11 +66,24 @@ def main(url: str) -> None:
         },
     )
     tenant = post(url, "/admin/tenants", {"name": "fuzz-tenant"})["tenant"]
+    # Posting turns needs an episode whose next turn is open; reading a turn, one posted.
+    fresh = post(url, "/episodes", {"reference_code": REFERENCE})
+    posted = post(url, "/episodes", {"reference_code": REFERENCE})
+    post(
+        url,
+        f"/episodes/{posted['episode_id']}/turns",
+        {"completion": f"<KERNEL>\n```python\n{kernel(4)}```"},
+    )
     print(operation("/tasks/{id}", {"id": task["task_id"]}), end="")
     print(operation("/batches/{id}", {"id": batch["batch_id"]}), end="")
     print(operation("/batches/{id}/results", {"id": rollouts["batch_id"]}), end="")
     print(operation("/problems/{level}/{id}", {"level": 1, "id": 1}), end="")
     print(operation("/admin/tenants/{name}", {"name": tenant["name"]}), end="")
+    print(operation("/episodes/{id}", {"id": posted["episode_id"]}), end="")
+    print(operation("/episodes/{id}/turns", {"id": fresh["episode_id"]}), end="")
+    print(
+        operation("/episodes/{id}/turns/{turn}", {"id": posted["episode_id"], "turn": 0}), end=""
+    )
 
 
 if __name__ == "__main__":
