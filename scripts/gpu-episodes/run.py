@@ -48,8 +48,7 @@ def verdict(turn):
 
 
 async def episode(client, level, pid, source, args):
-    ep = await AsyncEpisode.start(
-        client,
+    started = await client.start_episode(
         problem={"level": level, "id": pid},
         profile=args.profile,
         backend="triton",
@@ -61,11 +60,11 @@ async def episode(client, level, pid, source, args):
         eval={"num_correct_trials": args.trials, "num_perf_trials": args.perf_trials,
               "timeout_s": 300},
     )
+    ep = AsyncEpisode(client, started, started["episode_id"])
+    # The first prompt's worked examples come with the start, not from a second request.
+    examples = started["prompt"]["examples"]
     prompt_bytes = len(ep.prompt)
-    # The examples the first prompt carries (the episode's prompt is the same request's).
-    examples = (await client.prompt({"level": level, "id": pid}, option=args.prompt_option,
-                                    thinking=True))["examples"]
-    started = time.monotonic()
+    t0 = time.monotonic()
     for completion in scripted.turns(source):
         if ep.done:
             break
@@ -79,7 +78,7 @@ async def episode(client, level, pid, source, args):
         "rewards": ep.rewards,
         "returns": ep.returns,
         "speedup": ((ep.turns[-1].get("rollout") or {}).get("result") or {}).get("speedup"),
-        "wall_s": time.monotonic() - started,
+        "wall_s": time.monotonic() - t0,
         "done": ep.done,
     }
 

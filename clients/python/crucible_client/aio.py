@@ -22,21 +22,21 @@ from .base import (
     _Base,
     _batch_ids,
     _batch_params,
-    _problem_batch_body,
-    _problem_set_selection,
     _check_wait,
     _deadline,
+    _episode_body,
     _evaluate_body,
     _finished_view,
     _headers,
     _poll_wait,
+    _problem_batch_body,
+    _problem_set_selection,
     _prompt_body,
     _read_timeout,
     _rollout_batches,
     _submission,
+    _turn_body,
 )
-from .base import _episode_body, _turn_body
-from .retry import DEFAULT_RETRY, RETRYABLE_ERRORS, RetryPolicy
 from .env_types import (
     BatchReport,
     EpisodeView,
@@ -48,6 +48,7 @@ from .env_types import (
     Split,
     TurnView,
 )
+from .retry import DEFAULT_RETRY, RETRYABLE_ERRORS, RetryPolicy
 from .types import (
     Backend,
     BatchCancelResponse,
