@@ -4,6 +4,12 @@
 //! held until the handler has answered, which covers the body and what is parsed from it.
 //! A body that does not fit gets 503 with `Retry-After` instead of growing the heap, and one
 //! that arrives slower than the body read timeout gets 408.
+//!
+//! A refused body is still read to its end and thrown away, chunk by chunk, within the read
+//! timeout, before the 503 is sent. Most clients (reqwest, requests, httpx) write the whole body
+//! before they read an answer; a server that answers early and closes with the body unread
+//! makes the kernel reset the connection, and the client sees a broken pipe instead of the 503
+//! and its `Retry-After`. Discarding costs bandwidth, never heap.
 
 use crate::error::HttpError;
 use axum::body::{Body, Bytes};
@@ -76,10 +82,15 @@ pub async fn admit_body(
     if empty || declared.is_some_and(|n| n > budget.largest_body) {
         return next.run(request).await;
     }
-    let (parts, body) = request.into_parts();
-    let read = read_body(&budget, declared, body);
-    let (bytes, _permits) = match tokio::time::timeout(budget.read_timeout, read).await {
+    let (parts, mut body) = request.into_parts();
+    let deadline = tokio::time::Instant::now() + budget.read_timeout;
+    let read = read_body(&budget, declared, &mut body);
+    let (bytes, _permits) = match tokio::time::timeout_at(deadline, read).await {
         Ok(Ok(read)) => read,
+        Ok(Err(e)) if e.0.code == ApiErrorCode::Overloaded => {
+            discard_rest(&mut body, deadline, budget.largest_body).await;
+            return e.into_response();
+        }
         Ok(Err(e)) => return e.into_response(),
         Err(_) => {
             return HttpError(ApiError::new(
@@ -107,7 +118,7 @@ pub async fn admit_body(
 async fn read_body(
     budget: &BodyBudget,
     declared: Option<usize>,
-    mut body: Body,
+    body: &mut Body,
 ) -> Result<(Bytes, Vec<OwnedSemaphorePermit>), HttpError> {
     let mut permits: Vec<OwnedSemaphorePermit> = Vec::new();
     let mut granted = 0usize;
@@ -140,6 +151,21 @@ async fn read_body(
         buf.extend_from_slice(&data);
     }
     Ok((Bytes::from(buf), permits))
+}
+
+/// Reads what is left of a refused body and drops it, until its end, `deadline`, a read error
+/// or `limit` bytes, whichever comes first (see the module docs for why).
+async fn discard_rest(body: &mut Body, deadline: tokio::time::Instant, limit: usize) {
+    let drain = async {
+        let mut discarded = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            discarded += frame.data_ref().map_or(0, Bytes::len);
+            if discarded > limit {
+                return;
+            }
+        }
+    };
+    let _ = tokio::time::timeout_at(deadline, drain).await;
 }
 
 #[cfg(test)]
