@@ -47,11 +47,12 @@ pub async fn serve(
         std::env::var("HOSTNAME").ok(),
     ));
     let limits = (*state.limits).clone();
+    let metrics = state.metrics.clone();
     let stop = tokio_util::sync::CancellationToken::new();
     let on_shutdown = stop.clone();
     tokio::spawn(async move {
         shutdown.await;
         on_shutdown.cancel();
     });
-    serving::serve_connections(listener, router(state), limits, stop).await
+    serving::serve_connections(listener, router(state), limits, metrics, stop).await
 }

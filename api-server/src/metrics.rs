@@ -11,7 +11,8 @@ use axum::extract::{MatchedPath, Request};
 use axum::middleware::Next;
 use axum::response::Response;
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
 };
 use std::net::SocketAddr;
 use std::sync::OnceLock;
@@ -19,6 +20,13 @@ use std::time::Instant;
 
 /// The replica label before the replica serves (never seen through `/metrics`).
 const UNNAMED_REPLICA: &str = "unnamed";
+
+/// `how` of `crucible_http_connections_shed_total`: the oldest open connection was asked to
+/// close to make room for a new one.
+pub const SHED_CLOSED_OLDEST: &str = "closed_oldest";
+/// `how` of `crucible_http_connections_shed_total`: a new connection was closed unread, past
+/// the hard limit.
+pub const SHED_REFUSED: &str = "refused";
 
 /// This replica's Prometheus registry and the metrics in it, rendered at `GET /metrics`.
 pub struct Metrics {
@@ -29,6 +37,11 @@ pub struct Metrics {
     pub submitted: IntCounterVec,
     /// Rollouts accepted by this replica (`POST /rollouts`).
     pub rollouts_submitted: IntCounter,
+    /// Connections holding a descriptor now, closing ones included ([`crate::serving`]).
+    pub connections_open: IntGauge,
+    /// Connections shed by the connection cap, by `how`: [`SHED_CLOSED_OLDEST`] or
+    /// [`SHED_REFUSED`]. An operator sees a flood here before clients see errors.
+    pub connections_shed: IntCounterVec,
     /// The `replica` label of the cluster-wide figures: [`replica_id`], set when the replica
     /// starts serving ([`crate::serve`]).
     replica: OnceLock<String>,
@@ -72,11 +85,29 @@ impl Metrics {
             "Rollouts accepted by this replica (POST /rollouts)",
         )
         .expect("valid metric");
+        let connections_open = IntGauge::new(
+            "crucible_http_connections",
+            "HTTP connections holding a descriptor, closing ones included",
+        )
+        .expect("valid metric");
+        let connections_shed = IntCounterVec::new(
+            Opts::new(
+                "crucible_http_connections_shed_total",
+                "HTTP connections shed by the connection cap",
+            ),
+            &["how"],
+        )
+        .expect("valid metric");
+        for how in [SHED_CLOSED_OLDEST, SHED_REFUSED] {
+            connections_shed.with_label_values(&[how]);
+        }
         for c in [
             Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(http_duration.clone()),
             Box::new(submitted.clone()),
             Box::new(rollouts_submitted.clone()),
+            Box::new(connections_open.clone()),
+            Box::new(connections_shed.clone()),
         ] {
             registry.register(c).expect("metric registered once");
         }
@@ -86,6 +117,8 @@ impl Metrics {
             http_duration,
             submitted,
             rollouts_submitted,
+            connections_open,
+            connections_shed,
             replica: OnceLock::new(),
         }
     }

@@ -5,6 +5,7 @@
 //! hard limit new sockets are closed unread, so the process never runs out of file descriptors.
 
 use crate::limits::ServeLimits;
+use crate::metrics::{Metrics, SHED_CLOSED_OLDEST, SHED_REFUSED};
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -44,6 +45,7 @@ enum Admission {
 /// A connection's place in [`Connections`], given back when its task ends, even by a panic.
 struct Registered {
     connections: Arc<Mutex<Connections>>,
+    metrics: Arc<Metrics>,
     id: u64,
 }
 
@@ -55,6 +57,7 @@ impl Drop for Registered {
             .unwrap_or_else(PoisonError::into_inner);
         c.open.remove(&self.id);
         c.live -= 1;
+        self.metrics.connections_open.set(c.live as i64);
     }
 }
 
@@ -74,6 +77,7 @@ pub async fn serve_connections(
     listener: TcpListener,
     app: Router,
     limits: ServeLimits,
+    metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -110,10 +114,20 @@ pub async fn serve_connections(
                 }
             }
             match admitted {
-                Admission::Refuse => continue,
+                Admission::Refuse => {
+                    metrics
+                        .connections_shed
+                        .with_label_values(&[SHED_REFUSED])
+                        .inc();
+                    continue;
+                }
                 Admission::ServeAndShedOldest => {
                     if let Some((_, oldest)) = c.open.pop_first() {
                         oldest.cancel();
+                        metrics
+                            .connections_shed
+                            .with_label_values(&[SHED_CLOSED_OLDEST])
+                            .inc();
                     }
                 }
                 Admission::Serve => {}
@@ -123,12 +137,14 @@ pub async fn serve_connections(
             let close = shutdown.child_token();
             c.open.insert(id, close.clone());
             c.live += 1;
+            metrics.connections_open.set(c.live as i64);
             (id, close)
         };
         let conn =
             http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
         let registered = Registered {
             connections: connections.clone(),
+            metrics: metrics.clone(),
             id,
         };
         tracker.spawn(async move {

@@ -247,6 +247,30 @@ async fn a_connection_flood_beyond_the_cap_leaves_health_answering() {
     assert!(accepted > 0, "the count sees the flood's connections");
     // The cap plus its shed margin.
     assert!(accepted <= 113, "{accepted} accepted connections held open");
+    // What the replica says it shed, as an operator's Prometheus sees it.
+    let api = Api::new(s.port);
+    let text = api
+        .http
+        .get(format!("{}/metrics", api.base))
+        .send()
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .unwrap();
+    let sample = |series: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{series} missing from /metrics"))
+    };
+    let closed = sample(r#"crucible_http_connections_shed_total{how="closed_oldest"}"#);
+    let refused = sample(r#"crucible_http_connections_shed_total{how="refused"}"#);
+    let open = sample("crucible_http_connections ");
+    s.log(&format!(
+        "/metrics: {closed} closed oldest, {refused} refused, {open} connections open"
+    ));
+    assert!(closed > 0.0, "the flood closed the oldest connections");
+    assert!(open <= 113.0, "{open} connections counted open");
     drop(flood);
 }
 
