@@ -6,7 +6,7 @@
 //! `crucible up` in the API's `/metrics`. Nothing here serves HTTP.
 
 use crate::device::DeviceSlot;
-use crucible_shared::{Backend, DeviceClass, EvalResult, TaskView, wire_name};
+use crucible_shared::{Backend, DeviceClass, EvalResult, wire_name};
 use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
     core::Collector,
@@ -176,7 +176,7 @@ impl WorkerMetrics {
         }
     }
 
-    /// A claimed task's wait in the queue ([`queue_wait`]).
+    /// A claimed task's wait in the queue, from its submission to the claim (`Lease::queued_for`).
     pub fn queue_waited(&self, wait: Duration) {
         self.queue_wait.observe(wait.as_secs_f64());
     }
@@ -210,17 +210,6 @@ pub fn stage_label<'a>(name: &'a str, seen: &mut BTreeSet<String>) -> &'a str {
         return name;
     }
     OTHER_STAGE
-}
-
-/// Pure: how long a task waited in the queue before `attempt`'s claim, from the broker's view
-/// of it read just after the claim: its submission to the claim's `started_at`, both stamped
-/// by the broker's clock. `None` when the view is of another attempt (the task moved on
-/// meanwhile) or has no start.
-pub fn queue_wait(view: &TaskView, attempt: u32) -> Option<Duration> {
-    if view.attempts != attempt {
-        return None;
-    }
-    (view.started_at? - view.submitted_at).to_std().ok()
 }
 
 #[cfg(test)]

@@ -63,6 +63,9 @@ pub struct Lease {
     pub spec: TaskSpec,
     /// 1 on the first claim of the task, 2 after one requeue, ...
     pub attempt: u32,
+    /// From the task's submission to this claim, both by the broker's clock (zero if that
+    /// clock stepped back): the worker's `crucible_queue_wait_seconds` without a second read.
+    pub queued_for: Duration,
 }
 
 /// Answer to a lease renewal.

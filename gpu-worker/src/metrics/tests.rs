@@ -1,6 +1,5 @@
 use super::*;
-use chrono::{TimeZone, Utc};
-use crucible_shared::{DeviceInfo, DeviceKind, Priority, TaskId, TaskStatus, Verdict, VerdictCode};
+use crucible_shared::{DeviceInfo, DeviceKind, Verdict, VerdictCode};
 
 fn text(registry: &Registry) -> String {
     use prometheus::Encoder;
@@ -147,35 +146,5 @@ fn stage_labels_are_plain_names_and_bounded() {
         stage_label("load_reference", &mut seen),
         "load_reference",
         "known names stay"
-    );
-}
-
-#[test]
-fn queue_wait_is_submission_to_this_attempts_start() {
-    let at = |s: i64| Utc.timestamp_opt(1_800_000_000 + s, 0).unwrap();
-    let mut view = TaskView {
-        task_id: TaskId("t".into()),
-        status: TaskStatus::Running,
-        result: None,
-        error: None,
-        attempts: 2,
-        worker_id: None,
-        priority: Priority::Normal,
-        batch_id: None,
-        submitted_at: at(0),
-        started_at: Some(at(42)),
-        finished_at: None,
-        cached: false,
-        device_class: None,
-    };
-    assert_eq!(queue_wait(&view, 2), Some(Duration::from_secs(42)));
-    assert_eq!(queue_wait(&view, 1), None, "another attempt's view");
-    view.started_at = None;
-    assert_eq!(queue_wait(&view, 2), None);
-    view.started_at = Some(at(-1));
-    assert_eq!(
-        queue_wait(&view, 2),
-        None,
-        "clocks never make a wait negative"
     );
 }

@@ -7,11 +7,9 @@
 use super::Worker;
 use super::ack::{HeldAt, backoff};
 use crate::budget::{remaining, task_budget};
-use crate::metrics::queue_wait;
 use crate::prepare::{PrepareContext, PrepareEnd, Ready, prepare};
 use crate::supervisor::Launcher;
 use crate::verdict::{Classified, VerdictContext, budget_spent};
-use crucible_shared::TaskId;
 use crucible_task_manager::{Lease, LeaseState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -98,10 +96,7 @@ impl Worker {
             match claimed {
                 Ok(Some(lease)) => {
                     claim_errors = 0;
-                    tokio::spawn(
-                        self.clone()
-                            .observe_queue_wait(lease.task_id.clone(), lease.attempt),
-                    );
+                    self.metrics.queue_waited(lease.queued_for);
                     let task = self.claimed(lease, place, &shutdown);
                     if self.drain.is_cancelled() {
                         self.give_back(&task, "worker draining").await;
@@ -177,23 +172,6 @@ impl Worker {
             held,
             _place: place,
             claimed_at: Instant::now(),
-        }
-    }
-
-    /// Reads back a task just claimed for how long it queued (`crucible_queue_wait_seconds`):
-    /// the claim does not return its times, the task's record has them from the broker's
-    /// clock. A read that fails costs the sample, nothing else.
-    async fn observe_queue_wait(self: Arc<Self>, task_id: TaskId, attempt: u32) {
-        match self.broker.get_task(&task_id).await {
-            Ok(Some(view)) => {
-                if let Some(wait) = queue_wait(&view, attempt) {
-                    self.metrics.queue_waited(wait);
-                }
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::debug!(worker_id = %self.id, task_id = %task_id, error = %e, "could not read the queue wait of a claimed task");
-            }
         }
     }
 

@@ -6,7 +6,7 @@
 -- ARGV: prefix, worker_id, lease_token, lease_ttl_ms, claim cycle (e.g. 'hnhlhnh': the
 --       preferred queue of each claim in one turn of a tenant's round robin), pass_scale,
 --       class (a device class, never ANY).
--- Returns {task_id, spec_json, attempt} or nil.
+-- Returns {task_id, spec_json, attempt, ms queued (submission to this claim)} or nil.
 local worker, token, lease_ttl, cycle = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local pass_scale, class = tonumber(ARGV[6]), ARGV[7]
 local names = { h = 'high', n = 'normal', l = 'low' }
@@ -90,7 +90,8 @@ while true do
     redis.call('HSET', key, 'worker_id', worker, 'lease_token', token, 'started_at', now)
     redis.call('ZADD', LEASES, now + lease_ttl, id)
     transition(id, 'queued', 'running', now, 0)
-    return { id, redis.call('HGET', key, 'spec'), attempt }
+    local submitted = tonumber(redis.call('HGET', key, 'submitted_at')) or now
+    return { id, redis.call('HGET', key, 'spec'), attempt, math.max(0, now - submitted) }
   end
 end
 

@@ -45,13 +45,15 @@ impl MemoryBroker {
         rec.attempts += 1;
         rec.worker_id = Some(worker.clone());
         rec.token = Some(token.clone());
-        rec.started_at = Some(Utc::now());
+        let now = Utc::now();
+        rec.started_at = Some(now);
         let lease = Lease {
             task_id: id.clone(),
             token,
             worker_id: worker.clone(),
             spec: rec.spec.clone(),
             attempt: rec.attempts,
+            queued_for: (now - rec.submitted_at).to_std().unwrap_or_default(),
         };
         st.leases
             .insert(id.clone(), Instant::now() + self.cfg.lease_ttl);

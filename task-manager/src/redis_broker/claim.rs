@@ -49,7 +49,7 @@ impl RedisBroker {
     ) -> Result<Option<Lease>, BrokerError> {
         let token = LeaseToken::random();
         let mut c = self.conn().await?;
-        let reply: Option<(String, String, u32)> = self
+        let reply: Option<(String, String, u32, u64)> = self
             .scripts
             .claim
             .arg(self.prefix())
@@ -62,7 +62,7 @@ impl RedisBroker {
             .invoke_async(&mut c)
             .await
             .map_err(redis_err)?;
-        let Some((id, spec, attempt)) = reply else {
+        let Some((id, spec, attempt, queued_ms)) = reply else {
             return Ok(None);
         };
         let task_id = TaskId(id);
@@ -77,6 +77,7 @@ impl RedisBroker {
             worker_id: worker.clone(),
             spec,
             attempt,
+            queued_for: Duration::from_millis(queued_ms),
         }))
     }
 

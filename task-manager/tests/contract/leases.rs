@@ -55,6 +55,11 @@ async fn claim_leases_with_fresh_token(backend: Backend) {
     assert_eq!(view.attempts, 1);
     let started = view.started_at.expect("started_at is set");
     assert!(started >= view.submitted_at);
+    assert_eq!(
+        first.queued_for,
+        (started - view.submitted_at).to_std().unwrap(),
+        "the lease's queue wait is the record's submission to its start"
+    );
 }
 
 async fn claim_returns_none_after_wait(backend: Backend) {
