@@ -13,7 +13,13 @@ use axum::extract::{Path, State};
 use axum::{Extension, Json};
 use crucible_shared::report::{BatchReport, ReportSource, Sample, SampleOutcome};
 use crucible_shared::{ApiError, BatchId, TaskId, TaskView};
+use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;
+
+/// Task specs read from the broker at once for an evaluation batch's report: a 1,000-task
+/// batch costs tens of round trips' time, not a thousand, and the broker's connection is
+/// never asked for more than this many answers at a time.
+const SPEC_READS_IN_FLIGHT: usize = 32;
 
 /// A batch's report: per KernelBench level (samples of no registered problem in a group with
 /// `level` null) and overall. Every rate is over all samples: one without a verdict (failed,
@@ -46,7 +52,7 @@ pub async fn batch_report(
         .into_iter()
         .map(|t| (t.task_id.clone(), t))
         .collect();
-    let (source, samples) = match stored_records(&state, &batch_id).await? {
+    let (source, samples): (_, Vec<Sample>) = match stored_records(&state, &batch_id).await? {
         Some(records) => {
             let samples = records
                 .iter()
@@ -61,15 +67,20 @@ pub async fn batch_report(
             (ReportSource::Rollouts, samples)
         }
         None => {
-            let mut samples = Vec::with_capacity(status.task_ids.len());
-            for id in &status.task_ids {
-                // The request's `problem` is kept in its spec (the view does not carry it).
-                let spec = state.broker.get_spec(id).await?;
-                samples.push(Sample {
-                    level: spec.and_then(|s| s.request.problem).map(|p| p.level),
-                    outcome: SampleOutcome::of_task(views.get(id)),
-                });
-            }
+            // The request's `problem` is kept in its spec (the view does not carry it).
+            // Owned ids: a stream of borrowed ones trips the `Send` check of axum's handler.
+            let (state, views) = (&state, &views);
+            let samples = futures::stream::iter(status.task_ids.iter().cloned())
+                .map(|id| async move {
+                    let spec = state.broker.get_spec(&id).await?;
+                    Ok::<_, HttpError>(Sample {
+                        level: spec.and_then(|s| s.request.problem).map(|p| p.level),
+                        outcome: SampleOutcome::of_task(views.get(&id)),
+                    })
+                })
+                .buffered(SPEC_READS_IN_FLIGHT)
+                .try_collect()
+                .await?;
             (ReportSource::Evaluations, samples)
         }
     };
