@@ -2,9 +2,10 @@
 //! query parameters several handlers share.
 
 use crate::error::HttpError;
-use axum::extract::{FromRequest, FromRequestParts};
-use crucible_shared::ApiError;
+use axum::extract::{FromRequest, FromRequestParts, Path};
+use axum::http::request::Parts;
 use crucible_shared::bounds::WAIT_S;
+use crucible_shared::{ApiError, ProblemRef};
 use serde::Deserialize;
 use std::time::Duration;
 use utoipa::IntoParams;
@@ -18,6 +19,30 @@ pub struct ApiJson<T>(pub T);
 #[derive(FromRequestParts)]
 #[from_request(via(axum::extract::Query), rejection(HttpError))]
 pub struct ApiQuery<T>(pub T);
+
+/// `/problems/{level}/{id}...`: the problem the path names. A segment that is not a number
+/// names no problem, so it is the same 404 as an unregistered one (not axum's plain-text 400):
+/// whether the problem exists is the handler's to say, with the same message.
+pub struct ProblemPath(pub ProblemRef);
+
+impl<S: Send + Sync> FromRequestParts<S> for ProblemPath {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, HttpError> {
+        let Path((level, id)) = Path::<(String, String)>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::not_found(format!("problem: {e}")))?;
+        match (level.parse(), id.parse()) {
+            (Ok(level), Ok(id)) => Ok(Self(ProblemRef { level, id })),
+            _ => Err(problem_not_found(&level, &id).into()),
+        }
+    }
+}
+
+/// The 404 of a problem path that names no registered problem.
+pub fn problem_not_found(level: impl std::fmt::Display, id: impl std::fmt::Display) -> ApiError {
+    ApiError::not_found(format!("problem {level}/{id}"))
+}
 
 /// `?wait=` of the endpoints that can long-poll a task.
 #[derive(Debug, Deserialize, IntoParams)]

@@ -10,10 +10,10 @@ pub mod config;
 pub mod worked;
 
 use crate::error::HttpError;
-use crate::extract::{ApiJson, ApiQuery};
+use crate::extract::{ApiJson, ApiQuery, ProblemPath, problem_not_found};
 use crate::state::AppState;
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use crucible_corpus::ProblemQuery;
 use crucible_shared::prompt::{
     Prompt, PromptOption, PromptRequest, PromptSettings, WorkedExample, first_turn_with,
@@ -98,18 +98,13 @@ fn retrieve(
 )]
 pub async fn problem_prompt(
     State(state): State<AppState>,
-    Path((level, id)): Path<(String, String)>,
+    ProblemPath(key): ProblemPath,
     ApiQuery(settings): ApiQuery<PromptSettings>,
 ) -> Result<Json<Prompt>, HttpError> {
-    let missing = || ApiError::not_found(format!("problem {level}/{id}"));
-    let (Ok(level_n), Ok(id_n)) = (level.parse(), id.parse()) else {
-        return Err(missing().into());
-    };
-    let key = ProblemRef {
-        level: level_n,
-        id: id_n,
-    };
-    let problem = state.problems.get(key).ok_or_else(missing)?;
+    let problem = state
+        .problems
+        .get(key)
+        .ok_or_else(|| problem_not_found(key.level, key.id))?;
     Ok(Json(first_prompt(
         &state,
         &problem.reference_code,

@@ -5,7 +5,7 @@
 use crate::access::{authorize_batch, authorize_task};
 use crate::auth::Caller;
 use crate::error::HttpError;
-use crate::extract::{ApiJson, ApiQuery, WaitQuery, wait_duration};
+use crate::extract::{ApiJson, ApiQuery, ProblemPath, WaitQuery, problem_not_found, wait_duration};
 use crate::placement;
 use crate::state::AppState;
 use crate::submission::{resolve_request, spec_of};
@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use crucible_shared::{
     ApiError, ApiErrorCode, BatchCancelResponse, BatchId, BatchRequest, BatchStatus,
-    CancelResponse, EvaluateRequest, HealthStatus, Problem, ProblemList, ProblemRef, QueueStatus,
+    CancelResponse, EvaluateRequest, HealthStatus, Problem, ProblemList, QueueStatus,
     SubmitResponse, TaskId, TaskStatus, TaskView, TenantCounts, WorkerInfo, WorkerState,
 };
 use crucible_task_manager::CancelOutcome;
@@ -317,21 +317,14 @@ pub async fn list_problems(State(state): State<AppState>) -> Json<ProblemList> {
 )]
 pub async fn get_problem(
     State(state): State<AppState>,
-    Path((level, id)): Path<(String, String)>,
+    ProblemPath(key): ProblemPath,
 ) -> Result<Json<Problem>, HttpError> {
-    let missing = || ApiError::not_found(format!("problem {level}/{id}"));
-    let (Ok(level_n), Ok(id_n)) = (level.parse(), id.parse()) else {
-        return Err(missing().into());
-    };
     state
         .problems
-        .get(ProblemRef {
-            level: level_n,
-            id: id_n,
-        })
+        .get(key)
         .cloned()
         .map(Json)
-        .ok_or_else(|| missing().into())
+        .ok_or_else(|| problem_not_found(key.level, key.id).into())
 }
 
 /// Answer to `GET /workers/status`.
