@@ -50,6 +50,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the API, the lease reaper and one worker per visible GPU (or one CPU worker).
+    /// SIGTERM or Ctrl-C drains it: the workers finish the evaluations they run (up to
+    /// CRUCIBLE_DRAIN_TIMEOUT_S) while the API keeps serving, then it exits 0; a second signal
+    /// stops at once.
     Up {
         #[arg(long, env = "CRUCIBLE_BIND", default_value = "127.0.0.1:10907")]
         bind: String,
@@ -466,17 +469,18 @@ async fn up(
     registry.register(Box::new(build_info(Component::Up)))?;
     let worker_metrics = Arc::new(WorkerMetrics::register(registry)?);
     let shutdown = Shutdown::new();
-    let mut tasks = Vec::new();
     // The API's role: the reaper also finishes tenant deletions; its workers run none of
     // their own (one process, one reaper).
-    tasks.push(tokio::spawn(run_reaper(
+    let reaper = tokio::spawn(run_reaper(
         broker.clone(),
         ReaperSettings::new("up", Duration::from_millis(DEFAULT_REAPER_INTERVAL_MS))
             .finishing_tenant_deletions(),
         shutdown.token(),
-    )));
+    ));
     // A worker that refuses to serve (its sandbox is not in place) stops `up` with its reason.
     let (refused_tx, mut refused) = tokio::sync::mpsc::channel::<String>(1);
+    let mut workers = Vec::with_capacity(devices.len());
+    let mut running = tokio::task::JoinSet::new();
     for device in devices {
         let wcfg = WorkerConfig::from_env(device).map_err(anyhow::Error::msg)?;
         let worker = Arc::new(Worker::new(
@@ -484,17 +488,18 @@ async fn up(
             wcfg,
             worker_metrics.clone(),
         ));
+        workers.push(worker.clone());
         let (stop, refused_tx) = (shutdown.token(), refused_tx.clone());
-        tasks.push(tokio::spawn(async move {
+        running.spawn(async move {
             if let Err(e) = worker.run(stop).await {
                 let _ = refused_tx.send(e.to_string()).await;
             }
-        }));
+        });
     }
     crucible_api_server::auth::log_mode(&state.auth, addr);
     tracing::info!(
         broker = broker.kind(),
-        workers = tasks.len() - 1,
+        workers = workers.len(),
         "crucible up"
     );
     let server = tokio::spawn(crucible_api_server::serve(
@@ -509,11 +514,31 @@ async fn up(
         }
         why = refused.recv() => why,
     };
+    if refusal.is_none() {
+        // As `crucible-worker` does: the workers finish what runs on their devices (up to
+        // CRUCIBLE_DRAIN_TIMEOUT_S) and store the verdicts, while the API keeps serving so
+        // that clients waiting on those tasks get them; a second signal stops at once.
+        tracing::info!(
+            workers = workers.len(),
+            "stop signal: draining the workers, the api serves until they are done"
+        );
+        for worker in &workers {
+            worker.drain("a stop signal (a second one stops at once)");
+        }
+        tokio::select! {
+            signal = shutdown_signal() => {
+                signal?;
+                tracing::info!("second stop signal, giving back what is still running");
+            }
+            () = async { while running.join_next().await.is_some() {} } => {}
+        }
+    }
     tracing::info!("shutdown requested");
     shutdown.cancel();
     server.await??;
-    for t in tasks {
-        t.await?;
+    reaper.await?;
+    while let Some(worker) = running.join_next().await {
+        worker?;
     }
     match refusal {
         Some(why) => Err(anyhow::anyhow!("a worker {why}")),

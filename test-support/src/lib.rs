@@ -138,12 +138,20 @@ impl Proc {
         let _ = self.child.wait();
     }
 
-    /// SIGTERM, then wait up to `timeout` for a clean exit (SIGKILL after).
-    pub fn terminate(&mut self, timeout: Duration) -> bool {
-        let _ = nix::sys::signal::kill(
+    /// SIGTERM, as an orchestrator stops it; the caller watches what follows.
+    pub fn sigterm(&self) {
+        nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(self.pid()),
             nix::sys::signal::Signal::SIGTERM,
-        );
+        )
+        .unwrap_or_else(|e| panic!("SIGTERM to {}: {e}", self.name));
+    }
+
+    /// SIGTERM, then wait up to `timeout` for a clean exit (SIGKILL after).
+    pub fn terminate(&mut self, timeout: Duration) -> bool {
+        if self.exited().is_none() {
+            self.sigterm();
+        }
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {

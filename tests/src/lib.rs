@@ -76,17 +76,6 @@ pub fn worker_command(env: &[(String, String)]) -> Command {
     cmd
 }
 
-/// `crucible up --cpu` on the embedded broker (no `REDIS_URL`) at 127.0.0.1:`port`: the API,
-/// its reaper and one CPU worker (one thread) in one process.
-pub fn up_command(port: u16) -> Command {
-    let mut cmd = Command::new(bin("crucible"));
-    cmd.args(["up", "--cpu", "--bind", &format!("127.0.0.1:{port}")])
-        .env_remove("REDIS_URL")
-        .env("CRUCIBLE_PYTHON", python())
-        .env("CRUCIBLE_CPU_THREADS", "1");
-    cmd
-}
-
 /// A small HTTP client for one API.
 #[derive(Clone)]
 pub struct Api {
@@ -194,6 +183,15 @@ impl Api {
         assert_eq!(status, 202, "{task}");
         self.wait_task(task["task_id"].as_str().expect("a task id"), timeout)
             .await
+    }
+
+    /// Waits until task `id` is `running` (a worker claimed it) and returns it.
+    pub async fn wait_running(&self, id: &str, timeout: Duration) -> Value {
+        eventually(&format!("task {id} to run"), timeout, || async {
+            let (_, v) = self.get(&format!("/tasks/{id}")).await;
+            (v["status"] == "running").then_some(v)
+        })
+        .await
     }
 
     /// Waits for a terminal status and returns the task.

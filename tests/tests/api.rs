@@ -265,15 +265,7 @@ async fn priorities_order_claims_and_a_running_task_can_be_cancelled() {
             120,
         ))
         .await;
-    eventually(
-        "the hanging task to run",
-        Duration::from_secs(60),
-        || async {
-            let (_, v) = api.get(&format!("/tasks/{hang}")).await;
-            (v["status"] == "running").then_some(())
-        },
-    )
-    .await;
+    api.wait_running(&hang, Duration::from_secs(60)).await;
     let (status, cancelled) = api
         .call(reqwest::Method::DELETE, &format!("/tasks/{hang}"), None)
         .await;

@@ -64,15 +64,7 @@ async fn a_verdict_outlives_a_broker_outage() {
         }))
         .await,
     ];
-    eventually(
-        "the first task to run",
-        Duration::from_secs(120),
-        || async {
-            let (_, v) = api.get(&format!("/tasks/{}", ids[0])).await;
-            (v["status"] == "running").then_some(())
-        },
-    )
-    .await;
+    api.wait_running(&ids[0], Duration::from_secs(120)).await;
 
     let down_at = Instant::now();
     redis.stop();

@@ -12,7 +12,7 @@ use std::time::Duration;
 async fn a_cpu_worker_runs_class_cpu_and_h100_is_refused() {
     let logs = log_dir("device-class");
     let port = free_port();
-    let mut cmd = up_command(port);
+    let mut cmd = crucible_up(port);
     // The class derived from the CPU, whatever the environment says.
     cmd.env_remove("CRUCIBLE_DEVICE_CLASS");
     let mut up = Proc::spawn("crucible-up", cmd, &logs);

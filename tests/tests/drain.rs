@@ -41,11 +41,7 @@ async fn an_admin_drain_finishes_the_task_and_ends_the_worker() {
             "timeout_s": 120,
         }))
         .await;
-    let running = eventually("the task to run", Duration::from_secs(120), || async {
-        let (_, v) = admin.get(&format!("/tasks/{id}")).await;
-        (v["status"] == "running").then_some(v)
-    })
-    .await;
+    let running = admin.wait_running(&id, Duration::from_secs(120)).await;
     let worker_id = running["worker_id"].as_str().unwrap().to_owned();
     let drain = format!("/admin/workers/{worker_id}/drain");
 

@@ -223,11 +223,7 @@ async fn escapes_fail_and_neighbours_keep_their_verdicts() {
             "timeout_s": 600,
         }))
         .await;
-    eventually("the victim to run", Duration::from_secs(300), || async {
-        let (_, t) = api.get(&format!("/tasks/{victim}")).await;
-        (t["status"] == "running").then_some(())
-    })
-    .await;
+    api.wait_running(&victim, Duration::from_secs(300)).await;
 
     let daemon_port = free_port();
     let placeholders = Placeholders {

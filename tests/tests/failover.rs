@@ -38,15 +38,7 @@ async fn a_worker_killed_mid_task_loses_nothing() {
             "timeout_s": 120,
         }))
         .await;
-    let running = eventually(
-        "the task to run on the first worker",
-        Duration::from_secs(60),
-        || async {
-            let (_, v) = api.get(&format!("/tasks/{id}")).await;
-            (v["status"] == "running").then_some(v)
-        },
-    )
-    .await;
+    let running = api.wait_running(&id, Duration::from_secs(60)).await;
     let first_worker = running["worker_id"].as_str().unwrap().to_owned();
     assert_eq!(running["attempts"], 1);
 
@@ -168,10 +160,7 @@ async fn a_draining_worker_finishes_its_task_and_gives_back_the_ones_claimed_ahe
     )
     .await;
 
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(worker.pid()),
-        nix::sys::signal::Signal::SIGTERM,
-    );
+    worker.sigterm();
     // The three claimed ahead go back at once, long before their leases could expire, while
     // the worker still drains its device.
     eventually(
@@ -244,15 +233,8 @@ async fn a_drain_that_reaches_its_bound_gives_the_running_task_back() {
             "timeout_s": 600,
         }))
         .await;
-    eventually("the task to run", Duration::from_secs(120), || async {
-        let (_, v) = api.get(&format!("/tasks/{id}")).await;
-        (v["status"] == "running").then_some(())
-    })
-    .await;
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(worker.pid()),
-        nix::sys::signal::Signal::SIGTERM,
-    );
+    api.wait_running(&id, Duration::from_secs(120)).await;
+    worker.sigterm();
     // Far less than the task's 300 s: the bound ended the drain.
     let status = eventually(
         "the worker to exit at its drain bound",

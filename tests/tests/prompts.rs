@@ -88,7 +88,7 @@ fn build_files(dir: &Path) -> Files {
 
 async fn start(logs: &Path, env: &[(&str, &Path)]) -> (Proc, Api) {
     let port = free_port();
-    let mut cmd = up_command(port);
+    let mut cmd = crucible_up(port);
     cmd.env_remove("KERNELBENCH_ROOT")
         .env_remove("CRUCIBLE_CORPUS")
         .env_remove("CRUCIBLE_PROMPT_TEMPLATES");
@@ -103,7 +103,7 @@ async fn start(logs: &Path, env: &[(&str, &Path)]) -> (Proc, Api) {
 
 /// A server that must refuse to start: its exit status and log, within a deadline.
 fn refused_start(logs: &Path, env: &[(&str, &Path)]) -> String {
-    let mut cmd = up_command(free_port());
+    let mut cmd = crucible_up(free_port());
     cmd.env_remove("KERNELBENCH_ROOT");
     for (k, v) in env {
         cmd.env(k, v);

@@ -233,7 +233,7 @@ async fn bad_credentials_or_tls_fail_at_startup_without_showing_the_password() {
         ),
         (
             "crucible up",
-            up_command(&env(Role::Api, &wrong)),
+            crucible_up(&env(Role::Api, &wrong)),
             "refused the credentials",
         ),
         (
@@ -278,7 +278,7 @@ async fn bad_credentials_or_tls_fail_at_startup_without_showing_the_password() {
     }
 }
 
-fn up_command(env: &[(String, String)]) -> Command {
+fn crucible_up(env: &[(String, String)]) -> Command {
     let mut cmd = Command::new(bin("crucible"));
     cmd.args([
         "up",

@@ -15,7 +15,7 @@ const FAST_P: [f64; 5] = [0.0, 1.0, 1.2, 1.5, 2.0];
 async fn start_service(test: &str) -> (Proc, Api) {
     let logs = log_dir(test);
     let port = free_port();
-    let mut cmd = up_command(port);
+    let mut cmd = crucible_up(port);
     cmd.args(["--extra-cpu-workers", "1"])
         .env_remove("KERNELBENCH_ROOT")
         .env(

@@ -1,9 +1,10 @@
 //! The README's first command's binary: `crucible up` on the embedded broker serves an
-//! evaluation end to end, and its one `/metrics` the API's and its workers' metrics;
-//! `crucible eval` evaluates a pair without a server.
+//! evaluation end to end, and its one `/metrics` the API's and its workers' metrics; SIGTERM
+//! drains it (the running evaluation's verdict is served before it exits 0); `crucible eval`
+//! evaluates a pair without a server.
 
 use crucible_tests::*;
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::process::Command;
 use std::time::Duration;
 
@@ -118,6 +119,62 @@ async fn crucible_up_serves_on_the_embedded_broker() {
     assert!(
         up.terminate(Duration::from_secs(20)),
         "crucible up did not stop on SIGTERM:\n{}",
+        up.log_text()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_crucible_up_and_the_running_verdict_is_served() {
+    let logs = log_dir("up-drain");
+    let port = free_port();
+    let mut up = Proc::spawn("crucible-up", crucible_up(port), &logs);
+    let api = Api::new(port);
+    api.wait_ready().await;
+    // Long enough to be on the device when the signal comes, whatever the machine's load.
+    let id = api
+        .submit(json!({
+            "reference_code": problem("elementwise_relu"),
+            "kernel_code": format!(
+                "import time\ntime.sleep(6)\n{}",
+                candidate("elementwise_relu__correct.py")
+            ),
+            "num_correct_trials": 1,
+            "num_perf_trials": 2,
+            "timeout_s": 120,
+        }))
+        .await;
+    // On the device, not only claimed: a drain gives back what has not reached the device.
+    eventually(
+        "the task on the worker's device",
+        Duration::from_secs(120),
+        || async {
+            let (_, w) = api.get("/workers/status").await;
+            let w = w["workers"].as_array()?.first()?.clone();
+            (w["state"] == "busy" && w["current_task"] == id.as_str()).then_some(())
+        },
+    )
+    .await;
+    up.sigterm();
+
+    // The client waiting on the task gets its verdict from the draining process.
+    let task = api.wait_task(&id, Duration::from_secs(90)).await;
+    assert_eq!(task["status"], "done", "{task}\n{}", up.log_text());
+    assert_eq!(task["result"]["correct"], true, "{task}");
+    assert_eq!(
+        task["attempts"], 1,
+        "finished by the attempt that ran: {task}"
+    );
+
+    let exit = eventually(
+        "crucible up to exit once its worker drained",
+        Duration::from_secs(60),
+        || std::future::ready(up.exited()),
+    )
+    .await;
+    assert!(exit.success(), "{exit}\n{}", up.log_text());
+    assert!(
+        up.log_text().contains("draining the workers"),
+        "{}",
         up.log_text()
     );
 }
