@@ -331,6 +331,7 @@ class AsyncClient(_Base):
     async def report(self, batch_id: str) -> BatchReport:
         """See ``Client.report``."""
         return await self._request("GET", f"/batches/{batch_id}/report")
+
     async def start_episode(
         self,
         *,

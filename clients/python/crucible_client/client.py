@@ -355,6 +355,7 @@ class Client(_Base):
         mean and geometric-mean speedup, hacks and decoys, per level and overall, of a
         ``/rollouts`` or ``/evaluate/batch`` batch."""
         return self._request("GET", f"/batches/{batch_id}/report")
+
     def start_episode(
         self,
         *,

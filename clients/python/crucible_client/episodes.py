@@ -145,29 +145,10 @@ class AsyncEpisode(_State):
         raise _not_evaluated(view)
 
 
-def _open_completions(episodes: Sequence[_State], completions: Sequence[str | None]) -> None:
-    if len(completions) != len(episodes):
-        raise ValueError(f"{len(completions)} completions for {len(episodes)} episodes")
-    for e, c in zip(episodes, completions, strict=True):
-        if (c is None) != e.done:
-            raise ValueError(
-                f"episode {e.id}: give a completion exactly for the episodes not done (None "
-                "for a done one)"
-            )
+class _GroupState:
+    """What both flavours of group derive from their episodes."""
 
-
-class EpisodeGroup:
-    """The ``group_size`` episodes of one problem (a GRPO group), started in one call; they
-    share the first prompt. ``step`` takes one completion per episode (None for a done one)."""
-
-    def __init__(self, client: Client, started: EpisodesStarted) -> None:
-        self.group_id = started.get("group_id")
-        self.episodes = [Episode(client, started, i) for i in started["episode_ids"]]
-
-    @classmethod
-    def start(cls, client: Client, group_size: int, **settings: Any) -> EpisodeGroup:
-        """Starts ``group_size`` episodes (``Episode.start``'s keywords)."""
-        return cls(client, client.start_episode(group_size=group_size, **settings))
+    episodes: Sequence[_State]
 
     @property
     def prompts(self) -> list[str | None]:
@@ -182,22 +163,48 @@ class EpisodeGroup:
     def returns(self) -> list[list[float] | None]:
         return [e.returns for e in self.episodes]
 
+    def _check_completions(self, completions: Sequence[str | None]) -> None:
+        if len(completions) != len(self.episodes):
+            raise ValueError(f"{len(completions)} completions for {len(self.episodes)} episodes")
+        for e, c in zip(self.episodes, completions, strict=True):
+            if (c is None) != e.done:
+                raise ValueError(
+                    f"episode {e.id}: give a completion exactly for the episodes not done (None "
+                    "for a done one)"
+                )
+
+
+class EpisodeGroup(_GroupState):
+    """The ``group_size`` episodes of one problem (a GRPO group), started in one call; they
+    share the first prompt. ``step`` takes one completion per episode (None for a done one)."""
+
+    def __init__(self, client: Client, started: EpisodesStarted) -> None:
+        self.group_id = started.get("group_id")
+        self.episodes: list[Episode] = [Episode(client, started, i) for i in started["episode_ids"]]
+
+    @classmethod
+    def start(cls, client: Client, group_size: int, **settings: Any) -> EpisodeGroup:
+        """Starts ``group_size`` episodes (``Episode.start``'s keywords)."""
+        return cls(client, client.start_episode(group_size=group_size, **settings))
+
     def step(self, completions: Sequence[str | None], **kwargs: Any) -> list[TurnView | None]:
         """One turn of every open episode (posted one after the other; each evaluates while
         the next is posted only with ``AsyncEpisodeGroup``)."""
-        _open_completions(self.episodes, completions)
+        self._check_completions(completions)
         return [
             None if c is None else e.step(c, **kwargs)
             for e, c in zip(self.episodes, completions, strict=True)
         ]
 
 
-class AsyncEpisodeGroup:
+class AsyncEpisodeGroup(_GroupState):
     """See ``EpisodeGroup``; ``step`` runs the group's turns concurrently."""
 
     def __init__(self, client: AsyncClient, started: EpisodesStarted) -> None:
         self.group_id = started.get("group_id")
-        self.episodes = [AsyncEpisode(client, started, i) for i in started["episode_ids"]]
+        self.episodes: list[AsyncEpisode] = [
+            AsyncEpisode(client, started, i) for i in started["episode_ids"]
+        ]
 
     @classmethod
     async def start(
@@ -206,23 +213,11 @@ class AsyncEpisodeGroup:
         """See ``EpisodeGroup.start``."""
         return cls(client, await client.start_episode(group_size=group_size, **settings))
 
-    @property
-    def prompts(self) -> list[str | None]:
-        return [None if e.done else e.prompt for e in self.episodes]
-
-    @property
-    def done(self) -> bool:
-        return all(e.done for e in self.episodes)
-
-    @property
-    def returns(self) -> list[list[float] | None]:
-        return [e.returns for e in self.episodes]
-
     async def step(
         self, completions: Sequence[str | None], **kwargs: Any
     ) -> list[TurnView | None]:
         """See ``EpisodeGroup.step``."""
-        _open_completions(self.episodes, completions)
+        self._check_completions(completions)
 
         async def one(e: AsyncEpisode, c: str | None) -> TurnView | None:
             return None if c is None else await e.step(c, **kwargs)
