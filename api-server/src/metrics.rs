@@ -21,11 +21,11 @@ use std::time::Instant;
 /// The replica label before the replica serves (never seen through `/metrics`).
 const UNNAMED_REPLICA: &str = "unnamed";
 
-/// `how` of `crucible_http_connections_shed_total`: the oldest open connection was asked to
+/// `how` of `crucible_http_connections_shed_total`: the oldest idle connection was asked to
 /// close to make room for a new one.
 pub const SHED_CLOSED_OLDEST: &str = "closed_oldest";
 /// `how` of `crucible_http_connections_shed_total`: a new connection was closed unread, past
-/// the hard limit.
+/// the hard limit with every connection busy.
 pub const SHED_REFUSED: &str = "refused";
 
 /// This replica's Prometheus registry and the metrics in it, rendered at `GET /metrics`.

@@ -1,6 +1,7 @@
 //! The API protects itself, against a real `crucible-api` and redis-server: slow-header and
 //! idle clients are closed after the header timeout, slow bodies are cut after the body
-//! timeout, a connection flood beyond the cap leaves `/health` answering, concurrent bodies
+//! timeout, a connection flood beyond the cap leaves `/health` answering and never cuts a
+//! request in flight, concurrent bodies
 //! beyond the byte budget get 503 with `Retry-After`, the queue's byte budget gives 429, and
 //! Redis at `maxmemory` gives 503 `BROKER_OUT_OF_MEMORY`. Each test probes `/health` on fresh
 //! connections meanwhile and writes the latencies it measured to its log.
@@ -270,7 +271,54 @@ async fn a_connection_flood_beyond_the_cap_leaves_health_answering() {
         "/metrics: {closed} closed oldest, {refused} refused, {open} connections open"
     ));
     assert!(closed > 0.0, "the flood closed the oldest connections");
+    // Idle connections make room as fast as they come: none is refused. Before, the closed
+    // ones still held their places when the next arrived, and new sockets (a probe among
+    // them) were closed unread.
+    assert_eq!(refused, 0.0, "connections refused during an idle flood");
     assert!(open <= 113.0, "{open} connections counted open");
+    drop(flood);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_in_flight_on_the_oldest_connection_survives_a_flood_past_the_cap() {
+    let s = serve(
+        "shed-in-flight",
+        &[
+            ("CRUCIBLE_MAX_CONNECTIONS", "100"),
+            ("CRUCIBLE_HEADER_TIMEOUT_MS", "120000"),
+        ],
+    )
+    .await;
+    // The oldest connection, kept alive after a first answer: its second request has begun
+    // (half its headers are in) when the flood comes. Before, hyper took it for idle between
+    // requests and the cap closed it at once, mid-request.
+    let mut arriving = TcpStream::connect(("127.0.0.1", s.port)).await.unwrap();
+    arriving
+        .write_all(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let mut first = [0u8; 12];
+    arriving.read_exact(&mut first).await.unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200");
+    arriving.write_all(b"GET /health HT").await.unwrap();
+    let flood = open_connections(s.port, 400, b"").await;
+    s.health_answers(20, "a flood of 400 idle connections past a cap of 100")
+        .await;
+    arriving
+        .write_all(b"TP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("the rest of the request is taken");
+    let answer = closed_by_server(&mut arriving, Instant::now() + SLACK)
+        .await
+        .expect("answered and closed");
+    // The rest of the first answer, then the second.
+    let text = String::from_utf8_lossy(&answer);
+    assert_eq!(
+        text.matches("HTTP/1.1 200").count(),
+        1,
+        "the second request was answered: {text:?}"
+    );
+    s.log("a request arriving on the oldest connection was answered through a flood of 400");
     drop(flood);
 }
 
