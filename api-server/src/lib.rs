@@ -9,6 +9,7 @@ pub mod access;
 pub mod admin;
 pub mod auth;
 pub mod body_budget;
+pub mod deliveries;
 pub mod episodes;
 pub mod error;
 pub mod extract;

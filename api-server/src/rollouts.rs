@@ -257,6 +257,11 @@ pub async fn batch_results(
         .batch_finished(&batch_id, log_after, task_limit, wait)
         .await?
         .ok_or_else(not_found)?;
+    for (id, view) in &page.tasks {
+        if let Some(view) = view {
+            state.deliveries.served(id, view.status);
+        }
+    }
     let results = rollout_results(&records, include_no_kernel, &page.tasks);
     let offset = u64::from(has_no_kernel);
     let cursor = offset + log_after + page.tasks.len() as u64;

@@ -78,6 +78,7 @@ pub async fn evaluate(
         && let Some(view) = state.broker.wait_terminal(&submitted.task_id, wait).await?
         && view.status.is_terminal()
     {
+        state.deliveries.served(&view.task_id, view.status);
         return Ok((StatusCode::OK, Json(view)).into_response());
     }
     let body = SubmitResponse {
@@ -173,6 +174,9 @@ pub async fn get_task(
         Some(wait) => state.broker.wait_terminal(&id, wait).await?,
         None => state.broker.get_task(&id).await?,
     };
+    if let Some(view) = &view {
+        state.deliveries.served(&view.task_id, view.status);
+    }
     view.map(Json)
         .ok_or_else(|| ApiError::not_found(format!("task {id}")).into())
 }

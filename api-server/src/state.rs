@@ -1,7 +1,8 @@
 //! What every handler shares. Only handles and read-only configuration: the broker holds the
-//! state.
+//! state (the one exception, `deliveries`, is this process's own drain).
 
 use crate::auth::Auth;
+use crate::deliveries::Deliveries;
 use crate::limits::ServeLimits;
 use crate::metrics::Metrics;
 use crate::problems::ProblemRegistry;
@@ -24,6 +25,8 @@ pub struct AppState {
     pub limits: Arc<ServeLimits>,
     /// Prompt templates and the RA-ICL corpus (`prompts::config`).
     pub prompts: Arc<PromptConfig>,
+    /// Finished tasks answered to clients while this process drains (`deliveries`).
+    pub deliveries: Arc<Deliveries>,
 }
 
 impl AppState {
@@ -36,6 +39,7 @@ impl AppState {
             auth: Arc::new(auth),
             limits: Arc::new(ServeLimits::default()),
             prompts: Arc::new(PromptConfig::default()),
+            deliveries: Arc::new(Deliveries::default()),
         }
     }
 

@@ -26,7 +26,9 @@ use crucible_runtime::metrics::{Component, build_info};
 use crucible_runtime::{LogTo, Shutdown, shutdown_signal};
 use crucible_shared::bounds::{CORRECT_TRIALS, PERF_TRIALS, TIMEOUT_S};
 use crucible_shared::rollout::RolloutEvalSettings;
-use crucible_shared::{Backend, BatchId, BrokerConfig, DeviceClass, EvaluateRequest, TaskSpec};
+use crucible_shared::{
+    Backend, BatchId, BrokerConfig, DeviceClass, EvaluateRequest, TaskId, TaskSpec,
+};
 use crucible_task_manager::reaper::DEFAULT_REAPER_INTERVAL_MS;
 use crucible_task_manager::{
     Broker, MemoryBroker, ReaperSettings, RedisBroker, RedisTarget, run_reaper,
@@ -51,35 +53,10 @@ struct Cli {
 enum Command {
     /// Run the API, the lease reaper and one worker per visible GPU (or one CPU worker).
     /// SIGTERM or Ctrl-C drains it: the workers finish the evaluations they run (up to
-    /// CRUCIBLE_DRAIN_TIMEOUT_S) while the API keeps serving, then it exits 0; a second signal
-    /// stops at once.
-    Up {
-        #[arg(long, env = "CRUCIBLE_BIND", default_value = "127.0.0.1:10907")]
-        bind: String,
-        /// Shared broker, `redis[s]://[user:password@]host:port` (TLS files:
-        /// CRUCIBLE_REDIS_CA_FILE, CRUCIBLE_REDIS_CLIENT_CERT, CRUCIBLE_REDIS_CLIENT_KEY); without
-        /// it the embedded in-process broker is used. Its value is never printed.
-        #[arg(long, env = "REDIS_URL", hide_env_values = true)]
-        redis_url: Option<String>,
-        /// The workers' own URL (another ACL user: the `crucible-worker` role of
-        /// deploy/redis.conf), when REDIS_URL is the API's. Default: REDIS_URL.
-        #[arg(
-            long,
-            env = "CRUCIBLE_WORKER_REDIS_URL",
-            hide_env_values = true,
-            requires = "redis_url"
-        )]
-        worker_redis_url: Option<String>,
-        /// Comma-separated GPU indices to use (default: all visible).
-        #[arg(long, env = "CRUCIBLE_GPUS", value_delimiter = ',')]
-        gpus: Option<Vec<u32>>,
-        /// Use one CPU worker even if GPUs are present.
-        #[arg(long)]
-        cpu: bool,
-        /// Add N more CPU workers beside the devices found (for development).
-        #[arg(long, default_value_t = 0)]
-        extra_cpu_workers: u32,
-    },
+    /// CRUCIBLE_DRAIN_TIMEOUT_S) while the API keeps serving, and the API serves on until
+    /// clients have read the verdicts the drain stored (up to CRUCIBLE_DRAIN_READ_S), then it
+    /// exits 0; a second signal stops at once.
+    Up(UpArgs),
     /// Evaluate one candidate against one reference on this machine, without a server.
     Eval {
         #[arg(long)]
@@ -167,6 +144,41 @@ enum Command {
         #[command(subcommand)]
         command: corpus_cmd::CorpusCommand,
     },
+}
+
+/// `crucible up`'s options.
+#[derive(clap::Args)]
+struct UpArgs {
+    #[arg(long, env = "CRUCIBLE_BIND", default_value = "127.0.0.1:10907")]
+    bind: String,
+    /// Shared broker, `redis[s]://[user:password@]host:port` (TLS files:
+    /// CRUCIBLE_REDIS_CA_FILE, CRUCIBLE_REDIS_CLIENT_CERT, CRUCIBLE_REDIS_CLIENT_KEY); without
+    /// it the embedded in-process broker is used. Its value is never printed.
+    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
+    redis_url: Option<String>,
+    /// The workers' own URL (another ACL user: the `crucible-worker` role of
+    /// deploy/redis.conf), when REDIS_URL is the API's. Default: REDIS_URL.
+    #[arg(
+        long,
+        env = "CRUCIBLE_WORKER_REDIS_URL",
+        hide_env_values = true,
+        requires = "redis_url"
+    )]
+    worker_redis_url: Option<String>,
+    /// Comma-separated GPU indices to use (default: all visible).
+    #[arg(long, env = "CRUCIBLE_GPUS", value_delimiter = ',')]
+    gpus: Option<Vec<u32>>,
+    /// Use one CPU worker even if GPUs are present.
+    #[arg(long)]
+    cpu: bool,
+    /// Add N more CPU workers beside the devices found (for development).
+    #[arg(long, default_value_t = 0)]
+    extra_cpu_workers: u32,
+    /// After a drain, how long the API keeps serving for clients that have not yet read
+    /// the verdicts the drain stored (with the in-process broker they end with the
+    /// process); it stops as soon as all were read.
+    #[arg(long, env = "CRUCIBLE_DRAIN_READ_S", default_value_t = 30)]
+    drain_read_s: u64,
 }
 
 #[derive(Subcommand)]
@@ -284,24 +296,7 @@ async fn main() -> anyhow::Result<()> {
     // Logs on stderr: stdout carries the commands' JSON.
     crucible_runtime::init_tracing(LogTo::Stderr);
     match cli.command {
-        Command::Up {
-            bind,
-            redis_url,
-            worker_redis_url,
-            gpus,
-            cpu,
-            extra_cpu_workers,
-        } => {
-            up(
-                bind,
-                redis_url,
-                worker_redis_url,
-                gpus,
-                cpu,
-                extra_cpu_workers,
-            )
-            .await
-        }
+        Command::Up(args) => up(args).await,
         Command::Eval {
             reference,
             kernel,
@@ -426,14 +421,16 @@ async fn redis_broker(url: String, cfg: BrokerConfig) -> anyhow::Result<Arc<dyn 
     Ok(Arc::new(broker))
 }
 
-async fn up(
-    bind: String,
-    redis_url: Option<String>,
-    worker_redis_url: Option<String>,
-    gpus: Option<Vec<u32>>,
-    cpu: bool,
-    extra_cpu_workers: u32,
-) -> anyhow::Result<()> {
+async fn up(args: UpArgs) -> anyhow::Result<()> {
+    let UpArgs {
+        bind,
+        redis_url,
+        worker_redis_url,
+        gpus,
+        cpu,
+        extra_cpu_workers,
+        drain_read_s,
+    } = args;
     let cfg = BrokerConfig::from_env()?;
     let problems = crucible_api_server::problems::load_from_env().context("problem registry")?;
     let prompts = crucible_api_server::prompts::config::load_from_env().context("prompts")?;
@@ -466,6 +463,7 @@ async fn up(
         .with_prompts(prompts)
         .with_limits(crucible_api_server::ServeLimits::from_env()?);
     let registry = state.metrics.registry();
+    let deliveries = state.deliveries.clone();
     registry.register(Box::new(build_info(Component::Up)))?;
     let worker_metrics = Arc::new(WorkerMetrics::register(registry)?);
     let shutdown = Shutdown::new();
@@ -522,15 +520,32 @@ async fn up(
             workers = workers.len(),
             "stop signal: draining the workers, the api serves until they are done"
         );
+        deliveries.start_recording();
         for worker in &workers {
             worker.drain("a stop signal (a second one stops at once)");
         }
+        let read_bound = tokio::time::Instant::now();
         tokio::select! {
             signal = shutdown_signal() => {
                 signal?;
                 tracing::info!("second stop signal, giving back what is still running");
             }
-            () = async { while running.join_next().await.is_some() {} } => {}
+            () = async {
+                while running.join_next().await.is_some() {}
+                // The drain is over: no new verdict comes. The API answers until the
+                // verdicts it stored were read, since they end with this process.
+                let stored: Vec<TaskId> = workers
+                    .iter()
+                    .flat_map(|w| w.verdicts_stored_while_draining())
+                    .collect();
+                let until = tokio::time::Instant::now().max(read_bound)
+                    + Duration::from_secs(drain_read_s);
+                tracing::info!(verdicts = stored.len(), "drained, serving until the verdicts are read");
+                let unread = deliveries.wait_read(&stored, until).await;
+                if !unread.is_empty() {
+                    tracing::warn!(unread = unread.len(), bound_s = drain_read_s, "stopping with verdicts no client read");
+                }
+            } => {}
         }
     }
     tracing::info!("shutdown requested");

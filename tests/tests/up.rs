@@ -1,6 +1,7 @@
 //! The README's first command's binary: `crucible up` on the embedded broker serves an
 //! evaluation end to end, and its one `/metrics` the API's and its workers' metrics; SIGTERM
-//! drains it (the running evaluation's verdict is served before it exits 0); `crucible eval`
+//! drains it (the running evaluation's verdict is served, during the drain and after it,
+//! before it exits 0); `crucible eval`
 //! evaluates a pair without a server.
 
 use crucible_tests::*;
@@ -135,7 +136,7 @@ async fn sigterm_drains_crucible_up_and_the_running_verdict_is_served() {
         .submit(json!({
             "reference_code": problem("elementwise_relu"),
             "kernel_code": format!(
-                "import time\ntime.sleep(6)\n{}",
+                "import time\ntime.sleep(8)\n{}",
                 candidate("elementwise_relu__correct.py")
             ),
             "num_correct_trials": 1,
@@ -155,9 +156,23 @@ async fn sigterm_drains_crucible_up_and_the_running_verdict_is_served() {
     )
     .await;
     up.sigterm();
-
-    // The client waiting on the task gets its verdict from the draining process.
-    let task = api.wait_task(&id, Duration::from_secs(90)).await;
+    // A long-poll that starts during the drain is answered (the task sleeps for seconds more).
+    let (status, during) = api.get(&format!("/tasks/{id}?wait=1")).await;
+    assert_eq!(status, 200, "{during}\n{}", up.log_text());
+    assert_eq!(during["status"], "running", "{during}");
+    // The drain is over (the worker stopped): a client that only now asks is still answered,
+    // since the verdict ends with this process (the embedded broker). Before, the API stopped
+    // accepting here and a client between two polls found the port closed.
+    eventually("the drain to be over", Duration::from_secs(90), || {
+        std::future::ready(
+            up.log_text()
+                .contains("drained, serving until")
+                .then_some(()),
+        )
+    })
+    .await;
+    let (status, task) = api.get(&format!("/tasks/{id}?wait=5")).await;
+    assert_eq!(status, 200, "{task}\n{}", up.log_text());
     assert_eq!(task["status"], "done", "{task}\n{}", up.log_text());
     assert_eq!(task["result"]["correct"], true, "{task}");
     assert_eq!(
@@ -165,9 +180,10 @@ async fn sigterm_drains_crucible_up_and_the_running_verdict_is_served() {
         "finished by the attempt that ran: {task}"
     );
 
+    // Every verdict of the drain read: it exits without waiting out CRUCIBLE_DRAIN_READ_S.
     let exit = eventually(
-        "crucible up to exit once its worker drained",
-        Duration::from_secs(60),
+        "crucible up to exit once its verdicts were read",
+        Duration::from_secs(20),
         || std::future::ready(up.exited()),
     )
     .await;

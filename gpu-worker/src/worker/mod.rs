@@ -41,6 +41,9 @@ struct Status {
     state: WorkerState,
     current_task: Option<TaskId>,
     tasks_done: u64,
+    /// Tasks whose verdict was stored after the drain began: a process that serves them
+    /// (`crucible up`) keeps answering until their clients have read them.
+    stored_while_draining: Vec<TaskId>,
 }
 
 /// One worker: claims tasks for its device from the broker, runs them and stores their
@@ -118,6 +121,7 @@ impl Worker {
                 state: WorkerState::Starting,
                 current_task: None,
                 tasks_done: 0,
+                stored_while_draining: Vec::new(),
             })),
             template: tokio::sync::Mutex::new(TemplateSlot::default()),
             acks: ack::AckGate::new(),
@@ -133,6 +137,15 @@ impl Worker {
             tracing::info!(worker_id = %self.id, why, drain_timeout = ?self.cfg.drain_timeout, "draining");
             self.drain.cancel();
         }
+    }
+
+    /// The tasks whose verdicts this worker stored after its drain began.
+    pub fn verdicts_stored_while_draining(&self) -> Vec<TaskId> {
+        self.status
+            .lock()
+            .expect("worker status lock")
+            .stored_while_draining
+            .clone()
     }
 
     /// The worker's id in the registry and in claims.

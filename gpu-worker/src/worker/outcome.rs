@@ -154,7 +154,12 @@ impl Worker {
                     &counted,
                     task.claimed_at.elapsed(),
                 );
-                self.status.lock().expect("worker status lock").tasks_done += 1;
+                let mut status = self.status.lock().expect("worker status lock");
+                status.tasks_done += 1;
+                if self.drain.is_cancelled() {
+                    status.stored_while_draining.push(lease.task_id.clone());
+                }
+                drop(status);
                 tracing::info!(worker_id = %self.id, task_id = %lease.task_id, ?verdict, ?error_code, "task done");
             }
             Ok(AckOutcome::Stale) => {
