@@ -545,4 +545,47 @@ mod tests {
             PrepareVerdict::Final(Classified::Cancelled)
         );
     }
+
+    #[tokio::test]
+    async fn only_an_entry_whose_digests_the_broker_keeps_is_reused() {
+        use crucible_shared::BrokerConfig;
+        use crucible_task_manager::MemoryBroker;
+        let root = tempfile::tempdir().unwrap();
+        let cache = BuildCache::open(root.path(), 1, 10).unwrap();
+        let task = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(task.path().join("build/k")).unwrap();
+        std::fs::write(task.path().join("build/k/ext.so"), b"ELF").unwrap();
+        let key = "ef".repeat(32);
+        let built = crate::protocol::BuiltExtension {
+            name: "ext".into(),
+            key: "ab".repeat(32),
+            file: "build/k/ext.so".into(),
+            python_module: true,
+        };
+        let entry = cache.publish(&key, task.path(), &[built], false).unwrap();
+        let stored = entry.digests.clone().expect("digests of what was stored");
+        let broker = MemoryBroker::new(BrokerConfig::default());
+        assert!(
+            verified(&cache, None, &key).await.is_none(),
+            "without a broker nothing is reused"
+        );
+        assert!(
+            verified(&cache, Some(&broker), &key).await.is_none(),
+            "an entry the broker has no record of (digests lost) is rebuilt"
+        );
+        broker
+            .kv_put(
+                BUILD_CACHE_NAMESPACE,
+                &key,
+                &encode_digests(&stored),
+                BUILD_RECORD_TTL,
+            )
+            .await
+            .unwrap();
+        let (hit, digests) = verified(&cache, Some(&broker), &key)
+            .await
+            .expect("a recorded entry is reused");
+        assert_eq!(hit.key, key);
+        assert_eq!(digests, stored);
+    }
 }
