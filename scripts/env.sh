@@ -196,7 +196,6 @@ ensure_schemathesis() {
     # Made under a temporary name and moved at the end, so an interrupted install is redone;
     # it is run as `python -m`, which does not mind the move.
     rm -rf "$venv" && mv "$venv.partial" "$venv"
-  log "python environment ready in $((SECONDS - started)) s, $(du -sh "$venv" | cut -f1)"
   fi
   SCHEMATHESIS_PYTHON="$venv/bin/python"; export SCHEMATHESIS_PYTHON
 }
