@@ -363,6 +363,9 @@ impl DevicePipeline {
                 child.phase = Phase::WantsTiming;
                 child.wants_timing_since = Some(Instant::now());
             }
+            // The judge names the stage it times in (`performance`) as soon as it is let
+            // through: that is the timing, not its end.
+            ChildEvent::Stage(Stage::Performance) if child.phase == Phase::Timing => {}
             // Any stage after its timing (`integrity`) ends it.
             ChildEvent::Stage(_) if child.phase == Phase::Timing => {
                 child.phase = Phase::Working;

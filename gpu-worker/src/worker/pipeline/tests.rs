@@ -19,10 +19,7 @@ fn id(name: &str) -> TaskId {
 
 fn child(device: &mut DevicePipeline, id: &TaskId) -> GateChild {
     let (gate, child) = supervisor::gate(|_| {}).unwrap();
-    let spec = TaskSpec {
-        request: crucible_shared::EvaluateRequest::new("ref", "cand"),
-        seed: 1,
-    };
+    let spec = TaskSpec::new(crucible_shared::EvaluateRequest::new("ref", "cand"), 1);
     device.add(id.clone(), gate, CancellationToken::new(), spec, false);
     child
 }
@@ -125,6 +122,14 @@ fn a_child_times_only_when_every_other_child_is_parked_and_the_others_wait_for_i
     );
     assert!(device.timing_now());
 
+    // The judge names its `performance` stage as soon as it is let through: the timing goes
+    // on, the others stay parked (before, this line ended the timing at once and a neighbour
+    // worked beside every timing).
+    stage(&mut device, &a, "performance");
+    assert!(device.timing_now(), "a still times");
+    assert_eq!(opened(&b_gate), 0, "b stays parked while a times");
+    assert_eq!(opened(&c_gate), 0, "c stays parked while a times");
+
     // `a`'s timing ends with its next stage: the others go on.
     stage(&mut device, &a, "integrity");
     assert!(!device.timing_now());
@@ -220,10 +225,7 @@ fn a_retried_task_runs_alone() {
     let (a, _a_gate) = working(&mut device, "a");
     let r = id("r");
     let (gate, r_gate) = supervisor::gate(|_| {}).unwrap();
-    let spec = TaskSpec {
-        request: crucible_shared::EvaluateRequest::new("ref", "cand"),
-        seed: 1,
-    };
+    let spec = TaskSpec::new(crucible_shared::EvaluateRequest::new("ref", "cand"), 1);
     device.add(r.clone(), gate, CancellationToken::new(), spec, true);
     stage(&mut device, &r, "standby");
     assert_eq!(opened(&r_gate), 0, "a is on the device");
