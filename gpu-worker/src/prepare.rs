@@ -383,6 +383,7 @@ mod tests {
             peak_rss_bytes: 0,
             peak_processes: 1,
             oom_kills: 0,
+            host_oom_kills: 0,
             sandbox_broken: None,
         }
     }

@@ -103,6 +103,10 @@ pub struct ChildOutcome {
     /// OOM kills the kernel made in the task's cgroup: evidence that a SIGKILL from outside
     /// was the task's own memory use.
     pub oom_kills: u64,
+    /// OOM kills the kernel made anywhere on the host while the child ran (`/proc/vmstat`):
+    /// where the task has no cgroup of its own, a SIGKILL then may have been the OOM killer
+    /// choosing it for another process's memory, and is not blamed on the candidate.
+    pub host_oom_kills: u64,
     /// Why the worker found the judge outside its sandbox, if it did.
     pub sandbox_broken: Option<String>,
 }
@@ -134,6 +138,7 @@ pub async fn run_child(
     cancel: CancellationToken,
 ) -> std::io::Result<ChildOutcome> {
     let started = Instant::now();
+    let host_oom_before = watchdog::host_oom_kills();
     let cloexec = nix::fcntl::OFlag::O_CLOEXEC;
     let (out_read, out_write) = nix::unistd::pipe2(cloexec)?;
     let (err_read, err_write) = nix::unistd::pipe2(cloexec)?;
@@ -305,6 +310,7 @@ pub async fn run_child(
         peak_rss_bytes: peak_rss,
         peak_processes: peak_procs,
         oom_kills,
+        host_oom_kills: watchdog::host_oom_kills().saturating_sub(host_oom_before),
         sandbox_broken,
     })
 }

@@ -24,6 +24,11 @@ const CUDA_FAULT_MARKERS: &[&str] = &[
 /// runner's seccomp filter refuses it sending SIGKILL, so it did not do it itself).
 pub const RUNNER_KILLED_EXIT: i32 = 4;
 
+/// The harness's exit status when the GPU never became quiet for timing: another process's
+/// work stayed queued on it (`harness/timing_check.py`). Not the candidate's doing as far as
+/// the judge can tell: the task is retried, alone on its device.
+pub const DEVICE_BUSY_EXIT: i32 = 5;
+
 /// Signals a process raises on itself by what it runs (a fault, an abort, a limit of its own):
 /// a death by one of them is the task's doing. Any other signal came from outside the task.
 const SELF_INFLICTED: &[i32] = &[
@@ -106,9 +111,13 @@ fn stage_rank(stage: Option<Stage>) -> usize {
         .unwrap_or(0)
 }
 
-/// An end caused from outside the task (a judge outside its sandbox, a kill nobody in the
-/// task sent that the kernel's OOM killer does not account for): a fault of the service to
-/// retry, never a verdict and never cached.
+/// An end caused from outside the task: a judge outside its sandbox, the device never quiet
+/// for timing, or a SIGKILL (of the judge, or of the runner as the judge reports it) while the
+/// kernel's OOM killer killed something elsewhere on the host and the task's own cgroup has no
+/// record of it. A fault of the service to retry, never a verdict and never cached. Only the
+/// worker (whose kills carry their reason) and the OOM killer count as outside: any other
+/// SIGKILL of the task's processes (an RLIMIT_CPU or a timer the candidate set on itself) is
+/// the candidate's own end, `CRASH` (`classify`).
 fn outside_cause(outcome: &ChildOutcome) -> Option<String> {
     if outcome.killed_for == Some(KillReason::SandboxBroken) {
         return Some(format!(
@@ -119,16 +128,23 @@ fn outside_cause(outcome: &ChildOutcome) -> Option<String> {
     if outcome.killed_for.is_some() || outcome.transcript.result.is_some() {
         return None;
     }
-    let oom = outcome.oom_kills > 0;
+    if outcome.exit == ExitKind::Code(DEVICE_BUSY_EXIT) {
+        return Some(
+            "the GPU never became quiet enough to time on: another process's work stayed queued on it"
+                .to_owned(),
+        );
+    }
+    let killed = matches!(
+        outcome.exit,
+        ExitKind::Code(RUNNER_KILLED_EXIT) | ExitKind::Signal(nix::libc::SIGKILL)
+    );
+    if killed && outcome.oom_kills == 0 && outcome.host_oom_kills > 0 {
+        return Some(format!(
+            "a process of the task was killed by SIGKILL while the kernel's OOM killer killed {} process(es) on the host, none recorded in the task's cgroup",
+            outcome.host_oom_kills
+        ));
+    }
     match outcome.exit {
-        ExitKind::Code(RUNNER_KILLED_EXIT) if !oom => Some(
-            "the candidate's process was killed by SIGKILL from outside the task (not by the kernel's OOM killer)"
-                .to_owned(),
-        ),
-        ExitKind::Signal(sig) if sig == nix::libc::SIGKILL && !oom => Some(
-            "the harness was killed by SIGKILL from outside the task (not by the kernel's OOM killer)"
-                .to_owned(),
-        ),
         ExitKind::Signal(sig) if sig != nix::libc::SIGKILL && !SELF_INFLICTED.contains(&sig) => {
             Some(format!(
                 "the harness was killed by {} from outside the task",
@@ -240,11 +256,23 @@ pub(crate) fn classify(outcome: &ChildOutcome, ctx: &VerdictContext) -> Classifi
                 signal_name(sig)
             ),
         ),
-        // Only with the cgroup's word for it (outside_cause took the rest).
-        (None, ExitKind::Signal(nix::libc::SIGKILL) | ExitKind::Code(RUNNER_KILLED_EXIT)) => (
-            VerdictCode::Resource,
+        // With the cgroup's word for it: the task's own memory.
+        (None, ExitKind::Signal(nix::libc::SIGKILL) | ExitKind::Code(RUNNER_KILLED_EXIT))
+            if outcome.oom_kills > 0 =>
+        {
+            (
+                VerdictCode::Resource,
+                format!(
+                    "killed by the kernel's OOM killer: the task ran out of memory (stage: {stage_name})"
+                ),
+            )
+        }
+        // Neither the worker nor the OOM killer (outside_cause took a host OOM): the
+        // candidate's own doing, e.g. an RLIMIT_CPU or a timer it set on itself.
+        (None, ExitKind::Code(RUNNER_KILLED_EXIT)) => (
+            VerdictCode::Crash,
             format!(
-                "killed by the kernel's OOM killer: the task ran out of memory (stage: {stage_name})"
+                "the candidate's process was killed by SIGKILL, sent by neither the worker nor the OOM killer (stage: {stage_name})"
             ),
         ),
         (None, ExitKind::Signal(sig)) => (
@@ -326,6 +354,7 @@ fn from_harness(r: HarnessResult, ctx: &VerdictContext, tail: Option<String>) ->
         // Filled in by the worker, which knows where the prebuilt files came from.
         build: None,
         problem_hash: None,
+        timing_check: r.timing_check,
     }
 }
 

@@ -93,6 +93,23 @@ pub fn read_table() -> Vec<ProcStat> {
         .collect()
 }
 
+/// OOM kills the kernel has made since boot, anywhere on the host (`oom_kill` of
+/// `/proc/vmstat`; 0 when the kernel does not say).
+pub fn host_oom_kills() -> u64 {
+    std::fs::read_to_string("/proc/vmstat")
+        .ok()
+        .and_then(|text| parse_oom_kills(&text))
+        .unwrap_or(0)
+}
+
+/// `oom_kill` of a `/proc/vmstat` text.
+fn parse_oom_kills(vmstat: &str) -> Option<u64> {
+    vmstat
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// The system's page size in bytes (4096 when sysconf does not say).
 pub(crate) fn page_size() -> u64 {
     nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
@@ -151,5 +168,12 @@ mod tests {
     fn reads_this_process() {
         let me = std::process::id() as i32;
         assert!(read_table().iter().any(|p| p.pid == me));
+    }
+
+    #[test]
+    fn the_host_oom_count_is_read_from_vmstat() {
+        let text = "nr_free_pages 12\noom_kill 3\nnr_foo 1\n";
+        assert_eq!(parse_oom_kills(text), Some(3));
+        assert_eq!(parse_oom_kills("nr_free_pages 12\n"), None);
     }
 }

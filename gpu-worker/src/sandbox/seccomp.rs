@@ -205,10 +205,16 @@ pub fn judge_programs() -> Result<Vec<Vec<u8>>, SandboxError> {
     ])
 }
 
-/// What the runner adds: no SIGKILL sent; no socket but AF_UNIX unless the task has a network
-/// namespace of its own (then Landlock and the empty namespace already keep it in).
+/// What the runner adds: no SIGKILL sent; no other process's resource limits changed
+/// (`prlimit64` on a pid other than 0: an RLIMIT_CPU set on its judge would end the judge by
+/// the kernel's hand); no socket but AF_UNIX unless the task has a network namespace of its own
+/// (then Landlock and the empty namespace already keep it in).
 pub fn runner_programs(network_namespace: bool) -> Result<Vec<Vec<u8>>, SandboxError> {
     let mut denied: Rules = Rules::new();
+    denied.insert(
+        libc::SYS_prlimit64,
+        vec![rule(vec![condition(0, SeccompCmpOp::Ne, 0)?])?],
+    );
     for &(nr, arg) in SIGNAL_SENDERS {
         denied.insert(
             nr,
@@ -333,7 +339,7 @@ mod tests {
     }
 
     #[test]
-    fn the_runner_filter_refuses_sigkill_and_non_unix_sockets_without_a_namespace() {
+    fn the_runner_filter_refuses_sigkill_others_limits_and_non_unix_sockets_without_a_namespace() {
         let runner = runner_programs(false).unwrap();
         assert_eq!(
             in_child_under(&runner, || errno_of(unsafe {
@@ -346,6 +352,37 @@ mod tests {
                 libc::syscall(libc::SYS_socket, libc::AF_INET, libc::SOCK_STREAM, 0)
             })),
             libc::EPERM
+        );
+        // Another process's limits (the judge's) are out of reach; its own are not.
+        assert_eq!(
+            in_child_under(&runner, || errno_of(unsafe {
+                libc::syscall(
+                    libc::SYS_prlimit64,
+                    libc::getppid(),
+                    libc::RLIMIT_CPU,
+                    std::ptr::null::<libc::rlimit>(),
+                    std::ptr::null_mut::<libc::rlimit>(),
+                )
+            })),
+            libc::EPERM
+        );
+        assert_eq!(
+            in_child_under(&runner, || {
+                let mut limit = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                errno_of(unsafe {
+                    libc::syscall(
+                        libc::SYS_prlimit64,
+                        0,
+                        libc::RLIMIT_CPU,
+                        std::ptr::null::<libc::rlimit>(),
+                        &mut limit,
+                    )
+                }) as i32
+            }),
+            0
         );
         assert_eq!(
             in_child_under(&runner, || {

@@ -36,6 +36,7 @@ fn outcome(stages: &[&str], exit: ExitKind, killed: Option<KillReason>) -> Child
         peak_rss_bytes: 0,
         peak_processes: 1,
         oom_kills: 0,
+        host_oom_kills: 0,
         sandbox_broken: None,
     }
 }
@@ -130,22 +131,38 @@ fn kills_and_signals_map_to_verdicts() {
 }
 
 #[test]
-fn a_kill_from_outside_the_task_is_a_service_fault_unless_the_cgroup_saw_an_oom_kill() {
+fn only_the_worker_and_the_oom_killer_are_outside_the_task() {
     let c = ctx();
     let fault = |o: &ChildOutcome| matches!(classify(o, &c), Classified::ServiceFault(_));
+    // A SIGKILL neither the worker (its kills carry a reason) nor the OOM killer sent: the
+    // candidate's own end (an RLIMIT_CPU or a timer it set), decided once.
     let sigkill = outcome(RUNNING, ExitKind::Signal(nix::libc::SIGKILL), None);
-    assert!(fault(&sigkill), "a judge killed by someone else");
+    assert_eq!(code_of(classify(&sigkill, &c)), VerdictCode::Crash);
     let runner_killed = outcome(RUNNING, ExitKind::Code(RUNNER_KILLED_EXIT), None);
-    assert!(fault(&runner_killed), "a runner killed by someone else");
+    assert_eq!(code_of(classify(&runner_killed, &c)), VerdictCode::Crash);
+    // The OOM killer at work elsewhere on the host, the task's cgroup without a record: it
+    // may have picked the task for another's memory.
+    for mut o in [sigkill.clone(), runner_killed.clone()] {
+        o.host_oom_kills = 1;
+        assert!(fault(&o), "{o:?}");
+    }
+    // The task's own cgroup recorded it: its memory.
+    for mut o in [sigkill, runner_killed] {
+        o.oom_kills = 1;
+        o.host_oom_kills = 1;
+        assert_eq!(code_of(classify(&o, &c)), VerdictCode::Resource);
+    }
     assert!(fault(&outcome(
         RUNNING,
         ExitKind::Signal(nix::libc::SIGTERM),
         None
     )));
-    for mut o in [sigkill, runner_killed] {
-        o.oom_kills = 1;
-        assert_eq!(code_of(classify(&o, &c)), VerdictCode::Resource);
-    }
+    // The device never quiet for timing: retried.
+    assert!(fault(&outcome(
+        RUNNING,
+        ExitKind::Code(DEVICE_BUSY_EXIT),
+        None
+    )));
     let mut broken = outcome(
         RUNNING,
         ExitKind::Signal(9),
