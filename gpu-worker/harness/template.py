@@ -117,7 +117,8 @@ def _child(harness, request, fds, template_pid, closing):
         for fd in set(moved) - set(targets):
             os.close(fd)
         for name, value in request.get("rlimits", {}).items():
-            resource.setrlimit(RLIMITS[name], (int(value), int(value)))
+            if value is not None:   # None: the template's own (the task's cgroup caps it)
+                resource.setrlimit(RLIMITS[name], (int(value), int(value)))
         os.chdir(request["taskdir"])
         os.environ.clear()
         os.environ.update({str(k): str(v) for k, v in request["env"].items()})

@@ -95,7 +95,11 @@ fn set(resource: Resource, value: u64) -> std::io::Result<()> {
 /// The rlimits of a task child: open files, processes, file size, and no core dumps.
 fn task_rlimits(limits: &ChildLimits) -> std::io::Result<()> {
     set(Resource::RLIMIT_NOFILE, limits.max_open_files)?;
-    set(Resource::RLIMIT_NPROC, limits.nproc_rlimit())?;
+    // None: left as the worker's (raising a hard limit needs a privilege the child may
+    // not have); the task's cgroup caps its processes.
+    if let Some(nproc) = limits.nproc_rlimit() {
+        set(Resource::RLIMIT_NPROC, nproc)?;
+    }
     set(Resource::RLIMIT_FSIZE, limits.max_file_bytes)?;
     set(Resource::RLIMIT_CORE, 0)
 }

@@ -22,14 +22,21 @@ pub struct ChildLimits {
     pub max_output_bytes: u64,
     /// How often the watchdog samples the group.
     pub watchdog_interval: Duration,
+    /// Set per child whose own cgroup holds its threads and processes (`pids.max`): the cap is
+    /// then the task's alone, and RLIMIT_NPROC, which counts the processes of a whole user
+    /// that children of several tasks may share, is not lowered for it (the worker's own
+    /// stays), so that one task at its cap never fails another ([`ChildLimits::nproc_rlimit`]).
+    pub processes_per_task: bool,
 }
 
 impl ChildLimits {
-    /// RLIMIT_NPROC counts every process and thread of the child's user on the host, and
-    /// children of several tasks may share a user: far above one task's cap, against a fork
-    /// storm only.
-    pub fn nproc_rlimit(&self) -> u64 {
-        self.max_processes.saturating_mul(16)
+    /// RLIMIT_NPROC: none set (the worker's stays) where the task's cgroup caps its processes
+    /// (`processes_per_task`); else, since it counts every process and thread of the child's
+    /// user on the host and children of several tasks may share a user, far above one task's
+    /// cap, against a fork storm only (several tasks' bombs together can still reach it: the
+    /// deploy unit gives each GPU users of its own).
+    pub fn nproc_rlimit(&self) -> Option<u64> {
+        (!self.processes_per_task).then(|| self.max_processes.saturating_mul(16))
     }
 }
 
@@ -42,6 +49,7 @@ impl Default for ChildLimits {
             max_memory_bytes: 32 << 30,
             max_output_bytes: 4 << 20,
             watchdog_interval: Duration::from_millis(100),
+            processes_per_task: false,
         }
     }
 }

@@ -7,6 +7,7 @@
 use crate::config::WorkerConfig;
 use crate::device::DeviceSlot;
 use crate::harness::{HARNESS_FILE, HARNESS_MODULES, HARNESS_SOURCE};
+use crate::limits::ChildLimits;
 use crate::sandbox::{ChildSandbox, SandboxError};
 use crate::supervisor::{ChildSpec, GateChild};
 use crate::task_dir::TaskDir;
@@ -151,7 +152,13 @@ pub(crate) fn harness_child(
         ],
         cwd: dir.to_owned(),
         env,
-        limits: cfg.limits.clone(),
+        limits: ChildLimits {
+            processes_per_task: stage
+                .sandbox
+                .as_ref()
+                .is_some_and(ChildSandbox::limits_processes),
+            ..cfg.limits.clone()
+        },
         deadline,
         gate,
         sandbox: stage.sandbox.take(),

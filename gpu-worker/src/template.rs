@@ -242,6 +242,7 @@ impl Template {
             "fds": targets,
             "rlimits": {
                 "NOFILE": limits.max_open_files,
+                // null: the template's own (the task's cgroup caps its processes).
                 "NPROC": limits.nproc_rlimit(),
                 "FSIZE": limits.max_file_bytes,
                 "CORE": 0,

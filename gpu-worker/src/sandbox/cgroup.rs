@@ -279,6 +279,11 @@ pub struct TaskCgroup {
 }
 
 impl TaskCgroup {
+    /// Whether `pids.max` caps this cgroup (v1's pids hierarchy, or v2 with its limits).
+    pub fn limits_processes(&self) -> bool {
+        self.v1_pids.is_some() || (self.v2.is_some() && self.v2_memory)
+    }
+
     fn dirs(&self) -> impl Iterator<Item = &PathBuf> {
         [&self.v2, &self.v1_memory, &self.v1_pids]
             .into_iter()

@@ -362,6 +362,13 @@ impl ChildSandbox {
         self.ruleset.take()
     }
 
+    /// Whether the task's own cgroup caps its threads and processes (`pids.max`).
+    pub fn limits_processes(&self) -> bool {
+        self.cgroup
+            .as_ref()
+            .is_some_and(TaskCgroup::limits_processes)
+    }
+
     /// The name of the task's cgroup directory, when it has one.
     pub fn cgroup_name(&self) -> Option<String> {
         self.cgroup.as_ref().and_then(TaskCgroup::name)
