@@ -68,6 +68,7 @@ pub const BEARER_SCHEME: &str = "bearer";
         crucible_shared::TimingMethod,
         crucible_shared::ReferenceBackend,
         crucible_shared::RuntimeStats,
+        crucible_shared::TimingCheck,
         crucible_shared::WorkerInfo,
         crucible_shared::QueueStatus,
         crucible_shared::ClassQueue,

@@ -1,7 +1,8 @@
 """Errors: the exceptions that end an evaluation, and how a failure becomes a verdict code and
 a message a model can act on.
 
-Owns: SetupError (exit 3, not the candidate's fault), RunnerKilled (exit 4), Verdict, CAUGHT
+Owns: SetupError (exit 3, not the candidate's fault), RunnerKilled (exit 4), the exit of a device
+that never became quiet (5), Verdict, CAUGHT
 (what candidate or reference code may raise that becomes a verdict), classify() and
 format_error() with their limits.
 
@@ -23,7 +24,7 @@ TRACEBACK_LINES = 15
 HARNESS_FILES = tuple(os.path.join(os.path.dirname(os.path.abspath(__file__)), name) for name in (
     "harness.py", "trusted.py", "errors.py", "channel.py", "spec.py", "tensors.py", "builds.py",
     "integrity.py", "judge.py", "judge_setup.py", "judge_load.py", "judge_correctness.py",
-    "judge_performance.py", "runner.py"))
+    "judge_performance.py", "timing_check.py", "runner.py"))
 
 
 # What the candidate (or reference) may raise that we turn into a verdict: everything except
@@ -36,6 +37,8 @@ class SetupError(Exception):
 
 
 RUNNER_KILLED_EXIT = 4
+# The device never became quiet for timing (timing_check.DeviceBusy): retried by the worker.
+DEVICE_BUSY_EXIT = 5
 
 
 class RunnerKilled(BaseException):

@@ -26,8 +26,8 @@ import sys
 
 MODULES = (
     "trusted", "errors", "channel", "spec", "tensors", "transport", "sandbox", "screen",
-    "selftest", "builds", "integrity", "triton_aot", "memory", "judge_setup", "judge_load",
-    "judge_correctness", "judge_performance", "runner", "judge",
+    "selftest", "builds", "integrity", "triton_aot", "memory", "timing_check", "judge_setup",
+    "judge_load", "judge_correctness", "judge_performance", "runner", "judge",
 )
 
 

@@ -26,13 +26,17 @@ RUNTIME_RULES = {
     "stale-output": HACK,             # a timed call's output was wrong after correct trials
     "timing-tampered": HACK,          # timing or checking functions were replaced
     "timing-inconsistent": HACK,      # event times exceed the judge's own clock
-    "threads-started": HACK,          # Python threads alive after the candidate returned
+    "timing-mismatch": HACK,          # claimed times under the judge's own floor (timing_check)
+    "work-in-flight": HACK,           # GPU work left running after a request, or while stopped
+    "threads-started": HACK,          # threads alive after the candidate returned (runner or judge)
+    "processes-left": HACK,           # processes of the candidate's alive beside its runner
     "precision-toggle": HACK,         # TF32 / reduced-precision / default dtype changed
     "second-run-disagrees": FLAG,     # two runs on identical inputs differ
     "reduced-precision": FLAG,        # errors of a lower precision than the output dtype
     "implausible-speedup": FLAG,      # speedup over the plausibility threshold
     "faster-than-memory-bound": FLAG,  # faster than reading the inputs once at peak bandwidth
     "no-custom-kernel": FLAG,         # no kernel of the candidate's own ran: verdict decoy
+    "kernel-count-unverified": HACK,  # kernels counted, none built or loaded that the judge sees
     "protocol-tampered": HACK,        # something in the runner wrote into the judge's channel
     "integrity-checks-off": FLAG,     # the worker turned the runtime checks off (benchmarks)
 }

@@ -19,14 +19,15 @@ import traceback
 import crucible_sandbox as sandbox
 import crucible_transport as transport
 from crucible_channel import bind_channel, bind_gate, emit, gated, park_at_gate, wait_at_gate
-from crucible_errors import (MAX_ERROR_CHARS, RUNNER_KILLED_EXIT, RunnerKilled, SetupError,
-                             Verdict, format_error)
+from crucible_errors import (DEVICE_BUSY_EXIT, MAX_ERROR_CHARS, RUNNER_KILLED_EXIT, RunnerKilled,
+                             SetupError, Verdict, format_error)
 from crucible_integrity import HACK, MAX_FLAGS, RUNTIME_RULES, runtime_finding
 from crucible_judge_correctness import CorrectnessStage
 from crucible_judge_load import LoadStage
 from crucible_judge_performance import PerformanceStage
 from crucible_judge_setup import RunnerGone, SetupStage
 from crucible_spec import reference_timing_from_spec, sandbox_plan
+from crucible_timing_check import DeviceBusy
 from crucible_trusted import Trusted, flush_std, os_exit, perf_counter_ns, sync_device
 
 RUNNER_VERDICTS = ("IMPORT", "COMPILATION", "INSTANTIATION", "RUNTIME", "CUDA_FAULT", "RESOURCE")
@@ -341,6 +342,10 @@ def main(taskdir, serve_runner):
             os_exit(3)
         except sandbox.SandboxError as e:
             _sandbox_failed(e)
+        except DeviceBusy as e:
+            sys.stderr.write(f"crucible harness: no quiet device to time on: {e}\n")
+            flush_std()
+            os_exit(DEVICE_BUSY_EXIT)
         except RunnerKilled as e:
             sys.stderr.write(f"crucible harness: the candidate's process was killed by SIGKILL "
                              f"from outside (stage {e})\n")

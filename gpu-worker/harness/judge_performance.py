@@ -1,44 +1,37 @@
 """The judge's `performance` stage: timed calls of the candidate in the runner on inputs the
-judge rotates, checked at random; the reference timed here; the plausibility checks.
+judge rotates, every output checked; the reference timed here with the rest of the task
+stopped; then the judge's own check of the candidate's claimed times (timing_check.py); the
+plausibility checks.
 
-Owns: PerformanceStage, a part of Evaluation, the timing pool's limits, which calls are
-checked, how adaptive timing (spec.timing) or do_bench's budget (spec.timing_method) stops both
-models' timed calls, and the compiled reference of reference_backend `compile` (the pool's
-size is memory.py's: the worker admits children by it).
+Owns: PerformanceStage, a part of Evaluation, the timing pool's limits, how adaptive timing
+(spec.timing) or do_bench's budget (spec.timing_method) stops both models' timed calls, the
+verification batches that give the judge's floor, and the compiled reference of
+reference_backend `compile` (the pool's size is memory.py's: the worker admits children by it).
 
-May import: trusted, errors, tensors, transport, integrity, memory.
+May import: trusted, errors, tensors, transport, integrity, memory, timing_check.
 """
 import math
 import os
 import random
+import statistics
 
 import crucible_transport as transport
 from crucible_errors import CAUGHT, MAX_ERROR_CHARS, Verdict
 from crucible_integrity import peak_memory_bandwidth
-from crucible_memory import TIMING_POOL_MAX, pool_sets
+from crucible_memory import TIMING_POOL_MAX, pool_sets, verify_sets
 from crucible_tensors import (DiffStats, adaptive_should_stop, compare, deep_clone,
                               outputs_match, runtime_stats, tensor_nbytes, timed_call)
+from crucible_timing_check import (PROBE_BUSY_MS, VERIFY_BATCHES, DeviceProbe, output_tensors,
+                                   sample_matches, timing_floor, timing_mismatch, verify_plan)
 from crucible_trusted import Trusted, perf_counter_ns
 
 LARGE_SET_BYTES = 1 << 30    # inputs + outputs above this: release cached memory before timing
-TIMING_CHECKS = 8            # warm-up and timed calls whose outputs are compared
-TIMING_ROTATE_SHARE = 0.1    # share of the other calls before which the inputs change too
 DO_BENCH_REP_MS = 100.0      # triton.testing.do_bench's measurement budget (its `rep`)
-
-
-def checked_calls(rng, total, guaranteed):
-    """The warm-up and timed calls (indices among `total`) whose outputs are checked, drawn
-    with the judge's rng, unknown to the runner. All `total` calls are made in fixed timing
-    (`guaranteed == total`): TIMING_CHECKS drawn over them, as always. Adaptive timing may stop
-    after the first `guaranteed` calls (warm-up + its minimum): half the checks are drawn
-    among those, so every run checks some of the calls it makes, the rest over the calls it
-    may make."""
-    if guaranteed >= total:
-        return set(rng.sample(range(total), min(total, TIMING_CHECKS)))
-    early = set(rng.sample(range(guaranteed), min(guaranteed, TIMING_CHECKS // 2)))
-    late = rng.sample(range(guaranteed, total),
-                      min(total - guaranteed, TIMING_CHECKS - len(early)))
-    return early | set(late)
+CALIBRATION_CALLS = 10       # the judge's own per-call copy + sync loop, timed to subtract
+TIMING_FULL_CHECKS = 8       # calls (drawn in secret) compared in full; every call is sampled
+# Threads the runner may have beyond its count before the candidate ran (torch's and the
+# driver's pools start lazily) before the judge's own count says the candidate started some.
+THREAD_ALLOWANCE = 64
 
 
 def adaptive_limits(spec):
@@ -81,21 +74,30 @@ class PerformanceStage:
     def performance(self):
         """Timed calls on inputs the judge rotates: a pool of input sets (seeds drawn from the
         secret seed) with their reference outputs; the runner sees one input slot whose
-        contents the judge rewrites from another set of the pool before every checked call and
-        a random share of the others (so a result kept from an earlier call, keyed on pointer,
-        shape or call count, is stale there). A few warm-up and timed calls, chosen at random
-        and unknown to the runner, have their outputs compared with the reference's and their
-        inputs checked unchanged. The reference is timed here in the judge the same way (unless
-        the worker passed its cached timing): L2 flush, sync, start event, forward, device-wide
-        sync (work on side streams counts), end event. In adaptive timing (spec.timing) both
-        models' timed calls stop once adaptive_should_stop says so; the checked calls are then
-        drawn so that some fall among the calls every run makes (checked_calls)."""
+        contents the judge rewrites from another set of the pool before every call, and every
+        warm-up and timed call has its output compared with the reference's and its inputs
+        checked unchanged. Nothing is timed until the device is quiet (timing_check: work a
+        parked neighbour left queued drains first). The reference is timed here in the judge
+        the same way (unless the worker passed its cached timing), with the runner and every
+        other process of the task stopped: L2 flush, sync, start event, forward, device-wide
+        sync (work on side streams counts), end event. The candidate's calls run with the
+        task's other processes stopped. In adaptive timing (spec.timing) both models' timed
+        calls stop once adaptive_should_stop says so. The candidate's times are its process's
+        claim: verify_timing checks them with the judge's own clock."""
         spec = self.spec
         torch = Trusted.torch
         large = self.device == "cuda" and self.set_bytes > LARGE_SET_BYTES
         if large:   # what correctness left cached in both processes, before the pool
             torch.cuda.empty_cache()
             self.ask("release", trim=True)
+        self.probe = DeviceProbe() if self.device == "cuda" else None
+        # With this task stopped too: what keeps the device busy then is work already queued
+        # (a parked neighbour's, or this candidate's own), which drains.
+        with self.runner.stopped(everything=True):
+            waited = self.probe.wait_quiet() if self.probe else 0.0
+        check = {"quiet_wait_ms": waited, "device_quiet": True}
+        self.result["timing_check"] = check
+        self.observe_task("when timing began")
         seeds = random.Random(self.input_seed ^ 0x5EED)
         pool = []
         for _ in range(TIMING_POOL_MAX if self.checks else 1):
@@ -108,7 +110,10 @@ class PerformanceStage:
                 break
         cached_ref = spec.reference_timing
         if cached_ref is None:
-            ref = runtime_stats(self.time_reference(pool))
+            with self.runner.stopped(everything=True):
+                ref = runtime_stats(self.time_reference(pool))
+            # Only a timing taken on a quiet device with the task stopped may be cached.
+            check["device_quiet"] = not (self.probe and self.probe.busy())
             if large:   # its temporaries, before the runner's turn
                 torch.cuda.empty_cache()
         else:
@@ -118,52 +123,56 @@ class PerformanceStage:
         content = 0
         total = spec.num_warmup + spec.num_perf_trials
         adaptive = adaptive_limits(spec)
-        guaranteed = total if adaptive is None else \
-            spec.num_warmup + min(adaptive["min_trials"], spec.num_perf_trials)
-        checked = checked_calls(self.rng, total, guaranteed) if self.checks else set()
-        cand_times, wrong_calls = [], []
+        cand_times, walls, wrong_calls = [], [], []
         started = None   # the first timed call's start: adaptive timing's budget runs from it
-        for k in range(total):
-            timed = k >= spec.num_warmup
-            call = f"timed call {k - spec.num_warmup}" if timed else f"warm-up call {k}"
-            if len(pool) > 1 and (k in checked or self.rng.random() < TIMING_ROTATE_SHARE):
-                content = self.rng.choice([c for c in range(len(pool)) if c != content])
-                for view, src in zip(views, pool[content][0]):
-                    if isinstance(src, torch.Tensor):
-                        view.copy_(src)
-                self.sync()
-            t0 = perf_counter_ns()
-            if timed and started is None:
-                started = t0
-            reply = self.ask("time", slot=0, timed=timed, method=spec.timing_method)
-            wall_ms = (perf_counter_ns() - t0) / 1e6
-            ms = reply.get("ms")
-            if type(ms) not in (int, float) or not 0 <= ms < math.inf:
-                raise Verdict("RUNTIME", "the runner reported no usable time")
-            try:
-                out = self.import_outputs(reply.get("outputs"))
-            except transport.TransportError as e:
-                raise Verdict("RUNTIME", f"{call}: unusable output: {e}")
-            if timed:
-                cand_times.append(float(ms))
-                if ms > wall_ms:
-                    self.add_finding("timing-inconsistent", f"{call} reported {ms:.3f} ms; the "
-                                     f"judge's clock saw the whole request take {wall_ms:.3f} ms")
-            if k in checked and not outputs_match(pool[content][1], out, spec):
-                problems = compare(pool[content][1], out, spec.atol, spec.rtol,
-                                   DiffStats()) or ["output differs"]
-                if self.matches_other_input(pool, content, out):
-                    self.add_finding("stale-output", f"{call} returned the result for an "
-                                     f"earlier input: {problems[0]}")
-                elif not wrong_calls:
-                    wrong_calls.append(f"{call}: {problems[0]}")
-            if k in checked:
-                changed = self.inputs_changed(views, pool[content][0])
-                if changed is not None:
-                    self.add_finding("input-mutated", f"{call}: input {changed} was changed")
-            del out
-            if timed and enough(adaptive, cand_times, started):
-                break
+        # Every call's output is checked against the reference's for the content the call got
+        # on elements drawn in secret (timing_check.sample_matches); a few calls, drawn in
+        # secret too, are compared in full with their inputs checked.
+        full = set(self.rng.sample(range(total), min(total, TIMING_FULL_CHECKS)))
+        with self.runner.stopped(everything=False):
+            for k in range(total):
+                timed = k >= spec.num_warmup
+                call = f"timed call {k - spec.num_warmup}" if timed else f"warm-up call {k}"
+                if len(pool) > 1:
+                    content = self.rng.choice([c for c in range(len(pool)) if c != content])
+                    for view, src in zip(views, pool[content][0]):
+                        if isinstance(src, torch.Tensor):
+                            view.copy_(src)
+                    self.sync()
+                t0 = perf_counter_ns()
+                if timed and started is None:
+                    started = t0
+                reply = self.ask("time", slot=0, timed=timed, method=spec.timing_method)
+                wall_ms = (perf_counter_ns() - t0) / 1e6
+                ms = reply.get("ms")
+                if type(ms) not in (int, float) or not 0 <= ms < math.inf:
+                    raise Verdict("RUNTIME", "the runner reported no usable time")
+                try:
+                    out = self.import_outputs(reply.get("outputs"))
+                except transport.TransportError as e:
+                    raise Verdict("RUNTIME", f"{call}: unusable output: {e}")
+                if timed:
+                    cand_times.append(float(ms))
+                    walls.append(wall_ms)
+                    if ms > wall_ms:
+                        self.add_finding("timing-inconsistent", f"{call} reported {ms:.3f} ms; "
+                                         "the judge's clock saw the whole request take "
+                                         f"{wall_ms:.3f} ms")
+                if self.checks and not self.call_output_right(pool[content][1], out, k in full):
+                    problems = compare(pool[content][1], out, spec.atol, spec.rtol,
+                                       DiffStats()) or ["output differs"]
+                    if self.matches_other_input(pool, content, out):
+                        self.add_finding("stale-output", f"{call} returned the result for an "
+                                         f"earlier input: {problems[0]}")
+                    elif not wrong_calls:
+                        wrong_calls.append(f"{call}: {problems[0]}")
+                if self.checks and k in full:
+                    changed = self.inputs_changed(views, pool[content][0])
+                    if changed is not None:
+                        self.add_finding("input-mutated", f"{call}: input {changed} was changed")
+                del out
+                if timed and enough(adaptive, cand_times, started):
+                    break
         self.ask("release")
         if wrong_calls and not self.hacks():
             raise Verdict("CORRECTNESS", "after passing all correctness trials, an output of "
@@ -174,20 +183,176 @@ class PerformanceStage:
         self.result["ref_timing_cached"] = cached_ref is not None
         self.result["runtime_ms"] = cand
         self.result["speedup"] = ref["median"] / cand["median"] if cand["median"] > 0 else None
-        self.check_plausibility(pool[0][0], cand)
+        input_bytes = tensor_nbytes(pool[0][0])
+        del pool, views, descs
+        if self.checks:
+            if large:   # the pool's memory, before the timing check's sets
+                torch.cuda.empty_cache()
+                self.ask("release", trim=True)
+            self.verify_timing(cand["median"], statistics.median(walls) if walls else math.inf)
+        self.check_plausibility(input_bytes, cand)
+
+    # -- the judge's own check of the claimed times (timing_check.py) ---------------------------
+
+    def call_output_right(self, ref_out, out, in_full):
+        """A timed call's output against the reference's for its content: in full on the calls
+        drawn for it, else on elements drawn in secret (timing_check.sample_matches)."""
+        spec = self.spec
+        if in_full:
+            return outputs_match(ref_out, out, spec)
+        if type(out) is not type(ref_out) and not (
+                isinstance(out, (list, tuple)) and isinstance(ref_out, (list, tuple))):
+            return False
+        return sample_matches(output_tensors(ref_out), output_tensors(out), spec.atol,
+                              spec.rtol, self.rng.getrandbits(63))
+
+    def fresh_set(self, seeds):
+        """An input set never shown to the runner, and the reference's output tensors for it."""
+        inputs = self._fresh_inputs(seeds.randrange(2 ** 32), "get_inputs() failed (timing check)")
+        args = deep_clone(inputs) if self.reference_mutates else inputs
+        expected = output_tensors(self._run_reference(args,
+                                                      "reference forward failed (timing check)"))
+        return inputs, expected
+
+    def verify_timing(self, claimed_ms, wall_ms):
+        """The judge's floor under the candidate's per-call time: VERIFY_BATCHES batches of
+        fresh input sets, each written while the task is stopped after the runner mapped its
+        empty slots, run in one request the judge times, every output compared. A claimed
+        median under the floor beyond the tolerance is the hack `timing-mismatch`; work left
+        running on the device after a request (the device was quiet before it) is the hack
+        `work-in-flight`; a wrong output here is CORRECTNESS, as in the timed calls."""
+        spec = self.spec
+        torch = Trusted.torch
+        seeds = random.Random(self.rng.getrandbits(63))
+        first = self.fresh_set(seeds)
+        fit = verify_sets(tensor_nbytes(first[0]), tensor_nbytes(first[1]), self.device_memory())
+        calls = verify_plan(claimed_ms, wall_ms, fit, self.device)
+        per_call_ms = self.calibrate_per_call(first[1])
+        walls = []
+        for batch in range(VERIFY_BATCHES[self.device]):
+            sets = [first] if first is not None else []
+            sets += [self.fresh_set(seeds) for _ in range(calls - len(sets))]
+            first = None
+            # Empty slots first: the runner maps them before their content exists.
+            entries, fills = [], []
+            for inputs, expected in sets:
+                blank = [torch.empty_like(x) if isinstance(x, torch.Tensor) else x
+                         for x in inputs]
+                in_descs, in_views = self.share_inputs(blank)
+                out_descs, out_views = self.share_slots(expected)
+                entries.append({"inputs": in_descs, "outputs": out_descs})
+                fills.append((in_views, out_views))
+                del blank
+            self.ask("verify_setup", sets=entries)
+            with self.runner.stopped(everything=True) as stop:
+                for (inputs, _), (in_views, out_views) in zip(sets, fills):
+                    for view, src in zip(in_views, inputs):
+                        if isinstance(src, torch.Tensor):
+                            view.copy_(src)
+                    for slot in out_views:
+                        slot.fill_(float("nan") if slot.is_floating_point() else 0)
+                self.sync()
+                if self.probe and self.probe.busy():
+                    self.add_finding("work-in-flight", "the candidate's GPU work kept running "
+                                     "while its process was stopped before a timing check")
+                # The rest of the task stays stopped; the runner sees the content only now.
+                stop.resume_runner()
+                t0 = perf_counter_ns()
+                self.ask("verify_run")
+                walls.append((perf_counter_ns() - t0) / 1e6)
+            if self.probe and self.probe.busy():
+                self.add_finding("work-in-flight", "the candidate's GPU work was still running "
+                                 f"after a timing check ended (probes over {PROBE_BUSY_MS} ms)")
+            for i, ((inputs, expected), (in_views, out_views)) in enumerate(zip(sets, fills)):
+                if not sample_matches(expected, out_views, spec.atol, spec.rtol,
+                                      self.rng.getrandbits(63)):
+                    self.ask("release")
+                    problems = compare(expected, out_views, spec.atol, spec.rtol,
+                                       DiffStats()) or ["output differs"]
+                    raise Verdict("CORRECTNESS", f"after passing all correctness trials, an "
+                                  f"output on fresh inputs was wrong (timing check {batch}, "
+                                  f"set {i}): {problems[0]}"[:MAX_ERROR_CHARS], compiled=True)
+                changed = self.inputs_changed(in_views, inputs)
+                if changed is not None:
+                    self.add_finding("input-mutated", f"timing check: input {changed} was "
+                                     "changed")
+            self.ask("release")
+            del sets, fills, entries
+        floor = timing_floor(walls, calls, per_call_ms, self.device)
+        self.result["timing_check"].update({
+            "floor_ms": floor, "calls": calls, "batches": VERIFY_BATCHES[self.device],
+            "batch_ms": min(walls), "call_overhead_ms": per_call_ms})
+        if timing_mismatch(claimed_ms, floor, self.device):
+            self.add_finding("timing-mismatch", f"the runner's median {claimed_ms:.4f} ms is "
+                             f"under the judge's own floor of {floor:.4f} ms per call "
+                             f"({calls} fresh calls per batch, fastest batch "
+                             f"{min(walls):.3f} ms)")
+
+    def share_slots(self, expected):
+        """Output slots shaped like the reference's output tensors, for the runner to write
+        into: CUDA memory of the judge's share pool, or shared files; (descriptions, views)."""
+        torch = Trusted.torch
+        descs, views = [], []
+        for t in expected:
+            if self.device == "cuda":
+                with torch.cuda.use_mem_pool(self.share_pool):
+                    slot = torch.empty_like(t)
+                desc, view = self.exporter.export(slot)
+            else:
+                desc, view = self.exporter.export(torch.empty_like(t), shared_file=True)
+            descs.append(desc)
+            views.append(view)
+        return descs, views
+
+    def calibrate_per_call(self, expected):
+        """The judge's own time for what the runner's verification loop adds to each call
+        besides the forward (copying the outputs into their slots, the two syncs, the loop),
+        measured here on tensors of the output's shapes: the floor subtracts it."""
+        torch = Trusted.torch
+        sources = expected
+        slots = [torch.empty_like(t) for t in expected]
+        times = []
+        for _ in range(CALIBRATION_CALLS):
+            t0 = perf_counter_ns()
+            self.sync()
+            for slot, src in zip(slots, sources):
+                slot.copy_(src)
+            self.sync()
+            times.append((perf_counter_ns() - t0) / 1e6)
+        times.sort()
+        return times[len(times) // 2]
+
+    def device_memory(self):
+        torch = Trusted.torch
+        if self.device != "cuda":
+            return None
+        return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+
+    def observe_task(self, when):
+        """What the judge sees of the task from outside the runner (/proc, the kernel's word,
+        not the runner's): processes the candidate left alive beside its runner, and threads
+        beyond what the runner had before the candidate ran."""
+        left = self.runner.others(live_only=True)
+        if left:
+            self.add_finding("processes-left", f"{len(left)} process(es) of the candidate's "
+                             f"were alive beside its runner {when}")
+        threads, before = self.runner.threads(), self.runner_threads_at_setup
+        if threads is not None and before is not None and threads > before + THREAD_ALLOWANCE:
+            self.add_finding("threads-started", f"the runner had {threads} threads {when}, "
+                             f"{before} before the candidate ran (the judge's own count)")
 
     def matches_other_input(self, pool, j, out):
         """Whether a wrong output is right for another input of the pool: a kept result."""
         return any(outputs_match(pool[c][1], out, self.spec) for c in range(len(pool)) if c != j)
 
-    def check_plausibility(self, inputs, cand):
+    def check_plausibility(self, input_bytes, cand):
         speedup = self.result["speedup"]
         if speedup is not None and speedup > self.spec.max_speedup:
             self.add_finding("implausible-speedup", f"speedup {speedup:.1f}x is over the "
                              f"plausibility threshold {self.spec.max_speedup:g}x")
         if self.device == "cuda":
             bandwidth = peak_memory_bandwidth(Trusted.torch)
-            floor_ms = tensor_nbytes(inputs) / bandwidth * 1e3 if bandwidth else 0.0
+            floor_ms = input_bytes / bandwidth * 1e3 if bandwidth else 0.0
             # Inputs come from memory after the L2 flush; half the floor leaves room for
             # clock and measurement slack.
             if cand["median"] < 0.5 * floor_ms:

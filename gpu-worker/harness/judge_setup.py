@@ -86,6 +86,38 @@ class RunnerLink:
             return False
         return True
 
+    def stopped(self, everything):
+        """A context in which every other process of the task is stopped (SIGSTOP), and with
+        `everything` the runner too (TaskStop.resume_runner lets it go again inside it): what
+        is timed never shares the CPU with processes the candidate left running. Every process
+        of the task is visible only where the judge is the init of the task's pid namespace;
+        elsewhere the runner alone is known."""
+        return TaskStop(self, everything)
+
+    def others(self, live_only=False):
+        """The pids of the task's processes besides the judge and the runner (with
+        `live_only`, zombies left out)."""
+        if os.getpid() != 1:
+            return []
+        pids = []
+        for name in os.listdir("/proc"):
+            if name.isdigit() and int(name) not in (1, self.pid):
+                if live_only and _proc_state(int(name)) in ("Z", None):
+                    continue
+                pids.append(int(name))
+        return pids
+
+    def threads(self):
+        """The runner's thread count as the kernel shows it (/proc), or None once it is gone."""
+        try:
+            with open(f"/proc/{self.pid}/status", encoding="ascii", errors="replace") as f:
+                for line in f:
+                    if line.startswith("Threads:"):
+                        return int(line.split()[1])
+        except (OSError, ValueError):
+            pass
+        return None
+
     def reap(self):
         """The runner's wait status once it has exited (waits for it)."""
         if self.status is None:
@@ -105,6 +137,51 @@ class RunnerLink:
         except OSError:
             pass
         self.reap()
+
+
+class TaskStop:
+    """RunnerLink.stopped's context: the processes it stopped, continued when it ends."""
+
+    def __init__(self, link, everything):
+        self.link = link
+        self.pids = link.others()
+        self.runner_stopped = everything and link.status is None
+        if self.runner_stopped:
+            self.pids.append(link.pid)
+
+    def __enter__(self):
+        for pid in self.pids:
+            _signal_quietly(pid, signal.SIGSTOP)
+        return self
+
+    def resume_runner(self):
+        """Lets the runner go on while the rest of the task stays stopped."""
+        if self.runner_stopped:
+            self.runner_stopped = False
+            self.pids.remove(self.link.pid)
+            _signal_quietly(self.link.pid, signal.SIGCONT)
+
+    def __exit__(self, *exc):
+        for pid in self.pids:
+            _signal_quietly(pid, signal.SIGCONT)
+        return False
+
+
+def _proc_state(pid):
+    """A process's state letter from /proc/<pid>/stat (after the command's closing paren), or
+    None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _signal_quietly(pid, sig):
+    try:
+        os.kill(pid, sig)
+    except OSError:   # gone meanwhile
+        pass
 
 
 class SetupStage:
@@ -174,6 +251,8 @@ class SetupStage:
         self.ask("setup", device=self.device, backend=spec.backend,
                  cuda_arch=spec.cuda_arch, prebuilt=spec.prebuilt)
         self.check_runner()
+        # Before any candidate code: what the judge compares the runner's threads with later.
+        self.runner_threads_at_setup = self.runner.threads()
 
     def start_runner(self):
         """Forks the runner: before CUDA exists here (a forked child cannot use it) and before

@@ -11,7 +11,8 @@ forward run on shapes alone, so nothing is allocated and no kernel runs.
 
 The estimate follows the copies the stages make (judge_correctness.py, judge_performance.py).
 Timing holds the most: the pool of input sets with their reference outputs in the judge, the
-runner's input slot and the candidate's output: (sets + 1) x (inputs + outputs). A correctness
+runner's input slot and the candidate's output: (sets + 1) x (inputs + outputs); or, after it,
+the timing check's fresh sets, each twice with its output twice (verify_sets). A correctness
 trial holds less (the inputs, the reference's copy of them, the runner's copy and the
 reference output in the judge, the candidate's output in the runner: 3 inputs + 2 outputs, at
 most that with two sets), and the judge empties its cache between the two for large sets. The
@@ -22,7 +23,8 @@ What is not counted (the candidate's and the reference's intermediates, the allo
 rounding) is why the worker keeps headroom and why a shortage beside neighbours is still
 retried alone (worker/neighbours.rs). The CUDA contexts are the worker's constant.
 
-Owns: the timing pool's size (pool_sets, also used by judge_performance.py), the estimate
+Owns: the timing pool's size (pool_sets, also used by judge_performance.py), how many of the
+timing check's sets fit (verify_sets), the estimate
 (footprint_bytes), the reference's inputs on the meta device (meta_inputs, also the CPU
 stage's Triton dry run's first step) and the measurement (measure).
 May import: trusted, tensors.
@@ -33,6 +35,20 @@ from crucible_trusted import Trusted
 TIMING_POOL_MAX = 3          # distinct input sets the timed calls rotate through
 TIMING_POOL_MIN = 2          # ... at least (a result kept from the previous call is then stale)
 TIMING_POOL_MEMORY = 0.35    # at most this share of device memory for the timing pool
+# The timing check's batch (timing_check.py): fresh input sets, each held twice (the judge's
+# and the shared slot the runner reads) with its output twice (the reference's and the slot
+# the runner writes), after the timing pool is gone.
+VERIFY_MAX_SETS = 256
+VERIFY_MEMORY = 0.15         # at most this share of device memory for them
+VERIFY_MEMORY_CPU = 256 << 20
+
+
+def verify_sets(inputs_bytes, outputs_bytes, total_bytes):
+    """Pure: how many of the timing check's fresh sets fit its memory (at least 1: one set is
+    never more than the timing pool held), for a device of `total_bytes` (None: the CPU)."""
+    budget = VERIFY_MEMORY_CPU if total_bytes is None else total_bytes * VERIFY_MEMORY
+    per_set = 2 * (inputs_bytes + outputs_bytes)
+    return max(1, min(VERIFY_MAX_SETS, int(budget // max(per_set, 1))))
 
 
 def pool_sets(per_set_bytes, total_bytes):
@@ -48,7 +64,9 @@ def footprint_bytes(inputs, outputs, params, total_bytes):
     inputs take `inputs` bytes, reference outputs `outputs`, model parameters and buffers
     `params`, on a device of `total_bytes` (see the module's comment for the copies)."""
     per_set = inputs + outputs
-    return 2 * params + (pool_sets(per_set, total_bytes) + 1) * per_set
+    timing = (pool_sets(per_set, total_bytes) + 1) * per_set
+    check = verify_sets(inputs, outputs, total_bytes) * 2 * per_set
+    return 2 * params + max(timing, check)
 
 
 def meta_inputs(ref, seed, precision):

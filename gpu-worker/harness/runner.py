@@ -150,6 +150,7 @@ class Runner:
         self.xfer_dir = os.path.join(taskdir, "xfer")
         self.model = None
         self.slots = {}
+        self.verify_sets = []
         self.kept = None
         self.inputs = None
         self.watched = {}
@@ -420,10 +421,39 @@ class Runner:
         ms, self.kept = timed_call(self, self.model, args, msg.get("method", "cuda_event"))
         return {"ms": ms, "outputs": self.export(self.kept)}
 
+    def op_verify_setup(self, msg):
+        """Maps the judge's verification slots: per set, its input slots and the slots its
+        outputs go to. Their content is written by the judge afterwards, while this process
+        is stopped."""
+        self.verify_sets = []
+        for entry in msg["sets"]:
+            slots = []
+            for d in entry["outputs"]:
+                index = Trusted.torch.cuda.current_device() if self.device == "cuda" else None
+                slots.append(transport.import_tensor(Trusted.torch, d, self.xfer_dir, index,
+                                                     shared=True))
+            self.verify_sets.append((self.import_inputs(entry["inputs"]), slots))
+        return {}
+
+    def op_verify_run(self, msg):
+        """The model on each verification set in turn, each output copied into its slot (the
+        judge's clock times the whole request and checks every slot)."""
+        torch = Trusted.torch
+        for args, slots in self.verify_sets:
+            out = self.call_model(args, "candidate forward raised (timing check)")
+            tensors = [t for t in flatten(out) if isinstance(t, torch.Tensor)]
+            for slot, t in zip(slots, tensors):
+                if slot.shape == t.shape and slot.dtype == t.dtype:
+                    slot.copy_(t)
+            del out, tensors
+            self.sync()
+        return {}
+
     def op_release(self, msg):
         self.kept = None
         self.inputs = None
         self.slots = {}
+        self.verify_sets = []
         if msg.get("trim") and self.device == "cuda":
             Trusted.torch.cuda.empty_cache()
         return {}

@@ -21,10 +21,11 @@ pub const TEMPLATE_FILE: &str = "template.py";
 /// `sandbox.py` (entering the sandbox plan), `screen.py` (static screening before the
 /// candidate is imported), `selftest.py` (the start-up probes), `builds.py` (load_inline),
 /// `integrity.py`, `triton_aot.py` (the CPU stage's dry run that compiles Triton kernels ahead),
-/// `memory.py` (the footprint a device child reports before it is let go), the judge's stages
+/// `memory.py` (the footprint a device child reports before it is let go), `timing_check.py` (the
+/// judge's own check of the candidate's claimed times and its quiet-device probe), the judge's stages
 /// (`judge_*.py`), `runner.py` (everything that runs in the candidate's process) and
 /// `judge.py`.
-pub const HARNESS_MODULES: [(&str, &str); 19] = [
+pub const HARNESS_MODULES: [(&str, &str); 20] = [
     ("trusted.py", include_str!("../harness/trusted.py")),
     ("errors.py", include_str!("../harness/errors.py")),
     ("channel.py", include_str!("../harness/channel.py")),
@@ -38,6 +39,10 @@ pub const HARNESS_MODULES: [(&str, &str); 19] = [
     ("integrity.py", include_str!("../harness/integrity.py")),
     ("triton_aot.py", include_str!("../harness/triton_aot.py")),
     ("memory.py", include_str!("../harness/memory.py")),
+    (
+        "timing_check.py",
+        include_str!("../harness/timing_check.py"),
+    ),
     ("judge_setup.py", include_str!("../harness/judge_setup.py")),
     ("judge_load.py", include_str!("../harness/judge_load.py")),
     (

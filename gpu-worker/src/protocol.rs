@@ -2,7 +2,8 @@
 //! anything off-protocol is a violation, never an instruction. See docs/harness-protocol.md.
 
 use crucible_shared::{
-    DeviceInfo, Flag, RuntimeStats, SEVERITY_FLAG, SEVERITY_HACK, SEVERITY_REJECT, VerdictCode,
+    DeviceInfo, Flag, RuntimeStats, SEVERITY_FLAG, SEVERITY_HACK, SEVERITY_REJECT, TimingCheck,
+    VerdictCode,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -86,6 +87,9 @@ pub struct HarnessResult {
     /// Share of the counted forward's time spent in the candidate's own kernels (0 to 1).
     #[serde(default)]
     pub custom_time_coverage: Option<f64>,
+    /// The judge's own check of the timing (trusted code wrote it, like every field here).
+    #[serde(default)]
+    pub timing_check: Option<TimingCheck>,
 }
 
 /// One `load_inline` extension the prepare stage built.

@@ -52,7 +52,8 @@ pub use sandbox::{LayerState, LayerStatus, SandboxLayer, SandboxStatus};
 pub use status::{BatchStatus, HealthStatus, QueueStatus, StatusCounts};
 pub use task::{
     BuildSource, DeviceInfo, DeviceKind, EvalResult, Flag, RuntimeStats, SEVERITY_FLAG,
-    SEVERITY_HACK, SEVERITY_REJECT, SubmitResponse, TaskStatus, TaskView, Verdict, VerdictCode,
+    SEVERITY_HACK, SEVERITY_REJECT, SubmitResponse, TaskStatus, TaskView, TimingCheck, Verdict,
+    VerdictCode,
 };
 pub use tenant::{
     BUILTIN_TENANT_NAME, CreateTenantRequest, CreatedTenant, DeletedTenant, TenantCounts,

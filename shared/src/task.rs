@@ -286,6 +286,43 @@ pub struct EvalResult {
     /// (the same hash `GET /problems` lists).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem_hash: Option<String>,
+    /// The judge's own check of the timing, measured outside the candidate's process (absent
+    /// when nothing was timed, and in results from before it was reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing_check: Option<TimingCheck>,
+}
+
+/// What the judge measured itself about a timing (docs/INTEGRITY.md, "Timing the candidate
+/// cannot write"): `runtime_ms` is the candidate's process's claim, checked against
+/// `floor_ms`; the speedup comes from it only when the check passed (else the verdict is
+/// `hack`, flag `timing-mismatch`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TimingCheck {
+    /// How long the judge waited, with every neighbour parked, until no other process's work
+    /// was queued on the GPU, before it timed anything (0 on CPU).
+    pub quiet_wait_ms: f64,
+    /// The reference was timed (not cached) on a quiet device with every other process of the
+    /// task stopped, and the device was still quiet afterwards: only such a timing is cached.
+    pub device_quiet: bool,
+    /// The judge's floor under the candidate's per-call time in ms: its own clock around
+    /// batches of calls on fresh inputs whose every output it checked, less a bound on the
+    /// overhead. Absent when the check did not run (integrity checks off, or the run ended
+    /// before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor_ms: Option<f64>,
+    /// Calls on fresh inputs in each of the check's batches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calls: Option<u32>,
+    /// Batches the floor was taken from (the fastest one counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batches: Option<u32>,
+    /// The fastest batch's wall time in ms, by the judge's clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_ms: Option<f64>,
+    /// What the judge measured itself for the per-call copy and synchronisation of a batch, in
+    /// ms: the floor subtracts it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_overhead_ms: Option<f64>,
 }
 
 /// How a CUDA candidate's extensions were built before it took the GPU.
@@ -331,6 +368,7 @@ impl EvalResult {
             custom_time_coverage: None,
             build: None,
             problem_hash: None,
+            timing_check: None,
         }
     }
 }

@@ -29,7 +29,7 @@ LAYERS = (
     ("errors",),
     ("channel", "spec"),                            # the result channel, the typed spec
     ("tensors", "transport", "sandbox", "screen", "selftest"),
-    ("builds", "integrity", "triton_aot", "memory"),
+    ("builds", "integrity", "triton_aot", "memory", "timing_check"),
     ("judge_setup", "judge_load", "judge_correctness", "judge_performance", "runner"),
     ("judge",),
     ("harness",),                                   # the entry point

@@ -16,7 +16,7 @@ entry = importlib.util.spec_from_file_location("crucible_harness_entry", HARNESS
 entry.loader.exec_module(importlib.util.module_from_spec(entry))
 import torch  # noqa: E402
 
-from crucible_memory import footprint_bytes, measure, pool_sets  # noqa: E402
+from crucible_memory import footprint_bytes, measure, pool_sets, verify_sets  # noqa: E402
 from crucible_trusted import capture_trusted  # noqa: E402
 
 capture_trusted(torch)
@@ -43,8 +43,14 @@ check(pool_sets(0, H100) == 3, "no tensors: the most, no division by zero")
 check(footprint_bytes(6 * GIB, 6 * GIB, 0, H100) == 36 * GIB, "relu-sized elementwise")
 # A reduction (8 GiB in, small out): three sets fit 28 GiB, so four copies.
 check(footprint_bytes(8 * GIB, 1 << 20, 0, H100) == 4 * (8 * GIB + (1 << 20)), "a reduction")
-check(footprint_bytes(1 << 20, 1 << 20, GIB, H100) == 2 * GIB + 4 * 2 * (1 << 20),
-      "parameters count twice (judge and runner)")
+# Small sets: the timing check's fresh sets (up to 256, each twice with its output twice)
+# hold more than the timing pool.
+check(footprint_bytes(1 << 20, 1 << 20, GIB, H100) == 2 * GIB + 256 * 4 * (1 << 20),
+      "parameters count twice (judge and runner); the check's sets")
+check(verify_sets(1 << 20, 1 << 20, H100) == 256, "small sets: the most")
+check(verify_sets(GIB, GIB, H100) == 3, "4 GiB a set: three fit 15 % of 80 GiB")
+check(verify_sets(100 << 20, 100 << 20, H100) == 30, "in between")
+check(verify_sets(1 << 20, 1 << 20, None) == 64, "the CPU's 256 MiB")
 
 
 def reference(model_cls, get_inputs, init=()):

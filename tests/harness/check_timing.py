@@ -1,8 +1,9 @@
 """Adaptive timing's pure parts, fed synthetic times (no device, no torch call): the median's
 interval and its relative standard error, the stopping rule (constant times stop at the
 minimum, noisy ones run to the cap, the budget stops early, never before the minimum), and
-the checked calls (fixed timing draws them as before; adaptive timing always checks some of
-the calls every run makes). Run by scripts/test.sh; exit 1 on the first failure."""
+the judge's own check of the claimed times (timing_check.py: how many fresh calls a batch
+gets, the floor, when a claim is under it). Run by scripts/test.sh; exit 1 on the first
+failure."""
 import importlib.util
 import math
 import os
@@ -15,10 +16,12 @@ HARNESS = os.path.join(REPO, "gpu-worker", "harness", "harness.py")
 # Loading the entry point registers every harness module as crucible_<name>.
 entry = importlib.util.spec_from_file_location("crucible_harness_entry", HARNESS)
 entry.loader.exec_module(importlib.util.module_from_spec(entry))
-from crucible_judge_performance import (DO_BENCH_REP_MS, TIMING_CHECKS, adaptive_limits,  # noqa: E402
-                                        checked_calls, enough)
+from crucible_judge_performance import DO_BENCH_REP_MS, adaptive_limits, enough  # noqa: E402
 from crucible_tensors import (adaptive_should_stop, median_ci_rank, median_interval,  # noqa: E402
                               median_rel_error, runtime_stats)
+from crucible_timing_check import (MISMATCH_REL_TOL, OVERHEAD_MAX_MS, VERIFY_BUDGET_MS,  # noqa: E402
+                                   VERIFY_TARGET_MS, sample_matches, timing_floor,
+                                   timing_mismatch, verify_plan)
 
 MIN, CAP, TARGET, BUDGET = 3, 100, 1e-3, 2000.0
 checks = 0
@@ -88,17 +91,52 @@ stats = runtime_stats([1.0, 2.0, 3.0, 4.0, 100.0, 2.5])
 check(stats["trials"] == 6 and stats["median_ci"] == [1.0, 100.0], "trials, interval of 6")
 check(stats["median_ci"][0] <= stats["median"] <= stats["median_ci"][1], "median inside")
 
-# Checked calls: fixed timing draws exactly as it always did; adaptive timing checks half
-# among the calls every run makes (warm-up + minimum), the rest over the others.
-total = 3 + 100
-check(checked_calls(random.Random(5), total, total)
-      == set(random.Random(5).sample(range(total), TIMING_CHECKS)), "fixed draws unchanged")
-for seed in range(50):
-    picked = checked_calls(random.Random(seed), total, 6)
-    check(len(picked) == TIMING_CHECKS, "as many checks as fixed timing")
-    check(len([k for k in picked if k < 6]) == TIMING_CHECKS // 2, "half in the first 6")
-check(checked_calls(random.Random(0), 5, 5) == set(range(5)), "few calls: all checked")
-check(len(checked_calls(random.Random(0), 8, 6)) == 6, "4 early, 2 late: all there are")
+# The judge's check of the claimed times. A batch aims at VERIFY_TARGET_MS of work at the
+# claimed per-call time: a forger that claims less gets more calls, within what memory fits.
+check(verify_plan(0.5, 0.9, 256, "cuda") == math.ceil(VERIFY_TARGET_MS["cuda"] / 0.5), "0.5 ms: 40")
+check(verify_plan(0.001, 0.35, 256, "cuda") == 256, "a tiny claim: as many as fit")
+check(verify_plan(0.5, 0.9, 3, "cuda") == 3, "memory caps it")
+check(verify_plan(500.0, 520.0, 256, "cpu") == 1, "a slow call: one")
+check(verify_plan(float("nan"), 1.0, 256, "cuda") >= 1, "no usable claim: still a batch")
+check(verify_plan(0.5, 0.9, 0, "cuda") == 1, "never none")
+# A forger claiming 0.001 ms of a call the judge's clock saw take 500 ms gets what the budget
+# pays for, not thousands of calls.
+check(verify_plan(0.001, 500.0, 64, "cpu") == int(VERIFY_BUDGET_MS["cpu"] // 500.0),
+      "the judge's own clock bounds the cost")
+# The floor: the fastest batch, less one request's overhead bound and the judge's own
+# per-call copy/sync time, per call; never negative.
+walls = [40 * 0.5 + 0.4, 40 * 0.5 + 3.0]   # 40 calls of 0.5 ms; the second batch hiccuped
+floor = timing_floor(walls, 40, 0.01, "cuda")
+check(abs(floor - ((20.4 - OVERHEAD_MAX_MS["cuda"]) / 40 - 0.01)) < 1e-12, "fastest batch")
+check(floor < 0.5, "the floor is under the real time")
+check(timing_floor([0.1], 1, 0.5, "cuda") == 0.0, "never below zero")
+# An honest median sits above the floor; a forger's claim of a quarter of it is far below.
+check(not timing_mismatch(0.5, floor, "cuda"), "honest")
+check(not timing_mismatch(floor * (1 - MISMATCH_REL_TOL["cuda"]) + 0.011, floor, "cuda"),
+      "within the tolerance")
+check(timing_mismatch(0.125, floor, "cuda"), "a 4x forgery")
+check(timing_mismatch(0.35, floor, "cuda"), "a 1.4x forgery")
+check(not timing_mismatch(0.0, 0.0, "cuda"), "no floor (tiny work): nothing to say")
+check(timing_mismatch(10.0, 100.0, "cpu") and not timing_mismatch(60.0, 100.0, "cpu"),
+      "the CPU's wider tolerance")
+
+# A timed call's sampled check: elements drawn in secret, compared with isclose.
+import torch  # noqa: E402
+from crucible_trusted import capture_trusted  # noqa: E402
+capture_trusted(torch)
+ref_t = torch.randn(300, 1000)
+check(sample_matches([ref_t], [ref_t + 1e-4], 1e-2, 1e-2, 7), "within tolerance")
+check(not sample_matches([ref_t], [torch.randn(300, 1000)], 1e-2, 1e-2, 7), "another input's")
+check(not sample_matches([ref_t], [ref_t.flip(0)], 1e-2, 1e-2, 7), "rows swapped")
+half = ref_t.clone()
+half[150:] = 0
+check(not sample_matches([ref_t], [half], 1e-2, 1e-2, 7), "half of it skipped")
+check(not sample_matches([ref_t], [ref_t.t().contiguous()], 1e-2, 1e-2, 7), "another shape")
+check(not sample_matches([ref_t], [ref_t.double()], 1e-2, 1e-2, 7), "another dtype")
+check(not sample_matches([ref_t], [], 1e-2, 1e-2, 7), "a tensor missing")
+small = torch.randn(10)
+check(sample_matches([small], [small.clone()], 1e-2, 1e-2, 7), "a small tensor in full")
+check(sample_matches([ref_t.t()], [ref_t.t().clone()], 1e-2, 1e-2, 7), "a strided output")
 
 # The stopping rule of each timing: fixed never stops early; do_bench once the timed calls
 # add up to its 100 ms budget, after at least min_trials; adaptive by its own rule.

@@ -76,14 +76,17 @@ impl Worker {
     }
 
     /// The key and timing to cache from a verdict: a reference timed now (not taken from the
-    /// cache) for a correct candidate, keyed by the software this very run reported.
+    /// cache) for a correct candidate, on a quiet device with the rest of its task stopped (the
+    /// judge's `timing_check`: a timing that may have been contaminated is never stored),
+    /// keyed by the software this very run reported.
     pub(super) fn timing_to_cache(
         &self,
         spec: &TaskSpec,
         result: &EvalResult,
         software: &SoftwareVersions,
     ) -> Option<(String, RuntimeStats)> {
-        if !result.correct || result.ref_runtime_cached {
+        let quiet = result.timing_check.as_ref().is_some_and(|c| c.device_quiet);
+        if !result.correct || result.ref_runtime_cached || !quiet {
             return None;
         }
         let stats = result.ref_runtime_ms?;
