@@ -30,7 +30,7 @@ use crucible_shared::prompt::PromptSettings;
 use crucible_shared::reward::parse_completion;
 use crucible_shared::rollout::{Rollout, RolloutBatchRequest};
 use crucible_shared::{
-    ApiError, ApiErrorCode, EpisodeGroupId, EpisodeId, MAX_CODE_BYTES, TenantId,
+    ApiError, ApiErrorCode, EpisodeGroupId, EpisodeId, MAX_CODE_BYTES,
     bounds::MAX_PROMPT_KERNEL_BYTES,
 };
 use crucible_task_manager::KvNamespace;
@@ -201,7 +201,7 @@ async fn load_turns(
 /// with an open task nor answered from the cache), so a race loser may cancel it.
 async fn submit_turn(
     state: &AppState,
-    tenant: &TenantId,
+    caller: &Caller,
     episode_id: &EpisodeId,
     episode: &EpisodeRecord,
     turn: u32,
@@ -227,7 +227,7 @@ async fn submit_turn(
         idempotency_key: None,
     };
     let mut plan = plan(&batch, &state.problems)?;
-    let (batch_id, submitted) = submit_plan(state, tenant, &mut plan).await?;
+    let (batch_id, submitted) = submit_plan(state, caller, &mut plan).await?;
     let fresh = submitted.first().is_some_and(|s| !s.coalesced && !s.cached);
     let kernel = parse_completion(completion)
         .kernel
@@ -295,7 +295,7 @@ pub async fn post_turn(
             // A service failure: the same completion is evaluated again.
             let (record, json, _) = submit_turn(
                 &state,
-                caller.tenant_id(),
+                &caller,
                 &episode_id,
                 &episode,
                 target,
@@ -317,7 +317,7 @@ pub async fn post_turn(
         check_next_turn(&state, &episode, &episode_id, &turns).await?;
         let (record, json, fresh) = submit_turn(
             &state,
-            caller.tenant_id(),
+            &caller,
             &episode_id,
             &episode,
             target,

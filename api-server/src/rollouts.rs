@@ -102,11 +102,11 @@ pub fn plan(
     Ok(out)
 }
 
-/// Places and submits a plan's evaluations as one batch of `tenant`'s and sets each record's
-/// task: the one submission path of rollouts and episode turns (`episodes`).
+/// Places and submits a plan's evaluations as one batch of `caller`'s tenant and sets each
+/// record's task: the one submission path of rollouts and episode turns (`episodes`).
 pub async fn submit_plan(
     state: &AppState,
-    tenant: &TenantId,
+    caller: &Caller,
     plan: &mut RolloutPlan,
 ) -> Result<(BatchId, Vec<Submitted>), HttpError> {
     // One class per group of rollouts of a problem (or the batch's `eval.device_class`).
@@ -116,10 +116,10 @@ pub async fn submit_plan(
     .await?;
     let specs = std::mem::take(&mut plan.requests)
         .into_iter()
-        .map(spec_of)
+        .map(|request| spec_of(request, caller))
         .collect();
     // A batch even when nothing is evaluated: its results are read the same way.
-    let (batch_id, submitted) = state.broker.submit_batch(tenant, specs).await?;
+    let (batch_id, submitted) = state.broker.submit_batch(caller.tenant_id(), specs).await?;
     for (k, s) in submitted.iter().enumerate() {
         plan.records[plan.evaluated[k]].task_id = Some(s.task_id.clone());
     }
@@ -166,7 +166,7 @@ pub async fn submit_rollouts(
     {
         return Ok((StatusCode::ACCEPTED, Json(answer(BatchId(earlier), true))));
     }
-    let (batch_id, submitted) = submit_plan(&state, tenant, &mut plan).await?;
+    let (batch_id, submitted) = submit_plan(&state, &caller, &mut plan).await?;
     let records = serde_json::to_string(&plan.records)
         .map_err(|e| ApiError::new(crucible_shared::ApiErrorCode::Internal, e.to_string()))?;
     broker

@@ -56,7 +56,7 @@ pub async fn evaluate(
     ];
     let submitted = state
         .broker
-        .submit(caller.tenant_id(), spec_of(request))
+        .submit(caller.tenant_id(), spec_of(request, &caller))
         .await?;
     // Only a new task counts; a cached answer is one (already done), a joined task is not.
     if !submitted.deduplicated && !submitted.coalesced {
@@ -131,7 +131,11 @@ pub async fn evaluate_batch(
     })
     .await?;
     let n = batch.tasks.len();
-    let specs = batch.tasks.into_iter().map(spec_of).collect();
+    let specs = batch
+        .tasks
+        .into_iter()
+        .map(|request| spec_of(request, &caller))
+        .collect();
     let (batch_id, submitted) = state.broker.submit_batch(caller.tenant_id(), specs).await?;
     let cached = submitted.iter().filter(|s| s.cached).count();
     let coalesced = submitted.iter().filter(|s| s.coalesced).count();

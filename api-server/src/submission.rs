@@ -1,6 +1,7 @@
 //! What every submission path (`POST /evaluate`, `/evaluate/batch`, `/rollouts`) shares: the
 //! one resolver of "a registered problem or its source", and the queued spec with its seed.
 
+use crate::auth::Caller;
 use crate::problems::ProblemRegistry;
 use crucible_shared::{ApiError, EvaluateRequest, ProblemRef, TaskSpec};
 
@@ -47,8 +48,9 @@ pub fn resolve_request(
     Ok(())
 }
 
-/// The seed is fixed at submission so a retried attempt evaluates the same inputs.
-pub fn spec_of(request: EvaluateRequest) -> TaskSpec {
+/// The seed is fixed at submission so a retried attempt evaluates the same inputs; the spec
+/// carries the submitter's cache namespace (`cache_scope`, the reference timing cache's scope).
+pub fn spec_of(request: EvaluateRequest, caller: &Caller) -> TaskSpec {
     let seed = request.seed.unwrap_or_else(|| {
         u64::from_le_bytes(
             uuid::Uuid::new_v4().as_bytes()[..8]
@@ -56,5 +58,8 @@ pub fn spec_of(request: EvaluateRequest) -> TaskSpec {
                 .expect("8 bytes"),
         ) >> 1
     });
-    TaskSpec { request, seed }
+    TaskSpec {
+        cache_scope: Some(caller.tenant.cache_namespace().to_owned()),
+        ..TaskSpec::new(request, seed)
+    }
 }

@@ -322,7 +322,7 @@ async fn main() -> anyhow::Result<()> {
                 (None, false) => discover_devices(None).remove(0),
             };
             let cfg = WorkerConfig::from_env(device).map_err(anyhow::Error::msg)?;
-            let spec = TaskSpec { request, seed: 42 };
+            let spec = TaskSpec::new(request, 42);
             match evaluate_local(&cfg, &spec).await? {
                 Classified::Verdict(result) => {
                     println!("{}", serde_json::to_string_pretty(&result)?);

@@ -49,7 +49,7 @@ mod tests {
     fn the_budget_is_timeout_s() {
         let mut request = crucible_shared::EvaluateRequest::new("r", "c");
         request.timeout_s = 42;
-        let spec = TaskSpec { request, seed: 1 };
+        let spec = TaskSpec::new(request, 1);
         assert_eq!(task_budget(&spec), Duration::from_secs(42));
     }
 }

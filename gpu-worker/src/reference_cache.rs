@@ -25,7 +25,9 @@ pub const REF_CACHE_NAMESPACE: KvNamespace = KvNamespace::Ref;
 /// v2: device-wide synchronize before the end event; inputs rotate through a pool.
 /// v3: adaptive timing exists (the key names the mode); the statistics carry the trial count
 /// and the median's interval (the fixed protocol's calls are unchanged).
-pub const TIMING_PROTOCOL: &str = "timing-v3";
+/// v4: the reference is timed only on a quiet device with the rest of its task stopped, and
+/// only such timings are stored: earlier entries may hold timings a neighbour slowed down.
+pub const TIMING_PROTOCOL: &str = "timing-v4";
 
 /// Warm-up calls per model before timing (`spec.json` `num_warmup`).
 pub const NUM_WARMUP: u32 = 3;
@@ -127,6 +129,7 @@ impl TimingConfig {
 /// of one input set of fixed shapes, and requests without a seed get a random one.
 pub fn reference_cache_key(
     reference_code: &str,
+    scope: Option<&str>,
     device: &DeviceInfo,
     driver: &str,
     software: &SoftwareVersions,
@@ -141,6 +144,11 @@ pub fn reference_cache_key(
     };
     let opt = |v: &Option<String>| v.as_deref().map_or(b"\0null".to_vec(), |s| s.into());
     field("reference_code", reference_code.as_bytes());
+    // Named only when the task has one (the submitter's cache namespace), so that one
+    // tenant's timing never sets another's speedups.
+    if let Some(scope) = scope {
+        field("scope", scope.as_bytes());
+    }
     field("device_name", device.name.as_bytes());
     field("device_kind", device.kind.as_str().as_bytes());
     field("driver", driver.as_bytes());
@@ -206,6 +214,7 @@ pub fn key_for(
     }
     Some(reference_cache_key(
         &r.reference_code,
+        spec.cache_scope.as_deref(),
         &device.info(),
         driver?,
         software?,
@@ -255,7 +264,7 @@ mod tests {
         sw: &SoftwareVersions,
         t: &TimingConfig,
     ) -> String {
-        reference_cache_key(code, device, driver, sw, t)
+        reference_cache_key(code, None, device, driver, sw, t)
     }
 
     #[test]
@@ -268,6 +277,9 @@ mod tests {
 
         let mut variants = vec![
             key("ref2", &dev, "550.54", &software(), &timing()),
+            // Two tenants' scopes, and either against none.
+            reference_cache_key("ref", Some("t_a"), &dev, "550.54", &software(), &timing()),
+            reference_cache_key("ref", Some("t_b"), &dev, "550.54", &software(), &timing()),
             key(
                 "ref",
                 &DeviceInfo {
@@ -352,10 +364,10 @@ mod tests {
 
     #[test]
     fn no_key_without_performance_or_a_known_part() {
-        let mut spec = TaskSpec {
-            request: EvaluateRequest::new("class Model: pass", "class ModelNew: pass"),
-            seed: 1,
-        };
+        let mut spec = TaskSpec::new(
+            EvaluateRequest::new("class Model: pass", "class ModelNew: pass"),
+            1,
+        );
         let sw = software();
         let with =
             |spec: &TaskSpec, driver, software| key_for(spec, &gpu(), None, driver, software);

@@ -146,10 +146,7 @@ mod tests {
 
     #[test]
     fn spec_json_carries_the_cached_reference_timing() {
-        let spec = TaskSpec {
-            request: crucible_shared::EvaluateRequest::new("a", "b"),
-            seed: 7,
-        };
+        let spec = TaskSpec::new(crucible_shared::EvaluateRequest::new("a", "b"), 7);
         let cpu = DeviceSlot::Cpu { name: "x".into() };
         let plain = harness_spec(&spec, &cpu, HarnessStage::Evaluate, None, None, &[], true);
         let plain = serde_json::to_value(plain).unwrap();
@@ -184,10 +181,7 @@ mod tests {
 
     #[test]
     fn the_dry_run_is_named_only_when_asked_for() {
-        let spec = TaskSpec {
-            request: crucible_shared::EvaluateRequest::new("a", "b"),
-            seed: 7,
-        };
+        let spec = TaskSpec::new(crucible_shared::EvaluateRequest::new("a", "b"), 7);
         let gpu = DeviceSlot::Gpu {
             index: 0,
             name: "H100".into(),
@@ -287,7 +281,7 @@ mod tests {
             "dynamic-code".into(),
             crucible_shared::ScreeningAction::Flag,
         );
-        let spec = TaskSpec { request, seed: 11 };
+        let spec = TaskSpec::new(request, 11);
         let gpu = DeviceSlot::Gpu {
             index: 0,
             name: "H100".into(),

@@ -39,7 +39,7 @@ async fn a_task_whose_cpu_stage_took_most_of_its_timeout_gets_only_the_rest_on_t
         read("tests/candidates/elementwise_relu__hang.py"),
     );
     request.timeout_s = 600;
-    let spec = TaskSpec { request, seed: 7 };
+    let spec = TaskSpec::new(request, 7);
     // The CPU stage took 570 of its 600 seconds: 30 are left, enough for the child to set up
     // and reach the candidate's forward.
     let left = remaining(task_budget(&spec), Duration::from_secs(570)).unwrap();

@@ -61,7 +61,7 @@ fn spec(kernel: String) -> TaskSpec {
     );
     request.backend = Backend::Cuda;
     request.timeout_s = 600;
-    TaskSpec { request, seed: 7 }
+    TaskSpec::new(request, 7)
 }
 
 fn software(python: &Path) -> SoftwareVersions {

@@ -44,7 +44,7 @@ fn spec(kernel: String) -> TaskSpec {
     request.num_correct_trials = 2;
     request.num_perf_trials = 3;
     request.timeout_s = 60;
-    TaskSpec { request, seed: 7 }
+    TaskSpec::new(request, 7)
 }
 
 async fn ready(

@@ -25,7 +25,7 @@ fn spec() -> TaskSpec {
     );
     request.backend = Backend::Triton;
     request.timeout_s = 600;
-    TaskSpec { request, seed: 7 }
+    TaskSpec::new(request, 7)
 }
 
 /// Whether this Python's Triton ships ptxas (compiling to a cubin needs it).

@@ -443,6 +443,23 @@ pub struct TaskSpec {
     pub request: EvaluateRequest,
     /// The parameter seed every attempt uses: the request's own, or one drawn at submission.
     pub seed: u64,
+    /// The cache namespace of the tenant that submitted it (its own, or the one tenants made
+    /// with `share_cache` share): the worker's reference timing cache is kept per scope, so a
+    /// timing one tenant's task took never sets another tenant's speedups. Absent in specs
+    /// queued by earlier versions and in local runs (`crucible eval`): the unscoped entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_scope: Option<String>,
+}
+
+impl TaskSpec {
+    /// A spec with no cache scope (local runs and tests; the API sets the submitter's).
+    pub fn new(request: EvaluateRequest, seed: u64) -> Self {
+        Self {
+            request,
+            seed,
+            cache_scope: None,
+        }
+    }
 }
 
 #[cfg(test)]

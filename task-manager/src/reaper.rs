@@ -151,10 +151,10 @@ mod tests {
 
     /// A task claimed by a worker that will never renew it.
     async fn abandoned_task(broker: &dyn Broker) -> TaskId {
-        let spec = TaskSpec {
-            request: EvaluateRequest::new("class Model: pass", "class ModelNew: pass"),
-            seed: 1,
-        };
+        let spec = TaskSpec::new(
+            EvaluateRequest::new("class Model: pass", "class ModelNew: pass"),
+            1,
+        );
         let id = broker
             .submit(&TenantId::builtin(), spec)
             .await

@@ -44,7 +44,7 @@ fn spec(tag: &str) -> TaskSpec {
         "class ModelNew: pass",
     );
     request.priority = Priority::Normal;
-    TaskSpec { request, seed: 7 }
+    TaskSpec::new(request, 7)
 }
 
 fn verdict() -> EvalResult {

@@ -23,7 +23,7 @@ const ROUNDS: usize = 200;
 
 fn spec(n: usize) -> TaskSpec {
     let request = EvaluateRequest::new(format!("class Model: pass  # {n}"), "class ModelNew: pass");
-    TaskSpec { request, seed: 7 }
+    TaskSpec::new(request, 7)
 }
 
 fn verdict() -> EvalResult {

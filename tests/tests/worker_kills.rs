@@ -23,7 +23,7 @@ fn slow_spec() -> TaskSpec {
     request.num_correct_trials = 3;
     request.num_perf_trials = 100;
     request.timeout_s = 300;
-    TaskSpec { request, seed: 5 }
+    TaskSpec::new(request, 5)
 }
 
 /// The directories under `root` that have an owner file beside them.

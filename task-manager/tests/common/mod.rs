@@ -162,7 +162,7 @@ pub fn spec_with(tag: &str, priority: Priority, idempotency_key: Option<&str>) -
     );
     request.priority = priority;
     request.idempotency_key = idempotency_key.map(str::to_owned);
-    TaskSpec { request, seed: 42 }
+    TaskSpec::new(request, 42)
 }
 
 pub fn verdict(tag: &str) -> EvalResult {

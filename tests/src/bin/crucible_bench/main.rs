@@ -87,7 +87,7 @@ fn broker_config(prefix: &str) -> BrokerConfig {
 
 fn spec_from(body: &Value) -> anyhow::Result<TaskSpec> {
     let request: EvaluateRequest = serde_json::from_value(body.clone())?;
-    Ok(TaskSpec { request, seed: 42 })
+    Ok(TaskSpec::new(request, 42))
 }
 
 #[tokio::main]
