@@ -10,7 +10,12 @@ ensure_python
 KB=${KERNELBENCH_ROOT:-../shared/kernelbench}
 cargo build --release --workspace --bins
 rm -rf .gpu-run && mkdir -p .gpu-run/bin .gpu-run/redis .gpu-run/kernelbench
-cp target/release/crucible target/release/crucible-api target/release/crucible-worker .gpu-run/bin/
+# BUNDLE_CLI=0 leaves `crucible` out (runs that start crucible-api and crucible-worker only):
+# the device tool carries at most 64 MiB.
+cp target/release/crucible-api target/release/crucible-worker .gpu-run/bin/
+if [[ "${BUNDLE_CLI:-1}" == 1 ]]; then
+  cp target/release/crucible .gpu-run/bin/
+fi
 # The harness files the binaries embed, for the bench's naive loop (same code in every mode).
 # Every module: harness.py loads the others from its own directory.
 mkdir -p .gpu-run/harness && cp gpu-worker/harness/*.py .gpu-run/harness/
@@ -29,18 +34,27 @@ mkdir -p .gpu-run/redis-bin
 printf '#!/bin/sh\nd=$(dirname "$(readlink -f "$0")")/../redis\nLD_LIBRARY_PATH="$d" exec "$d/redis-server" "$@"\n' \
   >.gpu-run/redis-bin/redis-server
 chmod +x .gpu-run/redis-bin/redis-server
-# The escape corpus's end-to-end test, run there against GPU workers (scripts/gpu-escapes.sh);
-# only with BUNDLE_ESCAPES=1: the device tool carries at most 64 MiB, and the three binaries
-# alone take ~57 MB.
-if [[ "${BUNDLE_ESCAPES:-0}" == 1 ]]; then
+# End-to-end tests run there against GPU workers, each only when named in BUNDLE_TESTS
+# (scripts/gpu-escapes.sh: escapes, also BUNDLE_ESCAPES=1; scripts/gpu-measurement.sh:
+# measurement): a test binary takes ~12 MB of the device tool's 64 MiB.
+tests=${BUNDLE_TESTS:-}
+[[ "${BUNDLE_ESCAPES:-0}" == 1 ]] && tests="$tests escapes"
+for test in $tests; do
   mkdir -p .gpu-run/bin/deps
-  escapes=$(cargo test --release -p crucible-tests --test escapes --no-run --message-format=json 2>/dev/null \
+  built=$(cargo test --release -p crucible-tests --test "$test" --no-run --message-format=json 2>/dev/null \
     | "$CRUCIBLE_PYTHON" -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "escapes" and m.get("executable"):
-        print(m["executable"])')
-  cp "$escapes" .gpu-run/bin/deps/escapes
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == sys.argv[1] and m.get("executable"):
+        print(m["executable"])' "$test")
+  cp "$built" ".gpu-run/bin/deps/$test"
+done
+# Another build's worker beside this one's (OLD_WORKER=path), to compare the two on one machine
+# in one call: .gpu-run/bin-old holds it and this bundle's API.
+if [[ -n "${OLD_WORKER:-}" ]]; then
+  mkdir -p .gpu-run/bin-old
+  cp "$OLD_WORKER" .gpu-run/bin-old/crucible-worker
+  ln -s ../bin/crucible-api .gpu-run/bin-old/crucible-api
 fi
 # The Python client's one dependency (httpx, pure Python, with its own) for the GPU machine,
 # which has no package index.
@@ -54,6 +68,6 @@ for name in ["httpx", "httpcore", "h11", "anyio", "sniffio", "idna", "certifi"]:
         continue  # not every httpx version needs every one of these
     shutil.copytree(src, pathlib.Path(sys.argv[1]) / name, ignore=shutil.ignore_patterns("__pycache__"))
 PYEOF
-strip .gpu-run/bin/crucible* .gpu-run/bin/deps/* 2>/dev/null || true
+strip .gpu-run/bin/crucible* .gpu-run/bin/deps/* .gpu-run/bin-old/crucible-worker 2>/dev/null || true
 rm .gpu-run/corpus.jsonl
 du -sh --apparent-size .gpu-run

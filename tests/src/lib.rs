@@ -2,6 +2,7 @@
 //! `crucible-worker` and `crucible` processes on free ports, the problems and candidates of
 //! `tests/problems` and `tests/candidates`, and bounded waits. Every process is killed on drop.
 
+pub mod corpus;
 pub mod secure_redis;
 
 // The harness pieces every suite shares live in `crucible-test-support`; the e2e tests keep

@@ -15,6 +15,7 @@
 //! missing, `CRUCIBLE_TEST_ESCAPES_UNSANDBOXED=1` lets a subset run against workers started with
 //! `CRUCIBLE_SANDBOX=off`, refusing the entries that would kill processes of the host.
 
+use crucible_tests::corpus::{require_sandboxed_workers, screening_off};
 use crucible_tests::*;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -31,9 +32,6 @@ struct Escape {
     /// Kills or signals processes: never run outside the sandbox.
     harms_host: bool,
 }
-
-/// The layers every worker must have before the corpus is let loose.
-const REQUIRED_LAYERS: [&str; 6] = ["network", "pid", "mount", "user", "landlock", "seccomp"];
 
 fn corpus() -> Vec<Escape> {
     let dir = repo_root().join("tests/escapes");
@@ -58,24 +56,6 @@ fn corpus() -> Vec<Escape> {
             Err(_) => true,
         })
         .collect()
-}
-
-/// Every screening rule id, from the harness's own policy (screen.py), all turned off.
-fn screening_off() -> Value {
-    let screen = std::fs::read_to_string(repo_root().join("gpu-worker/harness/screen.py"))
-        .expect("screen.py");
-    let policy = screen
-        .split("DEFAULT_POLICY = {")
-        .nth(1)
-        .and_then(|rest| rest.split('}').next())
-        .expect("DEFAULT_POLICY in screen.py");
-    let rules: serde_json::Map<String, Value> = policy
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix('"')?.split_once('"'))
-        .map(|(rule, _)| (rule.to_owned(), json!("off")))
-        .collect();
-    assert!(rules.len() >= 10, "read only {} rules", rules.len());
-    Value::Object(rules)
 }
 
 fn unique() -> String {
@@ -385,38 +365,6 @@ async fn escapes_fail_and_neighbours_keep_their_verdicts() {
         submitted.len(),
         failures.join("\n")
     );
-}
-
-/// Waits until `count` workers report their sandbox, and refuses to go on unless every
-/// required layer is active on each.
-async fn require_sandboxed_workers(api: &Api, count: usize) {
-    let workers = eventually(
-        "the workers' sandbox reports",
-        Duration::from_secs(300),
-        || async {
-            let (_, v) = api.get("/workers/status").await;
-            let workers = v["workers"].as_array().cloned().unwrap_or_default();
-            (workers.len() >= count && workers.iter().all(|w| w["sandbox"].is_object()))
-                .then_some(workers)
-        },
-    )
-    .await;
-    for w in &workers {
-        let layers = w["sandbox"]["layers"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        for want in REQUIRED_LAYERS {
-            let active = layers
-                .iter()
-                .any(|l| l["layer"] == want && l["state"] == "active");
-            assert!(
-                active,
-                "worker {} lacks the {want} layer ({}): the escape corpus would attack this machine, refusing to run it",
-                w["worker_id"], w["sandbox"]
-            );
-        }
-    }
 }
 
 fn tempfile_dir(logs: &Path, name: &str) -> PathBuf {
