@@ -114,6 +114,23 @@ class RuntimeStats(_RuntimeStatsRequired, total=False):
     median_ci: list[float] | None
 
 
+class _TimingCheckRequired(TypedDict):
+    quiet_wait_ms: float
+    device_quiet: bool
+
+
+class TimingCheck(_TimingCheckRequired, total=False):
+    """What the judge measured itself about a timing: ``runtime_ms`` is the candidate's
+    process's claim, checked against ``floor_ms`` (a claim under it is the hack
+    ``timing-mismatch``); only a reference timed on a quiet device (``device_quiet``) is cached."""
+
+    floor_ms: float | None
+    calls: int | None
+    batches: int | None
+    batch_ms: float | None
+    call_overhead_ms: float | None
+
+
 class EvalSettings(TypedDict, total=False):
     """The ``eval`` settings of a rollout batch; absent ones keep the server's defaults."""
 
@@ -206,6 +223,7 @@ class EvalResult(_EvalResultRequired, total=False):
     custom_time_coverage: float | None
     build: BuildSource | None
     problem_hash: str | None
+    timing_check: TimingCheck | None
 
 
 class _TaskViewRequired(TypedDict):
@@ -418,6 +436,7 @@ SCHEMAS: dict[str, type] = {
     "WeightsOverride": Weights,
     "TimingRequest": Timing,
     "RuntimeStats": RuntimeStats,
+    "TimingCheck": TimingCheck,
     "RolloutEvalSettings": EvalSettings,
     "Rollout": Rollout,
     "DeviceInfo": DeviceInfo,
