@@ -301,8 +301,9 @@ pub struct TimingCheck {
     /// How long the judge waited, with every neighbour parked, until no other process's work
     /// was queued on the GPU, before it timed anything (0 on CPU).
     pub quiet_wait_ms: f64,
-    /// The reference was timed (not cached) on a quiet device with every other process of the
-    /// task stopped, and the device was still quiet afterwards: only such a timing is cached.
+    /// The device was quiet when timing began (the judge waited for it) and, for a reference
+    /// timed now (not cached), with every other process of the task stopped, still quiet after
+    /// it: only such a reference timing is cached.
     pub device_quiet: bool,
     /// The judge's floor under the candidate's per-call time in ms: its own clock around
     /// batches of calls on fresh inputs whose every output it checked, less a bound on the

@@ -2,8 +2,7 @@
 //! tests/tests/measurement.rs, the measurement's): screening turned off, and the check that
 //! every worker has the layers that keep a corpus from attacking the machine it runs on.
 
-use crate::Api;
-use crate::{eventually, repo_root};
+use crate::{Api, Proc, eventually, repo_root};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -58,4 +57,18 @@ pub async fn require_sandboxed_workers(api: &Api, count: usize) {
             );
         }
     }
+}
+
+/// What a corpus's run did to the services: one line per process of them that died.
+pub fn services_died(api: &mut Proc, workers: &mut [Proc]) -> Vec<String> {
+    let mut died = Vec::new();
+    for w in workers.iter_mut() {
+        if let Ok(Some(status)) = w.child.try_wait() {
+            died.push(format!("{} died ({status}):\n{}", w.name, w.log_text()));
+        }
+    }
+    if let Ok(Some(status)) = api.child.try_wait() {
+        died.push(format!("the API died ({status})"));
+    }
+    died
 }

@@ -15,7 +15,7 @@
 //! missing, `CRUCIBLE_TEST_ESCAPES_UNSANDBOXED=1` lets a subset run against workers started with
 //! `CRUCIBLE_SANDBOX=off`, refusing the entries that would kill processes of the host.
 
-use crucible_tests::corpus::{require_sandboxed_workers, screening_off};
+use crucible_tests::corpus::{require_sandboxed_workers, screening_off, services_died};
 use crucible_tests::*;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -350,14 +350,7 @@ async fn escapes_fail_and_neighbours_keep_their_verdicts() {
     if let Some(leak) = outputs.iter().find(|o| o.contains(&secret)) {
         failures.push(format!("the services' secret leaked into a result: {leak}"));
     }
-    for w in &mut workers {
-        if let Ok(Some(status)) = w.child.try_wait() {
-            failures.push(format!("{} died ({status}):\n{}", w.name, w.log_text()));
-        }
-    }
-    if let Ok(Some(status)) = api_proc.child.try_wait() {
-        failures.push(format!("the API died ({status})"));
-    }
+    failures.extend(services_died(&mut api_proc, &mut workers));
     assert!(
         failures.is_empty(),
         "{} escape check(s) failed over {} escape tasks:\n{}",

@@ -13,7 +13,7 @@
 //! `"device": "cuda"` run only there, and the problem's sizes grow to a GPU's. `CRUCIBLE_TEST_MEASUREMENT` (names, comma-separated) runs a
 //! subset. As the escape corpus, it runs only against workers whose every layer is in force.
 
-use crucible_tests::corpus::{require_sandboxed_workers, screening_off};
+use crucible_tests::corpus::{require_sandboxed_workers, screening_off, services_died};
 use crucible_tests::*;
 use serde_json::{Value, json};
 use std::io::Write as _;
@@ -331,14 +331,7 @@ async fn measurement_attacks_fail_and_neighbours_keep_their_timings() {
             median(base, "ref_runtime_ms")
         ));
     }
-    for w in &mut workers {
-        if let Ok(Some(status)) = w.child.try_wait() {
-            failures.push(format!("{} died ({status}):\n{}", w.name, w.log_text()));
-        }
-    }
-    if let Ok(Some(status)) = api_proc.child.try_wait() {
-        failures.push(format!("the API died ({status})"));
-    }
+    failures.extend(services_died(&mut api_proc, &mut workers));
     assert!(
         failures.is_empty(),
         "{} measurement check(s) failed over {} attack tasks:\n{}",
