@@ -524,7 +524,6 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         for worker in &workers {
             worker.drain("a stop signal (a second one stops at once)");
         }
-        let read_bound = tokio::time::Instant::now();
         tokio::select! {
             signal = shutdown_signal() => {
                 signal?;
@@ -538,8 +537,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
                     .iter()
                     .flat_map(|w| w.verdicts_stored_while_draining())
                     .collect();
-                let until = tokio::time::Instant::now().max(read_bound)
-                    + Duration::from_secs(drain_read_s);
+                let until = tokio::time::Instant::now() + Duration::from_secs(drain_read_s);
                 tracing::info!(verdicts = stored.len(), "drained, serving until the verdicts are read");
                 let unread = deliveries.wait_read(&stored, until).await;
                 if !unread.is_empty() {
