@@ -29,6 +29,9 @@ struct Escape {
     name: String,
     source: String,
     may_claim: bool,
+    /// Runtime findings its attack may earn, making the verdict `hack` (a process it leaves
+    /// running is `processes-left`): with only these, `hack` is as right as `ok`.
+    hack_rules: Vec<String>,
     /// Kills or signals processes: never run outside the sandbox.
     harms_host: bool,
 }
@@ -48,6 +51,14 @@ fn corpus() -> Vec<Escape> {
                 // The attack first (it defines NAME and attack()), then the kernel that runs it.
                 source: format!("{attack}\n\n{kernel}"),
                 may_claim: e["may_claim"].as_bool().unwrap_or(false),
+                hack_rules: e["hack_rules"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|r| r.as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
                 harms_host: e["harms_host"].as_bool().unwrap_or(false),
             }
         })
@@ -267,7 +278,22 @@ async fn escapes_fail_and_neighbours_keep_their_verdicts() {
         let r = &task["result"];
         let tail = r["output_tail"].as_str().unwrap_or_default().to_owned();
         let label = format!("{} ({case})", escape.name);
-        if task["status"] != "done" || r["verdict"] != "ok" {
+        // `hack` only by the runtime findings its attack may earn (a process left running).
+        let hacks: Vec<&str> = r["flags"]
+            .as_array()
+            .map(|f| {
+                f.iter()
+                    .filter(|x| x["severity"] == "hack")
+                    .filter_map(|x| x["rule"].as_str())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let earned_hack = r["verdict"] == "hack"
+            && !hacks.is_empty()
+            && hacks
+                .iter()
+                .all(|h| escape.hack_rules.iter().any(|a| a == h));
+        if task["status"] != "done" || (r["verdict"] != "ok" && !earned_hack) {
             failures.push(format!(
                 "{label}: status {} verdict {} (an escape's kernel is correct: its attack must not change that): {}",
                 task["status"], r["verdict"], r["error_message"]
