@@ -112,12 +112,13 @@ fn stage_rank(stage: Option<Stage>) -> usize {
 }
 
 /// An end caused from outside the task: a judge outside its sandbox, the device never quiet
-/// for timing, or a SIGKILL (of the judge, or of the runner as the judge reports it) while the
+/// for timing, a judge killed by a signal it did not raise (the candidate cannot reach it: its
+/// filters refuse signalling it and changing its limits), or a SIGKILL of the runner while the
 /// kernel's OOM killer killed something elsewhere on the host and the task's own cgroup has no
-/// record of it. A fault of the service to retry, never a verdict and never cached. Only the
-/// worker (whose kills carry their reason) and the OOM killer count as outside: any other
-/// SIGKILL of the task's processes (an RLIMIT_CPU or a timer the candidate set on itself) is
-/// the candidate's own end, `CRASH` (`classify`).
+/// record of it. A fault of the service to retry, never a verdict and never cached. For the
+/// candidate's own process only the worker (whose kills carry their reason) and the OOM killer
+/// count as outside: any other SIGKILL of the runner (an RLIMIT_CPU or a timer the candidate
+/// set on itself) is its own end, `CRASH` (`classify`).
 fn outside_cause(outcome: &ChildOutcome) -> Option<String> {
     if outcome.killed_for == Some(KillReason::SandboxBroken) {
         return Some(format!(
@@ -134,17 +135,18 @@ fn outside_cause(outcome: &ChildOutcome) -> Option<String> {
                 .to_owned(),
         );
     }
-    let killed = matches!(
-        outcome.exit,
-        ExitKind::Code(RUNNER_KILLED_EXIT) | ExitKind::Signal(nix::libc::SIGKILL)
-    );
-    if killed && outcome.oom_kills == 0 && outcome.host_oom_kills > 0 {
+    let oom = outcome.oom_kills > 0;
+    if outcome.exit == ExitKind::Code(RUNNER_KILLED_EXIT) && !oom && outcome.host_oom_kills > 0 {
         return Some(format!(
-            "a process of the task was killed by SIGKILL while the kernel's OOM killer killed {} process(es) on the host, none recorded in the task's cgroup",
+            "the candidate's process was killed by SIGKILL while the kernel's OOM killer killed {} process(es) on the host, none recorded in the task's cgroup",
             outcome.host_oom_kills
         ));
     }
     match outcome.exit {
+        ExitKind::Signal(sig) if sig == nix::libc::SIGKILL && !oom => Some(
+            "the harness was killed by SIGKILL from outside the task (not by the kernel's OOM killer)"
+                .to_owned(),
+        ),
         ExitKind::Signal(sig) if sig != nix::libc::SIGKILL && !SELF_INFLICTED.contains(&sig) => {
             Some(format!(
                 "the harness was killed by {} from outside the task",

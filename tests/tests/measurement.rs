@@ -147,7 +147,9 @@ async fn measurement_attacks_fail_and_neighbours_keep_their_timings() {
     api.wait_ready().await;
     require_sandboxed_workers(&api, workers.len()).await;
 
-    let mut reference = problem("row_l2norm");
+    let mut reference =
+        std::fs::read_to_string(repo_root().join("tests/escapes/measurement/problem.py"))
+            .expect("the measurement corpus's problem");
     if gpu {
         reference = reference
             .replace("batch_size = 16", GPU_SIZES.0)

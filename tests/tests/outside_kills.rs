@@ -1,8 +1,11 @@
-//! Outcomes caused from outside the task are never verdicts (real redis-server, crucible-api
-//! and a CPU crucible-worker, as root in CI): a judge or a runner killed by SIGKILL that
-//! nobody in the task sent is a fault of the service. The task is given back and evaluated
-//! again (attempt 2) to its own verdict, and only that verdict is cached: the identical request
-//! is then answered from the cache with it, never with the kill.
+//! Who is outside the task (real redis-server, crucible-api and a CPU crucible-worker, as root
+//! in CI). A judge killed by SIGKILL that nobody in the task sent (the candidate cannot reach
+//! it) is a fault of the service: the task is given back and evaluated again (attempt 2) to its
+//! own verdict, and only that verdict is cached, so the identical request is answered from the
+//! cache with it, never with the kill. The candidate's own process is another matter: only the
+//! worker and the OOM killer count as outside it, since a candidate can have the kernel kill it
+//! (an RLIMIT_CPU, a SIGKILL timer) to escape a score; a runner killed by a SIGKILL neither sent
+//! is the candidate's `CRASH`, decided once.
 
 use crucible_tests::*;
 use serde_json::{Value, json};
@@ -19,12 +22,12 @@ fn slow_task() -> Value {
     })
 }
 
-async fn kill_and_expect_a_retry(api: &Api, ns_pid: &str, body: Value) {
-    let id = api.submit(body.clone()).await;
+/// Kills task `id`'s process with namespace pid `ns_pid` once it runs.
+async fn kill_when_running(id: &str, ns_pid: &str) {
     let victim = eventually(
         &format!("task {id}'s process with namespace pid {ns_pid}"),
         Duration::from_secs(300),
-        || async { task_process(&id, ns_pid) },
+        || async { task_process(id, ns_pid) },
     )
     .await;
     nix::sys::signal::kill(
@@ -32,6 +35,11 @@ async fn kill_and_expect_a_retry(api: &Api, ns_pid: &str, body: Value) {
         nix::sys::signal::Signal::SIGKILL,
     )
     .expect("the test (root) may kill a task's process");
+}
+
+async fn kill_and_expect_a_retry(api: &Api, ns_pid: &str, body: Value) {
+    let id = api.submit(body.clone()).await;
+    kill_when_running(&id, ns_pid).await;
     let task = api.wait_task(&id, Duration::from_secs(600)).await;
     assert_eq!(task["status"], "done", "{task}");
     assert_eq!(
@@ -57,7 +65,7 @@ async fn kill_and_expect_a_retry(api: &Api, ns_pid: &str, body: Value) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_judge_or_runner_killed_from_outside_is_retried_and_never_cached() {
+async fn a_judge_killed_from_outside_is_retried_and_a_killed_runner_is_the_candidates_crash() {
     let logs = log_dir("outside_kills");
     let redis = Redis::start(&logs).await;
     let env = service_env(&redis.url, "outside");
@@ -67,9 +75,18 @@ async fn a_judge_or_runner_killed_from_outside_is_retried_and_never_cached() {
     let api = Api::new(port);
     api.wait_ready().await;
 
-    // The judge (pid 1 of the task's namespace), then the runner (pid 2), each of its own task.
+    // The judge (pid 1 of the task's namespace): retried, its own verdict cached.
     kill_and_expect_a_retry(&api, "1", slow_task()).await;
+
+    // The runner (pid 2) of another task: the judge cannot tell the kill from one the
+    // candidate arranged for itself, and no OOM kill was recorded: CRASH, one attempt.
     let mut runner_task = slow_task();
     runner_task["seed"] = json!(11);
-    kill_and_expect_a_retry(&api, "2", runner_task).await;
+    let id = api.submit(runner_task).await;
+    kill_when_running(&id, "2").await;
+    let task = api.wait_task(&id, Duration::from_secs(600)).await;
+    assert_eq!(task["status"], "done", "{task}");
+    assert_eq!(task["result"]["verdict"], "error", "{task}");
+    assert_eq!(task["result"]["error_code"], "CRASH", "{task}");
+    assert_eq!(task["attempts"], 1, "decided once: {task}");
 }

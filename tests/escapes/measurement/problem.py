@@ -1,6 +1,6 @@
-"""Row-wise L2 normalisation (KernelBench level-1 style): each row divided by its L2 norm.
-Small sizes for the CPU and the Triton interpreter; the GPU run of tests/tests/measurement.rs
-substitutes larger ones."""
+"""The measurement corpus's problem: row-wise L2 normalisation (KernelBench level-1 style),
+each row divided by its L2 norm. Small sizes for the CPU and the Triton interpreter; the GPU run
+of tests/tests/measurement.rs substitutes larger ones."""
 import torch
 import torch.nn as nn
 
