@@ -3,11 +3,13 @@
 
 Owns: the rule ids with their severities (RUNTIME_RULES) and the finding shape, the checks'
 thresholds, memory spans for alias checks, the device's peak bandwidth, the relative error of
-an output, and what the runner watches for replacement (WATCHED, precision_state).
+an output, what the runner watches for replacement (WATCHED, precision_state), and what the
+judge sees from outside that a candidate compiled a kernel of its own (own_kernel_evidence).
 
 May import: trusted, tensors.
 """
 import math
+import os
 import sys
 
 from crucible_tensors import COMPARE_CHUNK, flatten
@@ -103,6 +105,28 @@ WATCHED = (
     "_start_joinable_thread"))
 THREAD_STARTERS = ("start_new_thread", "start_joinable_thread", "start_new",
                    "_start_new_thread", "_start_joinable_thread")
+
+
+def own_kernel_evidence(device, backend, prebuilt, taskdir):
+    """What the judge sees from outside the runner that the candidate has a kernel of its own,
+    against counts faked inside its process: on a GPU, a CUDA candidate's extension built from
+    its source (by the worker's compile pool: `prebuilt`; or in the task, a shared object under
+    build/), a Triton candidate's compiled kernel (a cubin) in the task's Triton cache. The
+    runner's /proc/<pid>/maps would be the kernel's own word, but a process that changed its uid
+    is not dumpable and the judge cannot read it. On the CPU (the Triton interpreter) there is
+    nothing to see: True."""
+    if device != "cuda":
+        return True
+    if backend == "cuda":
+        if prebuilt:
+            return True
+        where, suffix = os.path.join(taskdir, "build"), ".so"
+    else:
+        where, suffix = os.path.join(taskdir, "cache", "triton"), ".cubin"
+    for _root, _dirs, files in os.walk(where):
+        if any(name.endswith(suffix) for name in files):
+            return True
+    return False
 
 
 def lookup(path):

@@ -7,11 +7,11 @@ the performance stage uses too.
 May import: trusted, errors, tensors, integrity.
 """
 import math
-import os
 import random
 
 from crucible_errors import CAUGHT, MAX_CAUGHT_CHARS, MAX_ERROR_CHARS, Verdict
-from crucible_integrity import REDUCED_PRECISION_REL_ERROR, overlaps, relative_error, storage_span
+from crucible_integrity import (REDUCED_PRECISION_REL_ERROR, overlaps, own_kernel_evidence,
+                                relative_error, storage_span)
 from crucible_tensors import (DiffStats, as_call_args, compare, deep_clone, flatten,
                               outputs_match, seed_all, tensor_nbytes, to_device,
                               to_precision)
@@ -134,27 +134,6 @@ class CorrectnessStage:
         self.ref_out_example = None
         self.result["correct"] = True
 
-    def own_kernel_evidence(self):
-        """What the judge sees from outside the runner that the candidate has a kernel of its
-        own, against counts faked inside its process: on a GPU, a CUDA candidate's extension
-        built from its source (by the worker's compile pool: spec.prebuilt; or in the task,
-        a shared object under build/), a Triton candidate's compiled kernel in the task's
-        Triton cache. (The runner's /proc/<pid>/maps would be the kernel's own word, but a
-        process that changed its uid is not dumpable, and the judge cannot read it.) On the
-        CPU (the Triton interpreter) there is nothing to see: True."""
-        if self.device != "cuda":
-            return True
-        if self.spec.backend == "cuda":
-            if self.spec.prebuilt:
-                return True
-            where, suffix = os.path.join(self.taskdir, "build"), ".so"
-        else:
-            where, suffix = os.path.join(self.taskdir, "cache", "triton"), ".cubin"
-        for _root, _dirs, files in os.walk(where):
-            if any(name.endswith(suffix) for name in files):
-                return True
-        return False
-
     def profile(self):
         """Proof of work: one forward in the runner with its kernels counted (docs/INTEGRITY.md):
         launches of the candidate's own Triton kernels and calls into its own CUDA
@@ -169,7 +148,8 @@ class CorrectnessStage:
         coverage = reply.get("custom_time_coverage")
         if type(custom) is not int or type(total) is not int or custom < 0 or total < custom:
             raise Verdict("RUNTIME", "the profiled forward reported no usable kernel counts")
-        if custom > 0 and not self.own_kernel_evidence():
+        if custom > 0 and not own_kernel_evidence(self.device, self.spec.backend,
+                                                  self.spec.prebuilt, self.taskdir):
             self.add_finding("kernel-count-unverified", f"the runner counted {custom} launches "
                              "of the candidate's own kernels, but nothing of its own was built "
                              "or loaded as far as the judge can see from outside its process")

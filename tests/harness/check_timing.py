@@ -138,6 +138,23 @@ small = torch.randn(10)
 check(sample_matches([small], [small.clone()], 1e-2, 1e-2, 7), "a small tensor in full")
 check(sample_matches([ref_t.t()], [ref_t.t().clone()], 1e-2, 1e-2, 7), "a strided output")
 
+# What the judge sees from outside that a candidate compiled a kernel of its own.
+import os  # noqa: E402
+import tempfile  # noqa: E402
+from crucible_integrity import own_kernel_evidence  # noqa: E402
+with tempfile.TemporaryDirectory() as task:
+    check(own_kernel_evidence("cpu", "triton", [], task), "the interpreter: nothing to see")
+    check(not own_kernel_evidence("cuda", "triton", [], task), "no cubin: none")
+    check(not own_kernel_evidence("cuda", "cuda", [], task), "no extension: none")
+    check(own_kernel_evidence("cuda", "cuda", [{"name": "ext", "file": "prebuilt/0.so"}], task),
+          "built by the compile pool")
+    os.makedirs(os.path.join(task, "build", "k1"))
+    open(os.path.join(task, "build", "k1", "ext.so"), "wb").close()
+    check(own_kernel_evidence("cuda", "cuda", [], task), "built in the task")
+    os.makedirs(os.path.join(task, "cache", "triton", "abc"))
+    open(os.path.join(task, "cache", "triton", "abc", "k.cubin"), "wb").close()
+    check(own_kernel_evidence("cuda", "triton", [], task), "a compiled Triton kernel")
+
 # The stopping rule of each timing: fixed never stops early; do_bench once the timed calls
 # add up to its 100 ms budget, after at least min_trials; adaptive by its own rule.
 def spec_of(method, mode="fixed"):
