@@ -78,12 +78,34 @@ async fn a_judge_killed_from_outside_is_retried_and_a_killed_runner_is_the_candi
     // The judge (pid 1 of the task's namespace): retried, its own verdict cached.
     kill_and_expect_a_retry(&api, "1", slow_task()).await;
 
-    // The runner (pid 2) of another task: the judge cannot tell the kill from one the
-    // candidate arranged for itself, and no OOM kill was recorded: CRASH, one attempt.
+    // The runner (pid 2) of another task, once the candidate is built (killed before, the
+    // runner had run no candidate code: a fault of the node, retried): the judge cannot tell
+    // the kill from one the candidate arranged for itself, and no OOM kill was recorded:
+    // CRASH, one attempt. The candidate says it was built with a file in its task directory.
     let mut runner_task = slow_task();
     runner_task["seed"] = json!(11);
+    runner_task["kernel_code"] = json!(format!(
+        "{}\n\nclass Built(ModelNew):\n    def __init__(self):\n        super().__init__()\n        \
+         open('candidate-built', 'w').close()\n\n\nModelNew = Built\n",
+        runner_task["kernel_code"].as_str().expect("kernel")
+    ));
     let id = api.submit(runner_task).await;
-    kill_when_running(&id, "2").await;
+    let runner = eventually(
+        &format!("task {id}'s candidate built in its runner"),
+        Duration::from_secs(300),
+        || async {
+            let pid = task_process(&id, "2")?;
+            std::path::Path::new(&format!("/proc/{pid}/cwd/candidate-built"))
+                .exists()
+                .then_some(pid)
+        },
+    )
+    .await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(runner),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("the test (root) may kill a task's process");
     let task = api.wait_task(&id, Duration::from_secs(600)).await;
     assert_eq!(task["status"], "done", "{task}");
     assert_eq!(task["result"]["verdict"], "error", "{task}");
