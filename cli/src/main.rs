@@ -479,8 +479,12 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     let (refused_tx, mut refused) = tokio::sync::mpsc::channel::<String>(1);
     let mut workers = Vec::with_capacity(devices.len());
     let mut running = tokio::task::JoinSet::new();
-    for device in devices {
-        let wcfg = WorkerConfig::from_env(device).map_err(anyhow::Error::msg)?;
+    // The GPU workers of this process cut the device cores among them (crucible_gpu_worker::cores).
+    let gpu_workers = devices.iter().filter(|d| d.index().is_some()).count();
+    for (gpu_worker, device) in devices.into_iter().enumerate() {
+        let wcfg = WorkerConfig::from_env(device)
+            .and_then(|c| c.with_cores(gpu_worker, gpu_workers, |k| std::env::var(k).ok()))
+            .map_err(anyhow::Error::msg)?;
         let worker = Arc::new(Worker::new(
             worker_broker.clone(),
             wcfg,

@@ -7,6 +7,7 @@ order, before the task's first line of untrusted code (the reference or the cand
 
     task child ("shim", as the worker or template started it)
       1. joins the task's cgroups                      (limits, kill, OOM evidence)
+         and pins itself to its cores                  (device or CPU-stage cores)
       2. unshares pid, mount, network, ipc (+ user)   (namespaces)
       3. forks the judge, then only waits and mirrors its end
     judge (pid 1 of the task's pid namespace)
@@ -123,6 +124,9 @@ def enter_task(plan):
     namespaces = plan.get("namespaces") or []
     with _Layer("cgroup"):
         join_cgroups(plan.get("cgroup_procs") or [])
+    if plan.get("cpus"):
+        with _Layer("cores"):
+            os.sched_setaffinity(0, plan["cpus"])   # one thread yet; the filter keeps it here
     if "user" in namespaces:
         with _Layer("user"):
             unshare_namespaces(["user"])

@@ -99,6 +99,8 @@ def probe(targets):
                                                          None, None))
     report["unshare_user"] = _outcome(lambda: _libc_call("unshare", CLONE_NEWUSER))
     report["sigkill"] = _outcome(_sigkill_a_child)
+    report["cores"] = sorted(os.sched_getaffinity(0))
+    report["widen_cores"] = _outcome(lambda: os.sched_setaffinity(0, range(os.cpu_count() or 1)))
     with open("/proc/self/cgroup") as f:
         report["cgroup"] = f.read()[:4096]
     report["mounts"] = _filesystems(("/tmp", "/dev/shm", "/proc"))

@@ -1,5 +1,6 @@
 //! Worker settings, parsed from environment-style lookups by pure functions.
 
+use crate::cores::{CoreSettings, Cores};
 use crate::device::DeviceSlot;
 use crate::dir_owner::DirOwner;
 use crate::limits::ChildLimits;
@@ -45,6 +46,10 @@ pub struct WorkerConfig {
     pub env_passthrough: Vec<String>,
     /// Threads a CPU child may use (torch.set_num_threads).
     pub cpu_threads: Option<u32>,
+    /// The cores its device-stage and CPU-stage children are pinned to (`CRUCIBLE_CPUS`,
+    /// `CRUCIBLE_DEVICE_CPUS`, `CRUCIBLE_STAGE_CPUS`; see [`crate::cores`]). A process with
+    /// several GPU workers replaces it with each one's slice ([`WorkerConfig::with_cores`]).
+    pub cores: Cores,
     /// Command that checks a GPU in a separate process (`<exe> probe-gpu`).
     pub probe_command: Option<PathBuf>,
     /// Fork task children from a warm template instead of starting a fresh interpreter.
@@ -95,7 +100,8 @@ impl WorkerConfig {
     /// `CRUCIBLE_INTEGRITY_CHECKS` (0 only to measure their cost), `CRUCIBLE_DEVICE_SLOTS`
     /// (default [`default_device_slots`] of the cores and the GPU's memory),
     /// `CRUCIBLE_TRITON_PRECOMPILE` (0 turns the CPU stage's Triton compiles off),
-    /// `CRUCIBLE_DRAIN_TIMEOUT_S` (a drain's bound), and the sandbox's
+    /// `CRUCIBLE_DRAIN_TIMEOUT_S` (a drain's bound), `CRUCIBLE_CPUS`, `CRUCIBLE_DEVICE_CPUS`
+    /// and `CRUCIBLE_STAGE_CPUS` (the cores of its children), and the sandbox's
     /// (`CRUCIBLE_SANDBOX*`, see [`SandboxSettings::from_lookup`]).
     pub fn from_lookup(
         device: DeviceSlot,
@@ -133,6 +139,8 @@ impl WorkerConfig {
             .map(|n| n.min(64) as u32)
             .unwrap_or(if compile_pool { 4 } else { 0 });
         let device_class = device_class(&device, lookup("CRUCIBLE_DEVICE_CLASS").as_deref())?;
+        let child_cores = CoreSettings::from_lookup(&lookup, crate::cores::available())?
+            .cores_for(device.index().map(|_| 0), 1);
         let device_memory = gpu_memory_bytes(&device);
         let device_slots = match num("CRUCIBLE_DEVICE_SLOTS")? {
             Some(n) => n.clamp(1, u64::from(MAX_DEVICE_SLOTS)) as u32,
@@ -181,6 +189,7 @@ impl WorkerConfig {
                 })
                 .unwrap_or_default(),
             cpu_threads: num("CRUCIBLE_CPU_THREADS")?.map(|n| n as u32),
+            cores: child_cores,
             probe_command: std::env::current_exe().ok(),
             use_template: lookup("CRUCIBLE_TEMPLATE")
                 .is_none_or(|v| !matches!(v.trim(), "0" | "false" | "off")),
@@ -212,6 +221,19 @@ impl WorkerConfig {
     /// does not parse.
     pub fn from_env(device: DeviceSlot) -> Result<Self, String> {
         Self::from_lookup(device, |k| std::env::var(k).ok())
+    }
+
+    /// This configuration as GPU worker `index` of `gpu_workers` in one process: its own
+    /// slice of the device cores (see [`crate::cores`]); a CPU worker keeps every core.
+    pub fn with_cores(
+        mut self,
+        index: usize,
+        gpu_workers: usize,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, String> {
+        self.cores = CoreSettings::from_lookup(lookup, crate::cores::available())?
+            .cores_for(self.device.index().map(|_| index), gpu_workers);
+        Ok(self)
     }
 }
 

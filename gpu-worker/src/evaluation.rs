@@ -113,9 +113,14 @@ fn task_stage_dir(
             .then(|| dry_run_seconds(stage_deadline(spec, inputs)));
         serde_json::to_value(harness).map_err(std::io::Error::other)
     };
+    // A CPU stage never runs on the cores a device child times on (crate::cores).
+    let cpus = match stage {
+        HarnessStage::Prepare => &cfg.cores.cpu_stage,
+        HarnessStage::Evaluate => &cfg.cores.device,
+    };
     stage_dir(cfg, label, fill, |path| {
         ready
-            .map(|r| r.host.child(&r.active, &cfg.limits, path, label))
+            .map(|r| r.host.child(&r.active, &cfg.limits, cpus, path, label))
             .transpose()
     })
 }

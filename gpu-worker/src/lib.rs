@@ -13,6 +13,7 @@
 pub mod budget;
 pub mod build_cache;
 pub mod config;
+pub mod cores;
 pub mod device;
 pub mod dir_owner;
 pub mod evaluation;

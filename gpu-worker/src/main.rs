@@ -75,7 +75,21 @@ async fn main() -> anyhow::Result<()> {
     };
     let metrics_at =
         metrics_addr(args.metrics_addr.as_deref(), &device).map_err(anyhow::Error::msg)?;
-    let cfg = WorkerConfig::from_env(device).map_err(anyhow::Error::msg)?;
+    let cfg = WorkerConfig::from_env(device)
+        .and_then(|cfg| match args.gpu {
+            // One worker per GPU of the node (crucible-worker@N): each takes slice N of the
+            // device cores, so that no two time on one core (crucible_gpu_worker::cores).
+            Some(index) => {
+                let node_gpus = crucible_gpu_worker::discover_devices(None)
+                    .iter()
+                    .filter(|d| d.index().is_some())
+                    .count()
+                    .max(index as usize + 1);
+                cfg.with_cores(index as usize, node_gpus, |k| std::env::var(k).ok())
+            }
+            None => Ok(cfg),
+        })
+        .map_err(anyhow::Error::msg)?;
     let registry = prometheus::Registry::new();
     registry.register(Box::new(build_info(Component::Worker)))?;
     let metrics = Arc::new(WorkerMetrics::register(&registry)?);

@@ -45,6 +45,8 @@ pub struct Targets {
     pub cgroup_name: Option<String>,
     /// A GPU worker: the runner must have mapped the judge's tensor (1024 ones).
     pub gpu: bool,
+    /// The cores the child was pinned to: the runner must be on exactly these.
+    pub cpus: Vec<usize>,
 }
 
 /// How a self-test child ended.
@@ -60,6 +62,20 @@ pub(crate) enum Outcome {
     },
     /// Anything else: the child's own words.
     Broken(String),
+}
+
+/// Whether the runner runs on exactly the cores it was pinned to (pure). Not a layer: a child
+/// that cannot pin itself fails before it reports, and one on other cores means the plan was
+/// not entered, so the worker refuses to serve either way.
+pub fn check_cores(report: &SelftestReport, targets: &Targets) -> Result<(), String> {
+    if targets.cpus.is_empty() || report.runner.cores == targets.cpus {
+        return Ok(());
+    }
+    Err(format!(
+        "the runner runs on cores {} instead of {}",
+        crate::cores::format_list(&report.runner.cores),
+        crate::cores::format_list(&targets.cpus)
+    ))
 }
 
 /// Decides each active layer from the report (pure): `Ok(how it holds)` or `Err(why not)`.
@@ -137,20 +153,27 @@ pub fn judge_layers(
                 }
             }
             SandboxLayer::Seccomp => {
-                if field("Seccomp") == ["2"] && r.unshare_user == "EPERM" && r.sigkill == "EPERM" {
+                if field("Seccomp") == ["2"]
+                    && r.unshare_user == "EPERM"
+                    && r.sigkill == "EPERM"
+                    && r.widen_cores == "EPERM"
+                {
                     Ok(format!(
-                        "{} filters on the runner (unshare: {}, sending SIGKILL: {}, ptrace: {})",
+                        "{} filters on the runner (unshare: {}, sending SIGKILL: {}, ptrace: {}, \
+                         leaving its cores: {})",
                         field("Seccomp_filters").join(""),
                         r.unshare_user,
                         r.sigkill,
-                        r.ptrace_judge
+                        r.ptrace_judge,
+                        r.widen_cores
                     ))
                 } else {
                     Err(format!(
-                        "seccomp {:?}, unshare {}, SIGKILL {}",
+                        "seccomp {:?}, unshare {}, SIGKILL {}, leaving its cores {}",
                         field("Seccomp"),
                         r.unshare_user,
-                        r.sigkill
+                        r.sigkill,
+                        r.widen_cores
                     ))
                 }
             }
@@ -245,6 +268,7 @@ pub async fn establish(
                 report.runner.ipc_sum
             )));
         }
+        check_cores(&report, &targets).map_err(SandboxError::Selftest)?;
         let mut failed = false;
         for (layer, verdict) in judge_layers(&report, &active, &targets) {
             match verdict {
@@ -348,6 +372,7 @@ async fn run_selftest(
         worker_uid: nix::unistd::geteuid().as_raw(),
         cgroup_name: None,
         gpu: cfg.device.index().is_some(),
+        cpus: cfg.cores.device.clone(),
     };
     let spec = serde_json::json!({
         "stage": "selftest",
@@ -363,7 +388,10 @@ async fn run_selftest(
         cfg,
         "selftest",
         |_| Ok(spec),
-        |path| host.child(active, &cfg.limits, path, "selftest").map(Some),
+        |path| {
+            host.child(active, &cfg.limits, &cfg.cores.device, path, "selftest")
+                .map(Some)
+        },
     )
     .map_err(|e| SandboxError::Selftest(format!("self-test directory: {e}")))?;
     if let Some(child) = &stage.sandbox {
@@ -431,6 +459,8 @@ mod tests {
                 ptrace_judge: "EPERM".into(),
                 unshare_user: "EPERM".into(),
                 sigkill: "EPERM".into(),
+                cores: vec![2, 3],
+                widen_cores: "EPERM".into(),
                 cgroup: "0::/crucible-w1/selftest-abc\n".into(),
                 mounts: [("/tmp", "tmpfs"), ("/dev/shm", "tmpfs"), ("/proc", "proc")]
                     .into_iter()
@@ -454,6 +484,7 @@ mod tests {
             worker_uid: 0,
             cgroup_name: Some("selftest-abc".into()),
             gpu: false,
+            cpus: vec![2, 3],
         }
     }
 
@@ -475,6 +506,7 @@ mod tests {
         r.runner.read_canary = Some("ok".into());
         r.runner.visible_pids = (1..40).collect();
         r.runner.sigkill = "ok".into();
+        r.runner.widen_cores = "ok".into();
         r.runner.mounts.insert("/tmp".into(), "ext4".into());
         r.runner.status.insert("Uid".into(), vec!["0".into(); 4]);
         r.runner.cgroup = "0::/\n".into();
@@ -482,6 +514,19 @@ mod tests {
         for layer in SandboxLayer::ALL {
             assert!(verdicts[&layer].is_err(), "{layer:?} should fail");
         }
+    }
+
+    #[test]
+    fn a_runner_that_left_its_cores_refuses_the_worker_and_widening_them_fails_seccomp() {
+        assert!(check_cores(&report(), &targets()).is_ok());
+        let mut r = report();
+        r.runner.cores = vec![0, 1, 2, 3];
+        let why = check_cores(&r, &targets()).unwrap_err();
+        assert!(why.contains("cores 0-3 instead of 2-3"), "{why}");
+        let mut r = report();
+        r.runner.widen_cores = "ok".into();
+        let seccomp: BTreeSet<_> = [SandboxLayer::Seccomp].into_iter().collect();
+        assert!(judge_layers(&r, &seccomp, &targets())[&SandboxLayer::Seccomp].is_err());
     }
 
     #[test]

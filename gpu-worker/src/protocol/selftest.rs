@@ -50,6 +50,10 @@ pub struct RunnerReport {
     pub unshare_user: String,
     /// SIGKILL sent to a child of its own: refused by the runner's filter.
     pub sigkill: String,
+    /// The cores it may run on (its affinity), sorted.
+    pub cores: Vec<usize>,
+    /// `sched_setaffinity` to every core of the host: refused by the seccomp filter.
+    pub widen_cores: String,
     /// Its /proc/self/cgroup (at most 4096 characters).
     pub cgroup: String,
     /// The file system type at /tmp, /dev/shm and /proc.

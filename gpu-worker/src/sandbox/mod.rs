@@ -240,12 +240,13 @@ impl Host {
         self.cgroups.as_ref()
     }
 
-    /// The sandbox of one child with `active` layers under `limits`: its identity, cgroup,
-    /// ruleset and plan; the task directory is handed to the child's user.
+    /// The sandbox of one child with `active` layers under `limits`, on `cpus`: its identity,
+    /// cgroup, ruleset and plan; the task directory is handed to the child's user.
     pub fn child(
         &self,
         active: &BTreeSet<SandboxLayer>,
         limits: &ChildLimits,
+        cpus: &[usize],
         task_dir: &Path,
         label: &str,
     ) -> Result<ChildSandbox, SandboxError> {
@@ -307,6 +308,7 @@ impl Host {
                 .as_ref()
                 .map(TaskCgroup::procs_files)
                 .unwrap_or_default(),
+            cpus: cpus.to_vec(),
             private_mounts,
             landlock: ruleset.as_ref().map(|_| plan::LandlockPlan {
                 fd: plan::RULESET_FD,

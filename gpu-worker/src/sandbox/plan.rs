@@ -27,6 +27,9 @@ pub struct Plan {
     pub namespaces: Vec<&'static str>,
     /// `cgroup.procs` files the child writes itself into, first of all.
     pub cgroup_procs: Vec<PathBuf>,
+    /// The cores the child pins itself to next, before it starts a thread (`crate::cores`);
+    /// the seccomp filter keeps it there. Empty: left as inherited.
+    pub cpus: Vec<usize>,
     /// Fresh tmpfs mounts in the child's mount namespace (its /tmp and /dev/shm).
     pub private_mounts: Vec<PrivateMount>,
     /// The Landlock ruleset to restrict itself with; `None` when the layer is not in force.
@@ -64,6 +67,8 @@ pub(crate) struct PlanInputs<'a> {
     pub identity: &'a Identity,
     /// The `cgroup.procs` files of the child's cgroup.
     pub cgroup_procs: Vec<PathBuf>,
+    /// The cores it runs on.
+    pub cpus: Vec<usize>,
     /// The private tmpfs mounts.
     pub private_mounts: Vec<PrivateMount>,
     /// The ruleset, when Landlock is in force.
@@ -106,6 +111,7 @@ pub(crate) fn build(inputs: PlanInputs<'_>) -> Plan {
         } else {
             Vec::new()
         },
+        cpus: inputs.cpus,
         private_mounts: if on(SandboxLayer::Mount) {
             inputs.private_mounts
         } else {
@@ -126,6 +132,7 @@ mod tests {
             active: &active,
             identity: &identity,
             cgroup_procs: vec!["/sys/fs/cgroup/x/cgroup.procs".into()],
+            cpus: vec![2, 3],
             private_mounts: Vec::new(),
             landlock: Some(LandlockPlan {
                 fd: RULESET_FD,

@@ -21,8 +21,9 @@ const ARCH: TargetArch = TargetArch::x86_64;
 const ARCH: TargetArch = TargetArch::aarch64;
 
 /// Refused outright: tracing and reading other processes, changing mounts and namespaces,
-/// loading code into the kernel, keyrings, clocks, the host's identity, io_uring (its own
-/// path around these filters) and the rest of the kernel's attack surface no kernel needs.
+/// loading code into the kernel, keyrings, clocks, the host's identity, its cores, io_uring
+/// (its own path around these filters) and the rest of the kernel's attack surface no kernel
+/// needs.
 const DENIED: &[libc::c_long] = &[
     libc::SYS_ptrace,
     libc::SYS_process_vm_readv,
@@ -71,6 +72,8 @@ const DENIED: &[libc::c_long] = &[
     libc::SYS_sethostname,
     libc::SYS_setdomainname,
     libc::SYS_vhangup,
+    // The child was pinned to its cores before the filter (crate::cores): it stays there.
+    libc::SYS_sched_setaffinity,
     #[cfg(target_arch = "x86_64")]
     libc::SYS_iopl,
     #[cfg(target_arch = "x86_64")]

@@ -94,7 +94,7 @@ impl Worker {
     /// Before its first claim it proves its sandbox (`crate::sandbox_selftest`); without the layers
     /// it requires it registers as unhealthy, deregisters and returns the reason.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), WorkerError> {
-        tracing::info!(worker_id = %self.id, device = ?self.cfg.device, device_class = %self.cfg.device_class, device_slots = self.cfg.device_slots, compile_pool = self.cfg.compile_pool, prefetch = self.cfg.prefetch, "worker starting");
+        tracing::info!(worker_id = %self.id, device = ?self.cfg.device, device_class = %self.cfg.device_class, device_slots = self.cfg.device_slots, compile_pool = self.cfg.compile_pool, prefetch = self.cfg.prefetch, cores = %self.cfg.cores, "worker starting");
         // The end of every task still in flight: the caller's shutdown, or a drain's bound.
         let shutdown = shutdown.child_token();
         self.sweep_leftovers().await;
