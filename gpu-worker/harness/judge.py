@@ -202,16 +202,18 @@ class Evaluation(SetupStage, LoadStage, CorrectnessStage, PerformanceStage):
         return Verdict("RUNTIME", f"the candidate's process exited with status {code} "
                        f"(stage {stage})")
 
-    def share_inputs(self, inputs):
+    def share_inputs(self, inputs, content=True):
         """Copies of `inputs` for the runner, in memory of their own (a CUDA pool the runner
-        maps nothing else of; files on CPU): returns (descriptions, the judge's view)."""
+        maps nothing else of; files on CPU): returns (descriptions, the judge's view). Without
+        `content`, CUDA slots are left empty (the judge writes them later), with no copy made
+        on the way."""
         torch = Trusted.torch
         descs, views = [], []
         for x in inputs:
             if isinstance(x, torch.Tensor):
                 if self.device == "cuda":
                     with torch.cuda.use_mem_pool(self.share_pool):
-                        copy_ = x.detach().clone()
+                        copy_ = x.detach().clone() if content else torch.empty_like(x)
                     desc, view = self.exporter.export(copy_)
                 else:
                     desc, view = self.exporter.export(x.detach(), shared_file=True)

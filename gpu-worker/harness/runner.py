@@ -436,8 +436,10 @@ class Runner:
         return {}
 
     def op_verify_run(self, msg):
-        """The model on each verification set in turn, each output copied into its slot (the
-        judge's clock times the whole request and checks every slot)."""
+        """The model on each verification set in turn, each output copied into its slot, one
+        sync at the end (the judge's clock times the whole request and checks every slot):
+        the calls queue behind each other as a training loop's do, so a busy host's wake-ups
+        do not stretch every call of the floor."""
         torch = Trusted.torch
         for args, slots in self.verify_sets:
             out = self.call_model(args, "candidate forward raised (timing check)")
@@ -446,7 +448,7 @@ class Runner:
                 if slot.shape == t.shape and slot.dtype == t.dtype:
                     slot.copy_(t)
             del out, tensors
-            self.sync()
+        self.sync()
         return {}
 
     def op_release(self, msg):

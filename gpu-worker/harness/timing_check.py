@@ -11,8 +11,8 @@ checks the claim with what it measures itself:
   and compares every output with the reference's. Work cannot be skipped (every output is
   checked), done ahead (the content did not exist) or cached (never seen before), so the
   batch's wall time, less a generous bound on one request's overhead and the judge's own
-  measurement of the per-call copy and synchronisation, divided by the calls, is a floor under
-  the candidate's real per-call time. A claimed median below the floor by more than the
+  measurement of the per-call copy (the calls are queued back to back, one sync at the end),
+  divided by the calls, is a floor under the candidate's real per-call time. A claimed median below the floor by more than the
   tolerance is the hack `timing-mismatch`. How far a forger can move the number without being
   caught is (OVERHEAD_MAX_MS less the real overhead) / calls + the tolerance: docs/INTEGRITY.md.
 * **A quiet device.** A probe (one tiny kernel, the judge's clock around it and a sync) takes
@@ -59,6 +59,13 @@ QUIET_PROBES = 30
 QUIET_SPAN_MS = 15.0
 BUSY_PROBES = 9
 QUIET_WAIT_MS = 30000.0         # how long the judge waits for a quiet device before it gives up
+# Busy probes after a request that turn quiet within this were a blip (seen once in 48 honest
+# tasks on the H100: a legit Triton reduction's verification batch), not work a candidate left
+# behind to run beside a neighbour: that is hundreds of ms (measured: 0.5-1 s of side-stream
+# matmuls). It bounds what a candidate can leave running unflagged; the next timer's quiet wait
+# drains it before anything is timed.
+INFLIGHT_ALLOWANCE_MS = 50.0
+INFLIGHT_WAIT_MS = 2000.0       # how long the judge watches such work drain (past it: "at least")
 PROBE_GAP_S = 0.0005
 
 
@@ -82,7 +89,7 @@ def verify_plan(claimed_median_ms, wall_median_ms, fit, device):
 def timing_floor(batch_walls_ms, calls, per_call_overhead_ms, device):
     """Pure: the judge's floor under the candidate's per-call time from the wall times of its
     verification batches of `calls` calls each, less one request's overhead bound and the
-    judge's own per-call copy and synchronisation time; never below 0."""
+    judge's own per-call copy time; never below 0."""
     fastest = min(batch_walls_ms)
     return max(0.0, (fastest - OVERHEAD_MAX_MS[device]) / calls - per_call_overhead_ms)
 
@@ -112,6 +119,16 @@ class DeviceProbe:
             slow += self.once_ms() > PROBE_BUSY_MS
             time.sleep(PROBE_GAP_S)
         return slow * 2 > BUSY_PROBES
+
+    def lingering_ms(self, budget_ms=INFLIGHT_WAIT_MS):
+        """How long another context's work keeps the device busy from now: 0 when most probes
+        are fast, else the wait until quiet, `budget_ms` when it does not get quiet within it."""
+        if not self.busy():
+            return 0.0
+        try:
+            return self.wait_quiet(budget_ms)
+        except DeviceBusy:
+            return budget_ms
 
     def wait_quiet(self, budget_ms=QUIET_WAIT_MS):
         """Milliseconds waited until the device is quiet (QUIET_PROBES fast probes in a row over

@@ -155,6 +155,46 @@ with tempfile.TemporaryDirectory() as task:
     open(os.path.join(task, "cache", "triton", "abc", "k.cubin"), "wb").close()
     check(own_kernel_evidence("cuda", "triton", [], task), "a compiled Triton kernel")
 
+# Work left on the device: a blip that drains at once is nobody's, work that keeps the probes
+# slow is measured until it drains (or up to the budget), by the probe's own clock.
+from crucible_timing_check import DeviceProbe, INFLIGHT_ALLOWANCE_MS  # noqa: E402
+import crucible_timing_check  # noqa: E402
+
+
+class ScriptedProbe(DeviceProbe):
+    """A probe whose latencies are scripted (ms), on a clock that advances by them."""
+
+    def __init__(self, latencies):
+        self.latencies = list(latencies)
+        self.now_ns = 0
+
+    def once_ms(self):
+        ms = self.latencies.pop(0) if self.latencies else 0.01
+        self.now_ns += int(ms * 1e6)
+        return ms
+
+
+def lingering(latencies, budget_ms=2000.0):
+    probe = ScriptedProbe(latencies)
+    real = (crucible_timing_check.perf_counter_ns, crucible_timing_check.time.sleep)
+    crucible_timing_check.perf_counter_ns = lambda: probe.now_ns
+    crucible_timing_check.time.sleep = lambda s: setattr(probe, "now_ns",
+                                                         probe.now_ns + int(s * 1e9))
+    try:
+        return probe.lingering_ms(budget_ms)
+    finally:
+        crucible_timing_check.perf_counter_ns, crucible_timing_check.time.sleep = real
+
+
+check(lingering([0.01] * 9) == 0.0, "quiet probes: nothing lingers")
+check(lingering([2.0] + [0.01] * 8) == 0.0, "one slow probe is a hiccup, not work")
+blip = lingering([1.6] * 9 + [1.6] * 3)
+check(0 < blip < INFLIGHT_ALLOWANCE_MS, f"a blip drains within the allowance: {blip:.1f} ms")
+long_work = lingering([1.6] * 400)
+check(long_work > INFLIGHT_ALLOWANCE_MS, f"sustained work is measured: {long_work:.1f} ms")
+check(lingering([1.6] * 100000, budget_ms=100.0) == 100.0, "work past the budget: the budget")
+
+
 # The stopping rule of each timing: fixed never stops early; do_bench once the timed calls
 # add up to its 100 ms budget, after at least min_trials; adaptive by its own rule.
 def spec_of(method, mode="fixed"):

@@ -5,8 +5,8 @@
 //! default screening and with every rule off, among honest neighbours, and must end as one of
 //! the verdicts its entry allows (never `ok`), decided once (one attempt), the unscreened run
 //! by the runtime (not `SCREENED`); the honest neighbours stay `ok`, and on a GPU their timings
-//! and the cached reference timing stay within RELATIVE_TOLERANCE of an honest baseline taken
-//! before the attacks. Every result is logged to `measured.log` in the test's log directory.
+//! stay within NEIGHBOUR_FACTOR of the band of honest baselines taken alone before the attacks
+//! and the cached reference timing within RELATIVE_TOLERANCE of theirs. Every result is logged to `measured.log` in the test's log directory.
 //!
 //! `CRUCIBLE_TEST_WORKER_ARGS` (default `--cpu`) runs the workers on a GPU instead (the GPU run:
 //! scripts/gpu-measurement.sh, with `CRUCIBLE_TEST_WORKERS=1`); entries marked
@@ -21,11 +21,17 @@ use std::time::Duration;
 
 const TASK_DEADLINE: Duration = Duration::from_secs(900);
 const CASES: [&str; 2] = ["screened", "unscreened"];
-/// On a GPU, how far an honest neighbour's median (and the cached reference's) may move from
-/// the baseline's before the test says a neighbour's timing was touched.
-/// Honest medians of this 0.2 ms kernel spread 0.16-0.26 ms over one run's neighbours on the
-/// H200 (2026-11-28): the bound is for a neighbour's work, which multiplied them by 8.
+/// On a GPU, how far the cached reference timing may move from the baseline's, and an
+/// attack's speedup rise above the honest one, before the test calls it touched or gained.
 const RELATIVE_TOLERANCE: f64 = 0.35;
+/// On a GPU, the factor by which an honest neighbour's median may sit outside the band of the
+/// honest medians taken alone before the attacks. Honest medians of this 0.2 ms kernel moved
+/// 0.16-0.27 ms over one run's neighbours on the H100 (2026-11-28: the timed call includes the
+/// launch, slower on a host busy with the attacks' compiles); a neighbour's work multiplied
+/// them by 8 before the quiet-device wait.
+const NEIGHBOUR_FACTOR: f64 = 2.0;
+/// Honest tasks timed alone before the attacks: the band a neighbour's median is held to.
+const BASELINE_RUNS: usize = 3;
 /// The problem's sizes on a GPU: a 128 MiB float32 input, about 0.1-0.3 ms per call.
 const GPU_SIZES: (&str, &str) = ("batch_size = 4096", "dim = 8192");
 
@@ -110,6 +116,11 @@ fn within(value: Option<f64>, baseline: Option<f64>) -> bool {
     }
 }
 
+/// Whether `value` lies within NEIGHBOUR_FACTOR of the band `(low, high)` of honest medians.
+fn within_band(value: Option<f64>, (low, high): (f64, f64)) -> bool {
+    value.is_some_and(|v| v >= low / NEIGHBOUR_FACTOR && v <= high * NEIGHBOUR_FACTOR)
+}
+
 struct Log(std::fs::File);
 
 impl Log {
@@ -166,19 +177,33 @@ async fn measurement_attacks_fail_and_neighbours_keep_their_timings() {
         })
     };
 
-    // The honest baseline, alone: its timings, and the reference timing it leaves cached.
-    let baseline = api.submit(body(honest(), json!({}))).await;
-    let baseline = api.wait_task(&baseline, TASK_DEADLINE).await;
-    assert_eq!(baseline["result"]["verdict"], "ok", "{baseline}");
-    let base = &baseline["result"];
-    log.line(&format!(
-        "baseline: candidate {:?} ms, reference {:?} ms, speedup {:?}, floor {:?} ms ({} calls)",
-        median(base, "runtime_ms"),
-        median(base, "ref_runtime_ms"),
-        base["speedup"].as_f64(),
-        base["timing_check"]["floor_ms"].as_f64(),
-        base["timing_check"]["calls"]
-    ));
+    // The honest baseline, alone, BASELINE_RUNS times (one after another, each a distinct
+    // request): the band of its timings; the first leaves the reference timing cached.
+    let mut baselines = Vec::new();
+    for run in 0..BASELINE_RUNS {
+        let id = api
+            .submit(body(format!("{}\n# baseline {run}\n", honest()), json!({})))
+            .await;
+        let task = api.wait_task(&id, TASK_DEADLINE).await;
+        assert_eq!(task["result"]["verdict"], "ok", "{task}");
+        let r = &task["result"];
+        log.line(&format!(
+            "baseline: candidate {:?} ms, reference {:?} ms, speedup {:?}, floor {:?} ms ({} calls)",
+            median(r, "runtime_ms"),
+            median(r, "ref_runtime_ms"),
+            r["speedup"].as_f64(),
+            r["timing_check"]["floor_ms"].as_f64(),
+            r["timing_check"]["calls"]
+        ));
+        baselines.push(task);
+    }
+    let base = &baselines[0]["result"];
+    let band = baselines
+        .iter()
+        .filter_map(|t| median(&t["result"], "runtime_ms"))
+        .fold((f64::INFINITY, 0.0f64), |(low, high), m| {
+            (low.min(m), high.max(m))
+        });
 
     let attacks = corpus(gpu);
     if std::env::var("CRUCIBLE_TEST_MEASUREMENT").is_err() {
@@ -300,11 +325,13 @@ async fn measurement_attacks_fail_and_neighbours_keep_their_timings() {
                 "neighbour {id}: {} {} {}",
                 task["status"], r["verdict"], r["error_message"]
             ));
-        } else if gpu && !within(median(r, "runtime_ms"), median(base, "runtime_ms")) {
+        } else if gpu && !within_band(median(r, "runtime_ms"), band) {
             failures.push(format!(
-                "neighbour {id}: candidate median {:?} ms against the baseline's {:?} ms",
+                "neighbour {id}: candidate median {:?} ms, beyond {NEIGHBOUR_FACTOR}x the \
+                 baseline's {:.4}-{:.4} ms",
                 median(r, "runtime_ms"),
-                median(base, "runtime_ms")
+                band.0,
+                band.1
             ));
         }
     }
