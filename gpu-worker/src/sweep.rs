@@ -201,6 +201,18 @@ mod tests {
     }
 
     #[test]
+    fn a_dead_owners_fifty_thousand_deep_chain_is_swept_on_a_small_stack() {
+        use crate::task_dir::removal::hostile::{chain_bottom_up, on_a_small_stack};
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path().to_owned();
+        let dir = leave(&r, "task-deep", ME, DEAD_PID);
+        chain_bottom_up(&dir);
+        let report = on_a_small_stack(move || sweep_with(&r, ME, running).unwrap());
+        assert_eq!(report.removed, vec![dir.clone()]);
+        assert!(!dir.exists());
+    }
+
+    #[test]
     fn a_live_workers_own_directories_survive_its_sweep() {
         let root = tempfile::tempdir().unwrap();
         let me = DirOwner::this_process(ME.to_owned()).unwrap();

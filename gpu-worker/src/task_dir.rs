@@ -8,6 +8,10 @@ use std::fs::{self, DirBuilder, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+pub(crate) mod removal;
+use removal::Removal;
 
 /// Tries at a fresh random name before giving up (a clash is already one in 2^64).
 const NAME_ATTEMPTS: u32 = 8;
@@ -81,17 +85,31 @@ impl TaskDir {
 }
 
 impl Drop for TaskDir {
+    /// Removes the directory, then its owner file: on a blocking thread when a runtime is
+    /// there (what a task left may take seconds), else here.
     fn drop(&mut self) {
-        match remove_tree(&self.path) {
-            // The owner file goes last: while it stays, a later worker sweeps what is left.
-            Ok(()) => {
-                if let Err(e) = fs::remove_file(&self.owner_file) {
-                    tracing::warn!(path = %self.owner_file.display(), error = %e, "could not remove owner file");
-                }
+        let (path, owner_file) = (
+            std::mem::take(&mut self.path),
+            std::mem::take(&mut self.owner_file),
+        );
+        let remove = move || remove_with_owner(&path, &owner_file);
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(remove)),
+            Err(_) => remove(),
+        }
+    }
+}
+
+fn remove_with_owner(path: &Path, owner_file: &Path) {
+    match remove_tree(path) {
+        // The owner file goes last: while it stays, a later worker sweeps what is left.
+        Ok(()) => {
+            if let Err(e) = fs::remove_file(owner_file) {
+                tracing::warn!(path = %owner_file.display(), error = %e, "could not remove owner file");
             }
-            Err(e) => {
-                tracing::warn!(path = %self.path.display(), error = %e, "could not remove task directory");
-            }
+        }
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "task directory left for the next sweep");
         }
     }
 }
@@ -109,44 +127,26 @@ fn write_new_file(path: &Path, contents: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Removes the directory `path` and everything in it without following a link: a symlink in
-/// it is removed, never what it points to; `path` itself must be a directory, not a link to
-/// one. Already gone is success. A child may have taken permissions off its own files: they
-/// are restored (on directories only, without following links) and the removal tried again.
-pub fn remove_tree(path: &Path) -> io::Result<()> {
-    match fs::symlink_metadata(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-        Ok(meta) if !meta.file_type().is_dir() => {
-            return Err(io::Error::other(format!(
-                "{} is not a directory; not following it",
-                path.display()
-            )));
-        }
-        Ok(_) => {}
-    }
-    // std's remove_dir_all does not follow symlinks (it unlinks them).
-    if fs::remove_dir_all(path).is_ok() {
-        return Ok(());
-    }
-    restore_permissions(path);
-    match fs::remove_dir_all(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
-}
+/// How long one removal may take before what is left waits for the next sweep: a task may
+/// leave millions of files (400,000 in 23 s were seen), and a removal runs on a blocking
+/// thread, never on the runtime's.
+pub const REMOVAL_BUDGET: Duration = Duration::from_secs(60);
 
-fn restore_permissions(path: &Path) {
-    let Ok(meta) = fs::symlink_metadata(path) else {
-        return;
-    };
-    if meta.file_type().is_dir() {
-        let _ = fs::set_permissions(path, fs::Permissions::from_mode(0o700));
-        if let Ok(entries) = fs::read_dir(path) {
-            for entry in entries.flatten() {
-                restore_permissions(&entry.path());
-            }
-        }
+/// Removes the directory `path` and everything in it without following a link (see
+/// [`removal`]: iterative whatever the depth, permissions given back, a link unlinked and
+/// never followed), within [`REMOVAL_BUDGET`]; `path` itself must be a directory, not a link to
+/// one. Already gone is success; what the budget did not reach is an error (`TimedOut`), and
+/// stays for the next sweep.
+pub fn remove_tree(path: &Path) -> io::Result<()> {
+    match removal::remove_tree_by(path, Instant::now() + REMOVAL_BUDGET)? {
+        Removal::Done => Ok(()),
+        Removal::Unfinished { removed } => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "{} not removed within {REMOVAL_BUDGET:?} ({removed} entries removed so far)",
+                path.display()
+            ),
+        )),
     }
 }
 
