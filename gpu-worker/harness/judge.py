@@ -205,8 +205,8 @@ class Evaluation(SetupStage, LoadStage, CorrectnessStage, PerformanceStage):
     def share_inputs(self, inputs, content=True):
         """Copies of `inputs` for the runner, in memory of their own (a CUDA pool the runner
         maps nothing else of; files on CPU): returns (descriptions, the judge's view). Without
-        `content`, CUDA slots are left empty (the judge writes them later), with no copy made
-        on the way."""
+        `content`, the slots are only shaped like `inputs` and left empty (the judge writes
+        them later), with no copy made on the way."""
         torch = Trusted.torch
         descs, views = [], []
         for x in inputs:
@@ -216,7 +216,8 @@ class Evaluation(SetupStage, LoadStage, CorrectnessStage, PerformanceStage):
                         copy_ = x.detach().clone() if content else torch.empty_like(x)
                     desc, view = self.exporter.export(copy_)
                 else:
-                    desc, view = self.exporter.export(x.detach(), shared_file=True)
+                    src = x.detach() if content else torch.empty_like(x)
+                    desc, view = self.exporter.export(src, shared_file=True)
                 descs.append({"tensor": desc})
                 views.append(view)
             else:

@@ -271,7 +271,7 @@ class PerformanceStage:
         # Empty slots first: the runner maps them before their content exists.
         entries, fills = [], []
         for inputs, expected in sets:
-            in_descs, in_views = self.share_inputs(self.blank(inputs), content=False)
+            in_descs, in_views = self.share_inputs(inputs, content=False)
             out_descs, out_views = self.share_slots(expected)
             entries.append({"inputs": in_descs, "outputs": out_descs})
             fills.append((in_views, out_views))
@@ -302,16 +302,6 @@ class PerformanceStage:
                 self.add_finding("input-mutated", f"timing check: input {changed} was changed")
         self.ask("release")
         return wall
-
-    def blank(self, inputs):
-        """Empty tensors shaped like `inputs` on CPU where the device's are not needed: the
-        verification slots' content is written later; CUDA slots are made empty in the share
-        pool (share_inputs without content), so nothing of the size of an input set is
-        allocated twice."""
-        torch = Trusted.torch
-        if self.device == "cuda":
-            return inputs
-        return [torch.empty_like(x) if isinstance(x, torch.Tensor) else x for x in inputs]
 
     def check_in_flight(self, when):
         """The hack `work-in-flight` when another context's work kept the device busy for

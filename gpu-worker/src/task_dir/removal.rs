@@ -114,8 +114,7 @@ fn open_dir<Fd: AsFd>(at: Fd, name: &OsStr) -> nix::Result<OwnedFd> {
 /// Up to BATCH names in the directory `dir` (never `.` or `..`), with their type when the
 /// file system says it.
 fn first_entries(dir: &OwnedFd) -> nix::Result<Vec<(OsString, Option<Type>)>> {
-    let fd = openat(dir, ".", dir_flags(), Mode::empty())?;
-    let mut stream = Dir::from_fd(fd)?;
+    let mut stream = Dir::openat(dir, ".", dir_flags(), Mode::empty())?;
     let mut out = Vec::new();
     for entry in stream.iter() {
         let entry = entry?;
