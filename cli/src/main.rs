@@ -422,6 +422,7 @@ async fn redis_broker(url: String, cfg: BrokerConfig) -> anyhow::Result<Arc<dyn 
 }
 
 async fn up(args: UpArgs) -> anyhow::Result<()> {
+    crucible_runtime::shield_from_oom_killer();
     let UpArgs {
         bind,
         redis_url,

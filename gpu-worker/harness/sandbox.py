@@ -243,8 +243,9 @@ def prepare_judge(plan):
 
 def private_mounts(plan, ruleset):
     """Mounts only this task sees: a fresh /proc for its pid namespace, and each private
-    mount of the plan (tmpfs on /dev/shm and /tmp, and on homes the sandbox user could not
-    traverse) with the paths it must still see bound back in. Landlock rules are added for
+    mount of the plan (bounded tmpfs on /dev/shm and /tmp, on homes the sandbox user could not
+    traverse, and an empty one over the host's cgroups, joined before) with the paths it must
+    still see bound back in. Landlock rules are added for
     the fresh ones: a rule follows an inode, and these are new."""
     with _Layer("mount"):
         _check(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None),
@@ -262,7 +263,7 @@ def private_mounts(plan, ruleset):
 def _tmpfs_mounts(plan, ruleset):
     for mount in plan.get("private_mounts") or []:
         kept = [(p, os.open(p, os.O_PATH | os.O_CLOEXEC)) for p in mount.get("expose") or []]
-        options = f"mode={mount['mode']},size={mount['size_bytes']}"
+        options = f"mode={mount['mode']},size={mount['size_bytes']},nr_inodes={mount['inodes']}"
         if mount.get("owned"):
             options += f",uid={plan['uid']},gid={plan['gid']}"
         _mount(b"tmpfs", mount["path"], b"tmpfs", MS_NOSUID | MS_NODEV, options.encode())

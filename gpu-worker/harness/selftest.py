@@ -104,6 +104,12 @@ def probe(targets):
     with open("/proc/self/cgroup") as f:
         report["cgroup"] = f.read()[:4096]
     report["mounts"] = _filesystems(("/tmp", "/dev/shm", "/proc"))
+    space = os.statvfs(os.getcwd())
+    report["space"] = {"bytes": space.f_blocks * space.f_frsize, "inodes": space.f_files}
+    try:
+        report["cgroups_listed"] = len(os.listdir("/sys/fs/cgroup"))
+    except OSError:
+        report["cgroups_listed"] = -1
     return report
 
 

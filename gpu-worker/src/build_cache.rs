@@ -321,7 +321,9 @@ impl BuildCache {
 
     /// Copies `files` (path in the task directory, flat name in the entry, largest size
     /// accepted) into a new entry with `manifest`, at most `max_total` bytes in all; digests
-    /// in the order of `files`.
+    /// in the order of `files`. Each is opened without following a link and without blocking,
+    /// and must be a regular file of bounded size before a byte is read (a FIFO, socket,
+    /// device or link the child left there is refused). Blocking I/O: call it off the runtime.
     fn store(
         &self,
         key: &str,
@@ -351,8 +353,10 @@ impl BuildCache {
         let mut total = 0u64;
         let mut sources = Vec::new();
         for (path, _, max) in files {
+            // Non-blocking: a FIFO the child left in place of a file opens at once (and is
+            // refused below) instead of holding this thread and its compile slot forever.
             let how = OpenHow::new()
-                .flags(OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
+                .flags(OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK)
                 .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
             let src = File::from(openat2(&base, *path, how)?);
             let meta = src.metadata()?;

@@ -3,7 +3,7 @@
 use crate::cores::{CoreSettings, Cores};
 use crate::device::DeviceSlot;
 use crate::dir_owner::DirOwner;
-use crate::limits::ChildLimits;
+use crate::limits::{ChildLimits, node_memory, task_memory_bound};
 use crate::sandbox::Sandbox;
 use crate::sandbox::config::SandboxSettings;
 use crucible_shared::{DeviceClass, DeviceInfo};
@@ -21,8 +21,11 @@ pub struct WorkerConfig {
     /// This process as the worker `{node}/{device}`: written in the owner file of every
     /// directory it makes under `work_root`, and whose leftovers its start-up sweep removes.
     pub dir_owner: DirOwner,
-    /// Bounds on every task child (memory, processes, output, files).
+    /// Bounds on every task child (memory, processes, output, files, writable space).
     pub limits: ChildLimits,
+    /// `CRUCIBLE_CHILD_MEMORY_MB` set a task's memory outright; otherwise it is derived from
+    /// the node's memory and the children the node runs at once ([`WorkerConfig::with_cores`]).
+    pub memory_set: bool,
     /// The device this worker owns.
     pub device: DeviceSlot,
     /// Its device class (`CRUCIBLE_DEVICE_CLASS`, else derived from the device's name): the
@@ -91,7 +94,8 @@ pub struct WorkerConfig {
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl WorkerConfig {
-    /// Reads `CRUCIBLE_PYTHON`, `CRUCIBLE_WORK_DIR`, `CRUCIBLE_CHILD_MEMORY_MB`,
+    /// Reads `CRUCIBLE_PYTHON`, `CRUCIBLE_WORK_DIR`, `CRUCIBLE_CHILD_MEMORY_MB` (default
+    /// [`task_memory_bound`] of the node), `CRUCIBLE_TASK_SPACE_MB`, `CRUCIBLE_TASK_SPACE_INODES`,
     /// `CRUCIBLE_CHILD_MAX_PROCS`, `CRUCIBLE_CHILD_OUTPUT_KB`, `CRUCIBLE_CHILD_ENV_PASSTHROUGH`,
     /// `CRUCIBLE_CPU_THREADS`, `CRUCIBLE_TEMPLATE` (0 turns the warm template off),
     /// `CRUCIBLE_TEMPLATE_MAX_FORKS`, `CRUCIBLE_COMPILE_POOL` (0/1; on by default for GPUs),
@@ -118,8 +122,15 @@ impl WorkerConfig {
                 .transpose()
         };
         let mut limits = ChildLimits::default();
-        if let Some(mb) = num("CRUCIBLE_CHILD_MEMORY_MB")? {
+        let memory_set = num("CRUCIBLE_CHILD_MEMORY_MB")?;
+        if let Some(mb) = memory_set {
             limits.max_memory_bytes = mb << 20;
+        }
+        if let Some(mb) = num("CRUCIBLE_TASK_SPACE_MB")? {
+            limits.max_space_bytes = mb.clamp(16, 1 << 20) << 20;
+        }
+        if let Some(n) = num("CRUCIBLE_TASK_SPACE_INODES")? {
+            limits.max_space_inodes = n.clamp(1024, 1 << 32);
         }
         if let Some(n) = num("CRUCIBLE_CHILD_MAX_PROCS")? {
             limits.max_processes = n.max(8);
@@ -162,7 +173,7 @@ impl WorkerConfig {
             .unwrap_or_else(read_hostname);
         let dir_owner = DirOwner::this_process(worker_identity(&node, &device))
             .map_err(|e| format!("this worker's process record: {e}"))?;
-        Ok(Self {
+        let mut cfg = Self {
             python: resolve_program(
                 &lookup("CRUCIBLE_PYTHON")
                     .filter(|v| !v.is_empty())
@@ -172,6 +183,7 @@ impl WorkerConfig {
             work_root,
             dir_owner,
             limits,
+            memory_set: memory_set.is_some(),
             device,
             device_class,
             device_slots,
@@ -206,7 +218,32 @@ impl WorkerConfig {
             sandbox: Arc::new(Sandbox::new(SandboxSettings::from_lookup(&lookup)?)),
             drain_timeout: num("CRUCIBLE_DRAIN_TIMEOUT_S")?
                 .map_or(DEFAULT_DRAIN_TIMEOUT, Duration::from_secs),
-        })
+        };
+        cfg.derive_task_memory(1);
+        Ok(cfg)
+    }
+
+    /// The task children this worker runs at once: its device slots, and the CPU stages its
+    /// compile pool runs beside them.
+    pub fn concurrent_children(&self) -> u64 {
+        u64::from(self.device_slots)
+            + if self.compile_pool {
+                self.compile_jobs as u64
+            } else {
+                0
+            }
+    }
+
+    /// Sets a task's memory from the node's (unless the operator set it): this worker's
+    /// children times the `workers` of its kind the node runs share three quarters of it.
+    fn derive_task_memory(&mut self, workers: usize) {
+        if self.memory_set {
+            return;
+        }
+        if let Some(node) = node_memory() {
+            let children = self.concurrent_children() * workers.max(1) as u64;
+            self.limits.max_memory_bytes = task_memory_bound(node, children);
+        }
     }
 
     /// The device as results and the registry report it, with this worker's class.
@@ -223,8 +260,9 @@ impl WorkerConfig {
         Self::from_lookup(device, |k| std::env::var(k).ok())
     }
 
-    /// This configuration as GPU worker `index` of `gpu_workers` in one process: its own
-    /// slice of the device cores (see [`crate::cores`]); a CPU worker keeps every core.
+    /// This configuration as GPU worker `index` of `gpu_workers` on the node: its own slice of
+    /// the device cores (see [`crate::cores`]; a CPU worker keeps every core), and its share of
+    /// the node's memory for each task ([`task_memory_bound`]).
     pub fn with_cores(
         mut self,
         index: usize,
@@ -233,6 +271,9 @@ impl WorkerConfig {
     ) -> Result<Self, String> {
         self.cores = CoreSettings::from_lookup(lookup, crate::cores::available())?
             .cores_for(self.device.index().map(|_| index), gpu_workers);
+        if self.device.index().is_some() {
+            self.derive_task_memory(gpu_workers);
+        }
         Ok(self)
     }
 }

@@ -13,8 +13,8 @@ use crate::spec::{HarnessStage, harness_spec};
 use crate::stage::{StageDir, child_env, harness_child, stage_dir};
 use crate::supervisor::{ChildOutcome, GateChild, Launcher, run_child};
 use crate::task_dir::TaskDir;
-use crate::verdict::{Classified, VerdictContext, classify};
-use crucible_shared::{BuildSource, EvalResult, RuntimeStats, TaskSpec};
+use crate::verdict::{Classified, VerdictContext, classify, over_space};
+use crucible_shared::{BuildSource, EvalResult, RuntimeStats, SandboxLayer, TaskSpec};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -118,7 +118,11 @@ fn task_stage_dir(
         HarnessStage::Prepare => &cfg.cores.cpu_stage,
         HarnessStage::Evaluate => &cfg.cores.device,
     };
-    stage_dir(cfg, label, fill, |path| {
+    // A bounded space of its own where the sandbox's storage layer is in force.
+    let space = ready
+        .filter(|r| r.active.contains(&SandboxLayer::Storage))
+        .map(|_| cfg.limits.space());
+    stage_dir(cfg, label, space, fill, |path| {
         ready
             .map(|r| r.host.child(&r.active, &cfg.limits, cpus, path, label))
             .transpose()
@@ -226,6 +230,9 @@ pub async fn run_evaluation_gated(
     );
     let ctx = VerdictContext::for_task(spec, cfg);
     let mut classified = classify(&outcome, &ctx);
+    if let Some(exhausted) = stage.dir.exhausted() {
+        over_space(&mut classified, exhausted, &ctx);
+    }
     if let Classified::Verdict(result) = &mut classified {
         result.stage_ms.insert("worker_prepare".into(), prepare_ms);
         result

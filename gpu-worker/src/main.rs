@@ -63,6 +63,7 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     crucible_runtime::init_tracing(LogTo::Stdout);
+    crucible_runtime::shield_from_oom_killer();
     let redis_url = args.redis_url.context(
         "REDIS_URL (or --redis-url) is required: a standalone worker needs the shared broker",
     )?;

@@ -28,7 +28,7 @@ use crate::metrics::COMPILE_SLOT_WAIT_STAGE;
 use crate::protocol::{Prepared, Stage};
 use crate::reference_cache::SoftwareVersions;
 use crate::supervisor::{ChildOutcome, KillReason, Launcher};
-use crate::verdict::{Classified, VerdictContext, classify};
+use crate::verdict::{Classified, VerdictContext, classify, space_result};
 use crucible_shared::{Backend, BuildSource, TaskSpec, VerdictCode};
 use crucible_task_manager::Broker;
 use std::collections::BTreeMap;
@@ -223,7 +223,15 @@ pub async fn prepare(
     ready.stage_ms.insert("cpu_stage".into(), ms(child_started));
     ready.cpu_used = outcome.wall;
     let vctx = VerdictContext::for_task(spec, ctx.cfg);
-    let prepared = match classify_prepare(&outcome, &vctx) {
+    let mut verdict = classify_prepare(&outcome, &vctx);
+    if let Some(exhausted) = dir.exhausted()
+        && !matches!(verdict, PrepareVerdict::Final(Classified::Cancelled))
+    {
+        // The device stage has the same bound: the candidate's end is decided here.
+        let result = space_result(exhausted, &vctx, false);
+        verdict = PrepareVerdict::Final(Classified::Verdict(Box::new(result)));
+    }
+    let prepared = match verdict {
         PrepareVerdict::Final(mut classified) => {
             if let Classified::Verdict(result) = &mut classified {
                 result.stage_ms.extend(ready.stage_ms);
@@ -270,11 +278,19 @@ pub async fn prepare(
     if let (Some(cache), Some(arch), Some(sw), true) = (cache, ctx.cuda_arch, software, has_files)
         && let Some(key) = stage_key(spec, &sw, arch)
     {
-        let stored = if cuda {
-            cache.publish(&key, dir.path(), &prepared.builds, stale)
-        } else {
-            cache.publish_triton(&key, dir.path(), &prepared.triton_cache, stale)
-        };
+        // Copying out of the task directory is blocking I/O on what the child left: off the
+        // runtime.
+        let (owned, task_dir, publish_key) = (cache.clone(), dir.path().to_owned(), key.clone());
+        let (builds, triton_files) = (prepared.builds.clone(), prepared.triton_cache.clone());
+        let stored = tokio::task::spawn_blocking(move || {
+            if cuda {
+                owned.publish(&publish_key, &task_dir, &builds, stale)
+            } else {
+                owned.publish_triton(&publish_key, &task_dir, &triton_files, stale)
+            }
+        })
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(format!("storing the build: {e}"))));
         ready.prebuilt = record(ctx, cache, &key, stored, label).await;
     }
     Ok(PrepareEnd::Ready(Box::new(ready)))

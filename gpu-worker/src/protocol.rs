@@ -9,7 +9,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 
 pub mod selftest;
-pub use selftest::{Identity, RunnerReport, SelftestReport, StatusFields};
+pub use selftest::{Identity, RunnerReport, SelftestReport, SpaceReport, StatusFields};
 
 /// Software versions the harness reports (`torch`, `triton`, `cuda`, `python`); a value is
 /// null when that software is absent.

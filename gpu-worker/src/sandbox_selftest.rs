@@ -15,6 +15,7 @@ use crate::sandbox::config::SandboxSettings;
 use crate::sandbox::{Host, Ready, SandboxError, landlock};
 use crate::stage::{child_env, harness_child, stage_dir};
 use crate::supervisor::run_child;
+use crate::task_dir::space::SpaceLimits;
 use crate::template::Launcher;
 use crucible_shared::{LayerState, LayerStatus, SandboxLayer, SandboxStatus};
 use std::collections::{BTreeMap, BTreeSet};
@@ -47,7 +48,14 @@ pub struct Targets {
     pub gpu: bool,
     /// The cores the child was pinned to: the runner must be on exactly these.
     pub cpus: Vec<usize>,
+    /// The bounded space the task directory was given (storage layer on trial).
+    pub space: Option<SpaceLimits>,
+    /// The plan masks the host's cgroup hierarchies: the runner must list nothing there.
+    pub cgroups_masked: bool,
 }
+
+/// How far a tmpfs's size may be from the one asked: it is rounded to whole pages.
+const SPACE_ROUNDING: u64 = 64 << 10;
 
 /// How a self-test child ended.
 pub(crate) enum Outcome {
@@ -112,12 +120,32 @@ pub fn judge_layers(
             }
             SandboxLayer::Mount => {
                 let tmpfs = |p: &str| r.mounts.get(p).map(String::as_str) == Some("tmpfs");
-                if tmpfs("/tmp") && tmpfs("/dev/shm") {
-                    Ok("private /proc, /tmp and /dev/shm; private homes masked".into())
+                let hidden = !targets.cgroups_masked || r.cgroups_listed == 0;
+                if tmpfs("/tmp") && tmpfs("/dev/shm") && hidden {
+                    Ok("private /proc, bounded /tmp and /dev/shm; private homes and the host's cgroups masked".into())
                 } else {
-                    Err(format!("mounts seen by the runner: {:?}", r.mounts))
+                    Err(format!(
+                        "mounts seen by the runner: {:?}; entries it lists under /sys/fs/cgroup: {}",
+                        r.mounts, r.cgroups_listed
+                    ))
                 }
             }
+            SandboxLayer::Storage => match targets.space {
+                Some(limits)
+                    if r.space.bytes.abs_diff(limits.bytes) < SPACE_ROUNDING
+                        && r.space.inodes == limits.inodes =>
+                {
+                    Ok(format!(
+                        "the task directory on a tmpfs of its own: {} MiB, {} inodes",
+                        limits.bytes >> 20,
+                        limits.inodes
+                    ))
+                }
+                _ => Err(format!(
+                    "the runner's task directory holds {} bytes and {} inodes, not the {:?} asked",
+                    r.space.bytes, r.space.inodes, targets.space
+                )),
+            },
             SandboxLayer::User => {
                 let uids = field("Uid");
                 let caps_clear = field("CapEff")
@@ -209,7 +237,13 @@ pub async fn establish(
     launcher: Launcher<'_>,
 ) -> Result<Ready, SandboxError> {
     let started = Instant::now();
-    let host = Host::detect(settings, &cfg.python, cfg.device.index().is_some()).await?;
+    let host = Host::detect(
+        settings,
+        &cfg.python,
+        &cfg.work_root,
+        cfg.device.index().is_some(),
+    )
+    .await?;
     let mut notes: BTreeMap<SandboxLayer, String> = host.unavailable.clone();
     let required = &settings.required;
     let refuse = |layer: SandboxLayer, why: &str| SandboxError::Refused {
@@ -373,6 +407,11 @@ async fn run_selftest(
         cgroup_name: None,
         gpu: cfg.device.index().is_some(),
         cpus: cfg.cores.device.clone(),
+        space: active
+            .contains(&SandboxLayer::Storage)
+            .then(|| cfg.limits.space()),
+        cgroups_masked: active.contains(&SandboxLayer::Mount)
+            && Path::new(crate::sandbox::paths::CGROUP_ROOT).is_dir(),
     };
     let spec = serde_json::json!({
         "stage": "selftest",
@@ -387,6 +426,7 @@ async fn run_selftest(
     let mut stage = stage_dir(
         cfg,
         "selftest",
+        targets.space,
         |_| Ok(spec),
         |path| {
             host.child(active, &cfg.limits, &cfg.cores.device, path, "selftest")
@@ -430,7 +470,7 @@ async fn run_selftest(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{Identity, RunnerReport, StatusFields};
+    use crate::protocol::{Identity, RunnerReport, SpaceReport, StatusFields};
 
     fn report() -> SelftestReport {
         let status = |uid: &str| -> StatusFields {
@@ -467,6 +507,11 @@ mod tests {
                     .map(|(a, b)| (a.to_owned(), b.to_owned()))
                     .collect(),
                 ipc_sum: None,
+                space: SpaceReport {
+                    bytes: 2 << 30,
+                    inodes: 1 << 17,
+                },
+                cgroups_listed: 0,
             },
             judge: Identity {
                 pid: 1,
@@ -485,6 +530,11 @@ mod tests {
             cgroup_name: Some("selftest-abc".into()),
             gpu: false,
             cpus: vec![2, 3],
+            space: Some(SpaceLimits {
+                bytes: 2 << 30,
+                inodes: 1 << 17,
+            }),
+            cgroups_masked: true,
         }
     }
 
@@ -492,7 +542,7 @@ mod tests {
     fn a_report_where_every_probe_was_refused_proves_every_layer() {
         let all: BTreeSet<_> = SandboxLayer::ALL.into_iter().collect();
         let verdicts = judge_layers(&report(), &all, &targets());
-        assert_eq!(verdicts.len(), 7);
+        assert_eq!(verdicts.len(), 8);
         for (layer, v) in verdicts {
             assert!(v.is_ok(), "{layer:?}: {v:?}");
         }
@@ -510,6 +560,7 @@ mod tests {
         r.runner.mounts.insert("/tmp".into(), "ext4".into());
         r.runner.status.insert("Uid".into(), vec!["0".into(); 4]);
         r.runner.cgroup = "0::/\n".into();
+        r.runner.space.inodes = 1 << 20;
         let verdicts = judge_layers(&r, &all, &targets());
         for layer in SandboxLayer::ALL {
             assert!(verdicts[&layer].is_err(), "{layer:?} should fail");
@@ -527,6 +578,25 @@ mod tests {
         r.runner.widen_cores = "ok".into();
         let seccomp: BTreeSet<_> = [SandboxLayer::Seccomp].into_iter().collect();
         assert!(judge_layers(&r, &seccomp, &targets())[&SandboxLayer::Seccomp].is_err());
+    }
+
+    #[test]
+    fn the_mount_layer_hides_the_hosts_cgroups_and_storage_wants_the_asked_space() {
+        let both: BTreeSet<_> = [SandboxLayer::Mount, SandboxLayer::Storage]
+            .into_iter()
+            .collect();
+        let mut r = report();
+        r.runner.cgroups_listed = 11;
+        r.runner.space.bytes += 4096;
+        let verdicts = judge_layers(&r, &both, &targets());
+        assert!(verdicts[&SandboxLayer::Mount].is_err());
+        assert!(
+            verdicts[&SandboxLayer::Storage].is_ok(),
+            "a page of rounding"
+        );
+        r.runner.space.bytes = 64 << 30;
+        let verdicts = judge_layers(&r, &both, &targets());
+        assert!(verdicts[&SandboxLayer::Storage].is_err(), "the host's disk");
     }
 
     #[test]

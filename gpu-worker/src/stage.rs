@@ -11,6 +11,7 @@ use crate::limits::ChildLimits;
 use crate::sandbox::{ChildSandbox, SandboxError};
 use crate::supervisor::{ChildSpec, GateChild};
 use crate::task_dir::TaskDir;
+use crate::task_dir::space::SpaceLimits;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -99,16 +100,18 @@ pub(crate) struct StageDir {
     pub sandbox: Option<ChildSandbox>,
 }
 
-/// Makes a stage directory: the harness, what `fill` writes (returning the stage's spec),
+/// Makes a stage directory (on a bounded space of its own with `space`, see
+/// [`crate::task_dir::space`]): the harness, what `fill` writes (returning the stage's spec),
 /// the child's sandbox (`sandbox_for`, which hands the directory to the child's user), and
 /// `spec.json` with the sandbox plan in it.
 pub(crate) fn stage_dir(
     cfg: &WorkerConfig,
     label: &str,
+    space: Option<SpaceLimits>,
     fill: impl FnOnce(&TaskDir) -> std::io::Result<serde_json::Value>,
     sandbox_for: impl FnOnce(&Path) -> Result<Option<ChildSandbox>, SandboxError>,
 ) -> std::io::Result<StageDir> {
-    let dir = TaskDir::create(&cfg.work_root, label, &cfg.dir_owner)?;
+    let dir = TaskDir::create(&cfg.work_root, label, &cfg.dir_owner, space)?;
     dir.write_new(HARNESS_FILE, HARNESS_SOURCE.as_bytes())?;
     for (file, source) in HARNESS_MODULES {
         dir.write_new(file, source.as_bytes())?;

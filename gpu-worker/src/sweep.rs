@@ -212,11 +212,47 @@ mod tests {
         assert!(!dir.exists());
     }
 
+    /// Where this process may mount (root, as CI runs): a dead worker's task space, still
+    /// mounted with what its task filled it with, is detached and removed.
+    #[test]
+    fn a_dead_owners_mounted_space_is_detached_and_swept() {
+        use crate::task_dir::space::{SpaceLimits, available, is_mount_root, mount_space};
+        let root = tempfile::tempdir().unwrap();
+        if let Err(why) = available(root.path()) {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let r = root.path().to_owned();
+        let dir = r.join("task-mounted");
+        fs::create_dir(&dir).unwrap();
+        let limits = SpaceLimits {
+            bytes: 8 << 20,
+            inodes: 20_000,
+        };
+        mount_space(&dir, limits).unwrap();
+        let owner = DirOwner {
+            worker: ME.to_owned(),
+            pid: DEAD_PID,
+            start_time: 5,
+        };
+        fs::write(
+            r.join(format!("task-mounted{OWNER_SUFFIX}")),
+            owner.to_file(),
+        )
+        .unwrap();
+        for i in 0..10_000 {
+            fs::write(dir.join(format!("f{i}")), b"").unwrap();
+        }
+        let report = sweep_with(&r, ME, running).unwrap();
+        assert_eq!(report.removed, vec![dir.clone()]);
+        assert!(!dir.exists() && !is_mount_root(&dir));
+    }
+
     #[test]
     fn a_live_workers_own_directories_survive_its_sweep() {
         let root = tempfile::tempdir().unwrap();
         let me = DirOwner::this_process(ME.to_owned()).unwrap();
-        let dir = TaskDir::create(root.path(), "t_1", &me).unwrap();
+        let dir = TaskDir::create(root.path(), "t_1", &me, None).unwrap();
         let report = sweep(root.path(), ME).unwrap();
         assert_eq!(report, SweepReport::default());
         assert!(dir.path().exists());

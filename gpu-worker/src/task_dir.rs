@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub(crate) mod removal;
+pub mod space;
 use removal::Removal;
+use space::SpaceLimits;
 
 /// Tries at a fresh random name before giving up (a clash is already one in 2^64).
 const NAME_ATTEMPTS: u32 = 8;
@@ -20,12 +22,20 @@ const NAME_ATTEMPTS: u32 = 8;
 pub struct TaskDir {
     path: PathBuf,
     owner_file: PathBuf,
+    /// The limits of its own bounded tmpfs, when it has one.
+    space: Option<SpaceLimits>,
 }
 
 impl TaskDir {
     /// A fresh private directory under `root` (created if missing), `task-{label}-{random}`,
-    /// with its owner file `task-{label}-{random}.owner` written before it.
-    pub fn create(root: &Path, label: &str, owner: &DirOwner) -> io::Result<Self> {
+    /// with its owner file `task-{label}-{random}.owner` written before it; with `space`, on a
+    /// bounded tmpfs of its own ([`space`]).
+    pub fn create(
+        root: &Path,
+        label: &str,
+        owner: &DirOwner,
+        space: Option<SpaceLimits>,
+    ) -> io::Result<Self> {
         fs::create_dir_all(root)?;
         let safe_label: String = label
             .chars()
@@ -44,9 +54,18 @@ impl TaskDir {
             let path = root.join(&name);
             match DirBuilder::new().mode(0o700).create(&path) {
                 Ok(()) => {
+                    // Dropped on an error below: removed with its owner file.
+                    let dir = Self {
+                        path,
+                        owner_file,
+                        space,
+                    };
+                    if let Some(limits) = space {
+                        space::mount_space(&dir.path, limits)?;
+                    }
                     // Exactly 0700, whatever the umask.
-                    fs::set_permissions(&path, fs::Permissions::from_mode(0o700))?;
-                    return Ok(Self { path, owner_file });
+                    fs::set_permissions(&dir.path, fs::Permissions::from_mode(0o700))?;
+                    return Ok(dir);
                 }
                 Err(e) => {
                     let _ = fs::remove_file(&owner_file);
@@ -65,6 +84,13 @@ impl TaskDir {
     /// Where the directory is.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The limit of its bounded space the task reached, if it has one and reached it: read
+    /// from the file system once the task's processes are gone.
+    pub fn exhausted(&self) -> Option<space::Exhausted> {
+        let limits = self.space?;
+        space::exhausted(space::usage(&self.path)?, limits)
     }
 
     /// Writes a new file; fails if anything (a file or a symlink) already has that name.
@@ -129,12 +155,14 @@ fn write_new_file(path: &Path, contents: &[u8]) -> io::Result<()> {
 /// other tasks (`block_in_place`).
 pub const REMOVAL_BUDGET: Duration = Duration::from_secs(60);
 
-/// Removes the directory `path` and everything in it without following a link (see
-/// [`removal`]: iterative whatever the depth, permissions given back, a link unlinked and
-/// never followed), within [`REMOVAL_BUDGET`]; `path` itself must be a directory, not a link to
-/// one. Already gone is success; what the budget did not reach is an error (`TimedOut`), and
-/// stays for the next sweep.
+/// Removes the directory `path` and everything in it without following a link: a task's
+/// bounded space (or anything else mounted there) detached first, at once whatever is inside;
+/// then what is left the way [`removal`] does (iterative whatever the depth, permissions given
+/// back, a link unlinked and never followed), within [`REMOVAL_BUDGET`]. `path` itself must be
+/// a directory, not a link to one. Already gone is success; what the budget did not reach is an
+/// error (`TimedOut`), and stays for the next sweep.
 pub fn remove_tree(path: &Path) -> io::Result<()> {
+    space::detach(path)?;
     match removal::remove_tree_by(path, Instant::now() + REMOVAL_BUDGET)? {
         Removal::Done => Ok(()),
         Removal::Unfinished { removed } => Err(io::Error::new(
@@ -163,7 +191,7 @@ mod tests {
         let path;
         let owner_file;
         {
-            let dir = TaskDir::create(root.path(), "t_1", &owner()).unwrap();
+            let dir = TaskDir::create(root.path(), "t_1", &owner(), None).unwrap();
             path = dir.path().to_owned();
             owner_file = PathBuf::from(format!("{}{OWNER_SUFFIX}", path.display()));
             assert_eq!(
@@ -188,7 +216,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_directory_dropped_on_a_runtime_is_gone_when_the_drop_returns() {
         let root = tempfile::tempdir().unwrap();
-        let dir = TaskDir::create(root.path(), "t_1", &owner()).unwrap();
+        let dir = TaskDir::create(root.path(), "t_1", &owner(), None).unwrap();
         let path = dir.path().to_owned();
         dir.write_new("candidate.py", b"x").unwrap();
         drop(dir);

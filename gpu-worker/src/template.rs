@@ -111,7 +111,7 @@ impl Template {
         env_for: impl FnOnce(&Path) -> Vec<(String, String)>,
         limits: &ChildLimits,
     ) -> std::io::Result<Template> {
-        let dir = TaskDir::create(work_root, "template", owner)?;
+        let dir = TaskDir::create(work_root, "template", owner, None)?;
         dir.subdir("tmp")?;
         dir.subdir("cache")?;
         let env = env_for(dir.path());

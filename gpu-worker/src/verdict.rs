@@ -4,6 +4,7 @@
 use crate::config::WorkerConfig;
 use crate::protocol::{HarnessResult, Stage};
 use crate::supervisor::{ChildOutcome, ExitKind, KillReason};
+use crate::task_dir::space::Exhausted;
 use crucible_shared::{DeviceInfo, EvalResult, TaskSpec, Verdict, VerdictCode};
 
 /// Output excerpt kept in a result.
@@ -382,6 +383,36 @@ fn signal_name(sig: i32) -> String {
     nix::sys::signal::Signal::try_from(sig)
         .map(|s| s.as_str().to_owned())
         .unwrap_or_else(|_| format!("signal {sig}"))
+}
+
+/// A task that reached a limit of its bounded space (`crate::task_dir::space`) is `RESOURCE`,
+/// whatever its child said (pure): the file system's count is the worker's own, not the
+/// candidate's word, and a candidate that caught its ENOSPC still filled the space. Service
+/// faults and cancellations stay what they are.
+pub(crate) fn over_space(classified: &mut Classified, exhausted: Exhausted, ctx: &VerdictContext) {
+    let Classified::Verdict(result) = classified else {
+        return;
+    };
+    let mut over = space_result(exhausted, ctx, result.compiled);
+    over.stage_ms = std::mem::take(&mut result.stage_ms);
+    over.output_tail = result.output_tail.take();
+    over.problem_hash = result.problem_hash.take();
+    **result = over;
+}
+
+/// The `RESOURCE` result of a task that reached a limit of its bounded space (pure).
+pub(crate) fn space_result(
+    exhausted: Exhausted,
+    ctx: &VerdictContext,
+    compiled: bool,
+) -> EvalResult {
+    EvalResult::failed_before_trials(
+        VerdictCode::Resource,
+        exhausted.describe(),
+        compiled,
+        ctx.trials_total,
+        ctx.device.clone(),
+    )
 }
 
 #[cfg(test)]

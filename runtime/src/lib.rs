@@ -7,6 +7,8 @@
 //! - [`Shutdown`]: the process's one cancellation token. Every long-running loop of a binary
 //!   is stopped through it, the library loops (`Worker::run`, `run_reaper`, the server)
 //!   included: they take its [`Shutdown::token`].
+//! - [`shield_from_oom_killer`]: the services' `oom_score_adj`, so that a task's allocation
+//!   never costs the node its worker or its API.
 //! - [`metrics`]: `crucible_build_info`, which every binary exports, and the endpoint a
 //!   standalone worker serves its metrics on.
 //!
@@ -80,6 +82,27 @@ impl Shutdown {
     /// Whether the shutdown has started, for loops that check between steps.
     pub fn is_cancelled(&self) -> bool {
         self.token.is_cancelled()
+    }
+}
+
+/// The services' `oom_score_adj`: the kernel's OOM killer takes a task child (1000, set by the
+/// worker at each child's start) and nearly anything else before a worker or an API process.
+pub const SERVICE_OOM_SCORE_ADJ: i32 = -900;
+
+/// Sets this process's `oom_score_adj` to [`SERVICE_OOM_SCORE_ADJ`] (lowering it needs
+/// `CAP_SYS_RESOURCE`: root, as deployed); where that is refused the process runs on, logged.
+pub fn shield_from_oom_killer() {
+    match std::fs::write(
+        "/proc/self/oom_score_adj",
+        SERVICE_OOM_SCORE_ADJ.to_string(),
+    ) {
+        Ok(()) => tracing::debug!(
+            oom_score_adj = SERVICE_OOM_SCORE_ADJ,
+            "shielded from the oom killer"
+        ),
+        Err(e) => {
+            tracing::info!(error = %e, "oom_score_adj left as inherited (needs CAP_SYS_RESOURCE)")
+        }
     }
 }
 

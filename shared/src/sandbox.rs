@@ -31,11 +31,14 @@ pub enum SandboxLayer {
     Seccomp,
     /// A cgroup per task: memory and process limits, a kill of the whole task, OOM evidence.
     Cgroup,
+    /// A bounded writable space per task: its directory, /tmp and /dev/shm on one tmpfs of
+    /// its own with a size and an inode limit (memory, charged to the task), removed whole.
+    Storage,
 }
 
 impl SandboxLayer {
     /// Every layer, in the order reports list them.
-    pub const ALL: [SandboxLayer; 7] = [
+    pub const ALL: [SandboxLayer; 8] = [
         SandboxLayer::Network,
         SandboxLayer::Pid,
         SandboxLayer::Mount,
@@ -43,6 +46,7 @@ impl SandboxLayer {
         SandboxLayer::Landlock,
         SandboxLayer::Seccomp,
         SandboxLayer::Cgroup,
+        SandboxLayer::Storage,
     ];
 
     /// The name used in configuration and reports (`network`, `pid`, ...).
@@ -55,6 +59,7 @@ impl SandboxLayer {
             SandboxLayer::Landlock => "landlock",
             SandboxLayer::Seccomp => "seccomp",
             SandboxLayer::Cgroup => "cgroup",
+            SandboxLayer::Storage => "storage",
         }
     }
 
@@ -94,7 +99,7 @@ pub struct LayerStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct SandboxStatus {
     /// Every layer, each once, in a fixed order (network, pid, mount, user, landlock,
-    /// seccomp, cgroup).
+    /// seccomp, cgroup, storage).
     pub layers: Vec<LayerStatus>,
     /// Who task children run as (`nobody (uid 65534)`, `user namespace of uid 1000`).
     pub identity: String,

@@ -251,6 +251,37 @@ fn publish_refuses_links_planted_by_the_child() {
     }
 }
 
+/// A child can leave anything where it reports a build: a FIFO (opened for reading, it would
+/// block until a writer came, holding a thread and a compile slot forever), a listening socket,
+/// a device node, a directory. Each is refused at once, nothing read, nothing stored.
+#[test]
+fn publish_refuses_fifos_sockets_devices_and_directories_at_once() {
+    let root = tempfile::tempdir().unwrap();
+    let cache = BuildCache::open(root.path(), 1, 10).unwrap();
+    let task = tempfile::tempdir().unwrap();
+    let build = task.path().join("build");
+    fs::create_dir_all(build.join("dir.so")).unwrap();
+    nix::unistd::mkfifo(&build.join("fifo.so"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let _listener = std::os::unix::net::UnixListener::bind(build.join("socket.so")).unwrap();
+    let device = nix::sys::stat::mknod(
+        &build.join("null.so"),
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::S_IRWXU,
+        nix::sys::stat::makedev(1, 3),
+    );
+    let mut files = vec!["build/fifo.so", "build/socket.so", "build/dir.so"];
+    if device.is_ok() {
+        files.push("build/null.so");
+    }
+    // A FIFO opened for reading without O_NONBLOCK would hang this test here.
+    for file in files {
+        let key = "cd".repeat(32);
+        let stored = cache.publish(&key, task.path(), &[ext("ext", file)], false);
+        assert!(stored.is_err(), "{file} must be refused");
+        assert!(cache.lookup(&key).is_none());
+    }
+}
+
 #[test]
 fn entries_beyond_the_cap_are_pruned_oldest_first() {
     let root = tempfile::tempdir().unwrap();

@@ -19,6 +19,16 @@ pub struct Identity {
     pub status: StatusFields,
 }
 
+/// The file system of the task directory, as `statvfs` gives it to the runner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpaceReport {
+    /// Its size in bytes (`f_blocks * f_frsize`).
+    pub bytes: u64,
+    /// Its inodes (`f_files`).
+    pub inodes: u64,
+}
+
 /// What the runner's probes found (each attempt: `ok` or the errno's name).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -58,6 +68,11 @@ pub struct RunnerReport {
     pub cgroup: String,
     /// The file system type at /tmp, /dev/shm and /proc.
     pub mounts: BTreeMap<String, String>,
+    /// The size and inodes of the file system of its working directory (the task's).
+    pub space: SpaceReport,
+    /// Entries it could list under /sys/fs/cgroup (`-1`: listing refused): none where the
+    /// mount layer masks them.
+    pub cgroups_listed: i64,
     /// The sum of the CUDA tensor the judge shared (1024 ones when IPC works); absent on a CPU
     /// worker.
     #[serde(default)]

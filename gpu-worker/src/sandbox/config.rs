@@ -5,7 +5,9 @@ use std::collections::BTreeSet;
 
 /// Layers a worker refuses to serve without, unless told otherwise: all but the cgroup, which
 /// needs a delegated hierarchy many hosts do not give (the pid namespace already ends every
-/// process of a task, and the watchdog caps memory and processes).
+/// process of a task, and the watchdog caps memory and processes), and the storage, which
+/// needs a worker running as root (a task's directory is then a plain one, its removal
+/// bounded by `crate::task_dir::REMOVAL_BUDGET`; its /tmp and /dev/shm stay bounded).
 pub const DEFAULT_REQUIRED: [SandboxLayer; 6] = [
     SandboxLayer::Network,
     SandboxLayer::Pid,
@@ -139,6 +141,7 @@ mod tests {
         assert!(s.enabled);
         assert_eq!(s.required.len(), 6);
         assert!(!s.required.contains(&SandboxLayer::Cgroup));
+        assert!(!s.required.contains(&SandboxLayer::Storage));
         assert_eq!(s.users, vec!["nobody"]);
     }
 
@@ -161,7 +164,7 @@ mod tests {
                 .unwrap()
                 .required
                 .len(),
-            7
+            8
         );
         assert!(
             parse(&[("CRUCIBLE_SANDBOX_REQUIRE", "none")])

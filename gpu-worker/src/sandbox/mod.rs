@@ -165,6 +165,8 @@ pub struct Host {
     /// The sizes of a child's private /dev/shm and /tmp (from the settings).
     shm_bytes: u64,
     tmp_bytes: u64,
+    /// The host has cgroup hierarchies under [`paths::CGROUP_ROOT`]: masked in every task.
+    cgroup_root: bool,
     judge_programs: Vec<String>,
     runner_programs_netns: Vec<String>,
     runner_programs_no_netns: Vec<String>,
@@ -181,10 +183,12 @@ fn b64(programs: Vec<Vec<u8>>) -> Vec<String> {
 
 impl Host {
     /// Examines the host: users, cgroups, the directories of `python` (the children's
-    /// interpreter), Landlock and seccomp; `gpu`: children get the GPU's device files.
+    /// interpreter), Landlock and seccomp, whether it may mount bounded task spaces under
+    /// `work_root`; `gpu`: children get the GPU's device files.
     pub async fn detect(
         settings: &SandboxSettings,
         python: &Path,
+        work_root: &Path,
         gpu: bool,
     ) -> Result<Host, SandboxError> {
         let root = nix::unistd::geteuid().is_root();
@@ -208,6 +212,9 @@ impl Host {
                     .into(),
             );
         }
+        if let Err(why) = crate::task_dir::space::available(work_root) {
+            unavailable.insert(SandboxLayer::Storage, why);
+        }
         let mut read_only: Vec<PathBuf> =
             paths::SYSTEM_READ_ONLY.iter().map(PathBuf::from).collect();
         read_only.extend(paths::python_dirs(python).await?);
@@ -223,6 +230,7 @@ impl Host {
             devices,
             shm_bytes: settings.shm_bytes,
             tmp_bytes: settings.tmp_bytes,
+            cgroup_root: Path::new(paths::CGROUP_ROOT).is_dir(),
             judge_programs: b64(seccomp::judge_programs()?),
             runner_programs_netns: b64(seccomp::runner_programs(true)?),
             runner_programs_no_netns: b64(seccomp::runner_programs(false)?),
@@ -272,8 +280,12 @@ impl Host {
                 task_dir,
                 &self.read_only,
                 |p| paths::traversable_by(p, uid, gid),
-                self.shm_bytes,
-                self.tmp_bytes,
+                paths::MountSizes {
+                    shm_bytes: self.shm_bytes,
+                    tmp_bytes: self.tmp_bytes,
+                    inodes: limits.max_space_inodes,
+                },
+                self.cgroup_root,
             )
         } else {
             Vec::new()

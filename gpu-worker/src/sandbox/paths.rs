@@ -38,6 +38,8 @@ pub struct PrivateMount {
     pub mode: String,
     /// The tmpfs's size limit; its pages count as the task's memory.
     pub size_bytes: u64,
+    /// Its inode limit (`nr_inodes`): files, directories and links it holds at most.
+    pub inodes: u64,
     /// Owned by the task's user (its /dev/shm); otherwise by root.
     pub owned: bool,
     /// The task may write into it (Landlock rule added in the child: the tmpfs is new).
@@ -145,15 +147,34 @@ pub fn traversable_by(dir: &Path, uid: u32, gid: u32) -> bool {
     }
 }
 
+/// Where the host's cgroup hierarchies are: masked in every task, whose own cgroup is joined
+/// before (the directories name other tasks; nothing in a task needs them).
+pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// Inodes of a read-only mask: the directories bound back into it.
+const MASK_INODES: u64 = 1024;
+
+/// The sizes of a task's writable private mounts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MountSizes {
+    /// Its /dev/shm's bytes.
+    pub shm_bytes: u64,
+    /// Its /tmp's bytes.
+    pub tmp_bytes: u64,
+    /// The inodes of each.
+    pub inodes: u64,
+}
+
 /// The task's private mounts (pure): /dev/shm (owned, writable), /tmp (writable; the task
-/// directory and anything else needed bound back when under it), and a read-only mask over
-/// the topmost ancestor the sandbox user cannot traverse of each path it must reach.
+/// directory and anything else needed bound back when under it), a read-only mask over the
+/// topmost ancestor the sandbox user cannot traverse of each path it must reach, and an empty
+/// one over [`CGROUP_ROOT`] when `mask_cgroups`.
 pub fn private_mounts(
     task_dir: &Path,
     readable: &[PathBuf],
     traversable: impl Fn(&Path) -> bool,
-    shm_bytes: u64,
-    tmp_bytes: u64,
+    sizes: MountSizes,
+    mask_cgroups: bool,
 ) -> Vec<PrivateMount> {
     let tmp = Path::new("/tmp");
     let needed: Vec<&Path> = std::iter::once(task_dir)
@@ -185,7 +206,8 @@ pub fn private_mounts(
         PrivateMount {
             path: "/dev/shm".into(),
             mode: "0700".into(),
-            size_bytes: shm_bytes,
+            size_bytes: sizes.shm_bytes,
+            inodes: sizes.inodes,
             owned: true,
             writable: true,
             expose: Vec::new(),
@@ -193,7 +215,8 @@ pub fn private_mounts(
         PrivateMount {
             path: tmp.into(),
             mode: "1777".into(),
-            size_bytes: tmp_bytes,
+            size_bytes: sizes.tmp_bytes,
+            inodes: sizes.inodes,
             owned: false,
             writable: true,
             expose: tmp_expose,
@@ -203,10 +226,22 @@ pub fn private_mounts(
         path,
         mode: "0755".into(),
         size_bytes: 1 << 20,
+        inodes: MASK_INODES,
         owned: false,
         writable: false,
         expose,
     }));
+    if mask_cgroups {
+        mounts.push(PrivateMount {
+            path: CGROUP_ROOT.into(),
+            mode: "0555".into(),
+            size_bytes: 64 << 10,
+            inodes: 16,
+            owned: false,
+            writable: false,
+            expose: Vec::new(),
+        });
+    }
     mounts
 }
 
@@ -222,16 +257,22 @@ mod tests {
             PathBuf::from("/opt/torch/.venv"),
         ];
         let traversable = |p: &Path| p != Path::new("/root");
+        let sizes = MountSizes {
+            shm_bytes: 1 << 30,
+            tmp_bytes: 1 << 29,
+            inodes: 5000,
+        };
         let mounts = private_mounts(
             Path::new("/tmp/crucible/task-x"),
             &readable,
             traversable,
-            1 << 30,
-            1 << 29,
+            sizes,
+            false,
         );
         assert_eq!(mounts.len(), 3);
         let shm = &mounts[0];
         assert!(shm.path == Path::new("/dev/shm") && shm.owned && shm.writable);
+        assert_eq!((shm.size_bytes, shm.inodes), (1 << 30, 5000));
         let tmp = &mounts[1];
         assert_eq!(tmp.expose, vec![PathBuf::from("/tmp/crucible/task-x")]);
         assert_eq!(tmp.mode, "1777");
@@ -244,16 +285,24 @@ mod tests {
     #[test]
     fn the_topmost_blocked_ancestor_is_masked_and_open_paths_are_left_alone() {
         let traversable = |p: &Path| !p.starts_with("/home/alice");
+        let sizes = MountSizes {
+            shm_bytes: 1,
+            tmp_bytes: 1,
+            inodes: 1,
+        };
         let mounts = private_mounts(
             Path::new("/var/lib/crucible/work/task-y"),
             &[PathBuf::from("/home/alice/private/venv")],
             traversable,
-            1,
-            1,
+            sizes,
+            true,
         );
-        assert_eq!(mounts.len(), 3);
+        assert_eq!(mounts.len(), 4);
         assert_eq!(mounts[1].expose, Vec::<PathBuf>::new());
         assert_eq!(mounts[2].path, PathBuf::from("/home/alice"));
+        let cgroups = &mounts[3];
+        assert_eq!(cgroups.path, PathBuf::from(CGROUP_ROOT));
+        assert!(!cgroups.writable && cgroups.expose.is_empty());
     }
 
     #[test]
