@@ -36,7 +36,8 @@ printf '#!/bin/sh\nd=$(dirname "$(readlink -f "$0")")/../redis\nLD_LIBRARY_PATH=
 chmod +x .gpu-run/redis-bin/redis-server
 # End-to-end tests run there against GPU workers, each only when named in BUNDLE_TESTS
 # (scripts/gpu-escapes.sh: escapes, also BUNDLE_ESCAPES=1; scripts/gpu-measurement.sh:
-# measurement): a test binary takes ~12 MB of the device tool's 64 MiB.
+# measurement; scripts/gpu-node-safety.sh: node_safety): a test binary takes ~12 MB of the
+# device tool's 64 MiB.
 tests=${BUNDLE_TESTS:-}
 [[ "${BUNDLE_ESCAPES:-0}" == 1 ]] && tests="$tests escapes"
 for test in $tests; do

@@ -1,6 +1,7 @@
 //! What the attack corpora's end-to-end tests share (tests/tests/escapes.rs, the sandbox's;
-//! tests/tests/measurement.rs, the measurement's): screening turned off, and the check that
-//! every worker has the layers that keep a corpus from attacking the machine it runs on.
+//! tests/tests/measurement.rs, the measurement's; tests/tests/node_safety.rs, the node's): a
+//! corpus read from its manifest, screening turned off, and the check that every worker has the
+//! layers that keep a corpus from attacking the machine it runs on.
 
 use crate::{Api, Proc, eventually, repo_root};
 use serde_json::{Value, json};
@@ -27,10 +28,9 @@ pub fn screening_off() -> Value {
     Value::Object(rules)
 }
 
-/// Waits until `count` workers report their sandbox, and refuses to go on unless every
-/// required layer is active on each.
-pub async fn require_sandboxed_workers(api: &Api, count: usize) {
-    let workers = eventually(
+/// Waits until `count` workers report their sandbox; their `/workers/status` entries.
+pub async fn sandbox_reports(api: &Api, count: usize) -> Vec<Value> {
+    eventually(
         "the workers' sandbox reports",
         Duration::from_secs(300),
         || async {
@@ -40,23 +40,67 @@ pub async fn require_sandboxed_workers(api: &Api, count: usize) {
                 .then_some(workers)
         },
     )
-    .await;
-    for w in &workers {
-        let layers = w["sandbox"]["layers"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        for want in REQUIRED_LAYERS {
-            let active = layers
+    .await
+}
+
+/// The layers of `wanted` that `worker` (a `/workers/status` entry) does not have in force.
+pub fn missing_layers<'a>(worker: &Value, wanted: &[&'a str]) -> Vec<&'a str> {
+    let layers = worker["sandbox"]["layers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    wanted
+        .iter()
+        .copied()
+        .filter(|want| {
+            !layers
                 .iter()
-                .any(|l| l["layer"] == want && l["state"] == "active");
-            assert!(
-                active,
-                "worker {} lacks the {want} layer ({}): the corpus would attack this machine, refusing to run it",
-                w["worker_id"], w["sandbox"]
-            );
-        }
+                .any(|l| l["layer"] == *want && l["state"] == "active")
+        })
+        .collect()
+}
+
+/// Waits until `count` workers report their sandbox, and refuses to go on unless every
+/// required layer is active on each.
+pub async fn require_sandboxed_workers(api: &Api, count: usize) {
+    for w in &sandbox_reports(api, count).await {
+        let missing = missing_layers(w, &REQUIRED_LAYERS);
+        assert!(
+            missing.is_empty(),
+            "worker {} lacks the {missing:?} layers ({}): the corpus would attack this machine, refusing to run it",
+            w["worker_id"],
+            w["sandbox"]
+        );
     }
+}
+
+/// One entry of an attack corpus (`tests/<corpus>/manifest.json`): its manifest entry and its
+/// candidate, the entry's file followed by the corpus's `kernel.py` that runs it.
+pub struct CorpusEntry {
+    /// The manifest's entry (`name`, `file`, and what the corpus's test reads of it).
+    pub entry: Value,
+    /// The candidate's source.
+    pub source: String,
+}
+
+/// The entries of `tests/<corpus>/manifest.json`, each with its candidate.
+pub fn corpus_entries(corpus: &str) -> Vec<CorpusEntry> {
+    let dir = repo_root().join("tests").join(corpus);
+    let text = std::fs::read_to_string(dir.join("manifest.json")).expect("corpus manifest");
+    let entries: Vec<Value> = serde_json::from_str(&text).expect("corpus manifest JSON");
+    let kernel = std::fs::read_to_string(dir.join("kernel.py")).expect("corpus kernel");
+    entries
+        .into_iter()
+        .map(|entry| {
+            let file = entry["file"].as_str().expect("file");
+            let body = std::fs::read_to_string(dir.join(file)).expect("corpus file");
+            // The entry first (it defines NAME and what the kernel runs), then the kernel.
+            CorpusEntry {
+                source: format!("{body}\n\n{kernel}"),
+                entry,
+            }
+        })
+        .collect()
 }
 
 /// What a corpus's run did to the services: one line per process of them that died.

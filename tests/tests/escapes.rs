@@ -15,9 +15,11 @@
 //! missing, `CRUCIBLE_TEST_ESCAPES_UNSANDBOXED=1` lets a subset run against workers started with
 //! `CRUCIBLE_SANDBOX=off`, refusing the entries that would kill processes of the host.
 
-use crucible_tests::corpus::{require_sandboxed_workers, screening_off, services_died};
+use crucible_tests::corpus::{
+    CorpusEntry, corpus_entries, require_sandboxed_workers, screening_off, services_died,
+};
 use crucible_tests::*;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -37,30 +39,21 @@ struct Escape {
 }
 
 fn corpus() -> Vec<Escape> {
-    let dir = repo_root().join("tests/escapes");
-    let text = std::fs::read_to_string(dir.join("manifest.json")).expect("escape manifest");
-    let entries: Vec<Value> = serde_json::from_str(&text).expect("escape manifest JSON");
-    let kernel = std::fs::read_to_string(dir.join("kernel.py")).expect("escape kernel");
-    entries
-        .iter()
-        .map(|e| {
-            let file = e["file"].as_str().expect("file");
-            let attack = std::fs::read_to_string(dir.join(file)).expect("attack file");
-            Escape {
-                name: e["name"].as_str().expect("name").to_owned(),
-                // The attack first (it defines NAME and attack()), then the kernel that runs it.
-                source: format!("{attack}\n\n{kernel}"),
-                may_claim: e["may_claim"].as_bool().unwrap_or(false),
-                hack_rules: e["hack_rules"]
-                    .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|r| r.as_str().map(str::to_owned))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-                harms_host: e["harms_host"].as_bool().unwrap_or(false),
-            }
+    corpus_entries("escapes")
+        .into_iter()
+        .map(|CorpusEntry { entry: e, source }| Escape {
+            name: e["name"].as_str().expect("name").to_owned(),
+            source,
+            may_claim: e["may_claim"].as_bool().unwrap_or(false),
+            hack_rules: e["hack_rules"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|r| r.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            harms_host: e["harms_host"].as_bool().unwrap_or(false),
         })
         .filter(|e| match std::env::var("CRUCIBLE_TEST_ESCAPES") {
             Ok(names) => names.split(',').any(|n| n.trim() == e.name),
