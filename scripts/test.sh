@@ -28,6 +28,8 @@ fi
 "$CRUCIBLE_PYTHON" tests/harness/check_spec.py
 # Adaptive timing's stopping rule and checked calls, on synthetic times.
 "$CRUCIBLE_PYTHON" tests/harness/check_timing.py
+# A failed build's message leads with the compiler's errors (a broken extension built here).
+"$CRUCIBLE_PYTHON" tests/harness/check_errors.py
 # The output comparison's fast path (float32/float64) agrees with isclose and the exact path.
 "$CRUCIBLE_PYTHON" tests/harness/check_compare.py
 # The footprint a device child reports before it is let go, sized on the meta device.

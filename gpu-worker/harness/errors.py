@@ -10,6 +10,7 @@ May import: trusted.
 """
 import errno
 import os
+import re
 import sys
 import traceback
 
@@ -18,6 +19,18 @@ from crucible_trusted import Trusted
 MAX_ERROR_CHARS = 4000
 MAX_HEADLINE_CHARS = 2500
 TRACEBACK_LINES = 15
+# A failed build's message leads with the compiler's own diagnostics, before the command lines
+# ninja prints first (which used to fill the message before the compiler spoke): at most this
+# many, each cut to MAX_DIAGNOSTIC_CHARS.
+MAX_DIAGNOSTICS = 6
+MAX_DIAGNOSTIC_CHARS = 400
+# A compiler's error line: gcc/clang `file:line[:col]: [fatal ]error: ...`, nvcc
+# `file(line): [catastrophic ]error: ...`, ptxas and the linker (`ptxas fatal`, `ld: ... error`,
+# `undefined reference`), without the ninja command lines that come before them.
+_DIAGNOSTIC = re.compile(
+    r"^(?:[^\s:()][^:()]*(?::\d+(?::\d+)?:|\(\d+\):)\s*(?:fatal |catastrophic )?error\b.*"
+    r"|ptxas (?:fatal|error)\b.*|.*\bundefined reference to\b.*|.*\berror: ld returned.*)$",
+    re.IGNORECASE)
 # The harness's own files (what harness.py was before it was split into modules): their frames
 # help nobody and are dropped from the tracebacks we report. screen.py, transport.py, sandbox.py
 # and selftest.py were always files of their own and stay in them, as before.
@@ -144,8 +157,24 @@ def classify(exc, default):
     return default
 
 
+def compiler_diagnostics(chain):
+    """The first MAX_DIAGNOSTICS error lines a compiler printed into the messages of `chain`
+    (a failed `load_inline`/`load` carries ninja's whole output), each cut to
+    MAX_DIAGNOSTIC_CHARS, without repeats: what a model writing the extension must read first."""
+    found = []
+    for e in chain:
+        for line in str(e).splitlines():
+            line = line.strip()
+            if line and line not in found and _DIAGNOSTIC.match(line):
+                found.append(line[:MAX_DIAGNOSTIC_CHARS])
+                if len(found) == MAX_DIAGNOSTICS:
+                    return found
+    return found
+
+
 def format_error(exc, focus_file, taskdir, context=""):
-    """Type + message, then the last traceback lines, restricted to `focus_file` frames.
+    """Type + message, then the last traceback lines, restricted to `focus_file` frames; a
+    failed build's compiler errors first (compiler_diagnostics).
 
     The restriction keeps the part a model can act on (its own code) and drops torch/triton
     internals; when no frame is in the focus file, the innermost frames are kept instead
@@ -153,6 +182,9 @@ def format_error(exc, focus_file, taskdir, context=""):
     Causes are included (Triton's interpreter wraps the real error). Capped at 4000 chars.
     """
     headline = f"{type(exc).__name__}: {exc}"
+    diagnostics = compiler_diagnostics(_chain(exc))
+    if diagnostics:
+        headline = "compiler errors:\n" + "\n".join(diagnostics) + "\n" + headline
     if len(headline) > MAX_HEADLINE_CHARS:
         headline = headline[:MAX_HEADLINE_CHARS] + " ...[truncated]"
     if context:
