@@ -123,8 +123,9 @@ impl WorkerMetrics {
         Ok(metrics)
     }
 
-    fn collectors(&self) -> [Box<dyn Collector>; 7] {
+    fn collectors(&self) -> [Box<dyn Collector>; 8] {
         [
+            Box::new(crate::task_dir::LEFT_FOR_SWEEP.clone()),
             Box::new(self.info.clone()),
             Box::new(self.healthy.clone()),
             Box::new(self.evaluations.clone()),
