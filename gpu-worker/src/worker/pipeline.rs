@@ -339,6 +339,10 @@ impl DevicePipeline {
         let let_go = child.timing.go.is_some();
         match event {
             ChildEvent::Park => {
+                // The judge parks once it has timed (before `integrity`): that ends the timing.
+                if child.phase == Phase::Timing {
+                    child.timing.timed_until = Some(SystemTime::now());
+                }
                 child.gate.note_waiting();
                 child.phase = Phase::Parked;
             }

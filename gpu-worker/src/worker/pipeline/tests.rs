@@ -156,6 +156,24 @@ fn a_timing_ended_by_the_childs_result_closes_its_window() {
     assert!(timing.timed_from.is_some() && timing.timed_until.is_some());
 }
 
+/// The judge parks right after timing, before `integrity`: the window closes there (it used
+/// to stay open, so no `timing window` line was logged and scale.py's overlap check saw none).
+#[test]
+fn a_timing_ended_by_a_park_closes_its_window() {
+    let mut device = DevicePipeline::new(1, None);
+    let (a, _gate) = working(&mut device, "a");
+    stage(&mut device, &a, "timing_gate");
+    stage(&mut device, &a, "performance");
+    assert!(device.timing_now());
+    park(&mut device, &a);
+    assert!(!device.timing_now());
+    stage(&mut device, &a, "integrity");
+    device.on_event(&a, ChildEvent::Result);
+    let timing = device.ended(&a);
+    let (from, until) = (timing.timed_from.unwrap(), timing.timed_until.unwrap());
+    assert!(from <= until);
+}
+
 #[test]
 fn a_child_on_standby_is_not_let_go_while_a_timing_is_pending() {
     let mut device = DevicePipeline::new(2, None);
