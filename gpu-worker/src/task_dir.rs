@@ -18,14 +18,15 @@ use space::SpaceLimits;
 /// Task directories this process could not remove (past [`REMOVAL_BUDGET`], or refused): each
 /// stays with its owner file for the next start's sweep. A Prometheus counter
 /// (`crucible_worker_task_dirs_left_total`, registered by `crate::metrics`).
-pub static LEFT_FOR_SWEEP: std::sync::LazyLock<prometheus::IntCounter> =
-    std::sync::LazyLock::new(|| {
+pub static LEFT_FOR_SWEEP: std::sync::LazyLock<prometheus::IntCounter> = std::sync::LazyLock::new(
+    || {
         prometheus::IntCounter::new(
             "crucible_worker_task_dirs_left_total",
             "Task directories this process could not remove when their task ended (left, with their owner file, for the next start's sweep)",
         )
         .expect("a valid counter")
-    });
+    },
+);
 
 /// Tries at a fresh random name before giving up (a clash is already one in 2^64).
 const NAME_ATTEMPTS: u32 = 8;
