@@ -30,6 +30,8 @@ fi
 "$CRUCIBLE_PYTHON" tests/harness/check_timing.py
 # A failed build's message leads with the compiler's errors (a broken extension built here).
 "$CRUCIBLE_PYTHON" tests/harness/check_errors.py
+# A CUDA candidate's lazily built extensions are built by the CPU stage's dry run (C++ here).
+"$CRUCIBLE_PYTHON" tests/harness/check_builds.py
 # The output comparison's fast path (float32/float64) agrees with isclose and the exact path.
 "$CRUCIBLE_PYTHON" tests/harness/check_compare.py
 # The footprint a device child reports before it is let go, sized on the meta device.

@@ -307,7 +307,9 @@ class Evaluation(SetupStage, LoadStage, CorrectnessStage, PerformanceStage):
                 self.performance()
             self.park()
             self.begin("integrity")
-            self.ask("finish")
+            reused = self.ask("finish").get("builds_reused")
+            if isinstance(reused, int) and reused > self.result.get("builds_reused", 0):
+                self.result["builds_reused"] = reused
         self.finish()
 
     def restore_inputs(self, views, pristine):

@@ -283,13 +283,21 @@ class SetupStage:
         self.candidate_loaded = True
         precompile = self.spec.triton_precompile is not None and self.spec.backend == "triton" \
             and triton_aot.capability_of(self.spec.cuda_arch) is not None
+        # A CUDA candidate that builds its extensions in ModelNew.__init__ or on its first call
+        # (not at import) gets the same dry run: its load_inline calls build here, not on the
+        # device's time (best effort: one missed still builds on the device, same verdict).
+        lazy_builds = self.spec.triton_precompile is not None and self.spec.backend == "cuda"
         reply = self.ask("prepare", triton_arch=self.spec.cuda_arch if precompile else None)
         self._end_stage()
         aot = {}
-        if precompile and not reply.get("build_failure") and reply.get("import_error") is None:
+        imported = not reply.get("build_failure") and reply.get("import_error") is None
+        if (precompile or lazy_builds) and imported:
             self.begin("precompile")
             aot = self.precompile()
             self._end_stage()
+            if lazy_builds:
+                reply["builds"] = aot.pop("builds", reply.get("builds"))
+                aot = {}
         self.runner.stop()
         if reply.get("build_failure"):
             raise Verdict("COMPILATION", str(reply["build_failure"])[:MAX_ERROR_CHARS],
@@ -322,12 +330,16 @@ class SetupStage:
             stopped = f"the candidate's process ended (wait status {self.runner.reap()})"
         except CAUGHT as e:   # the reference's code, the transport
             stopped = f"{type(e).__name__}: {e}"
-        self.stage_ms["triton_precompile"] = (perf_counter_ns() - started) / 1e6
-        if stopped:
+        key = "build_dry_run" if self.spec.backend == "cuda" else "triton_precompile"
+        self.stage_ms[key] = (perf_counter_ns() - started) / 1e6
+        if stopped and self.spec.backend != "cuda":   # a CUDA one stops where it needs the GPU
             sys.stderr.write(f"crucible harness: triton dry run stopped after {kernels} "
                              f"kernel(s): {stopped}\n")
         # Listed whatever the runner said (it may have died after writing some): the worker
         # checks every file, and an entry only ever serves this candidate and reference.
+        if self.spec.backend == "cuda":
+            # Every build the runner made, those of the import included.
+            return {"builds": getattr(self, "dry_run_builds", None)}
         files = triton_aot.cache_files(self.taskdir, os.path.join(self.taskdir, "cache",
                                                                   "triton"))
         return {"triton_cache": files, "triton_kernels": kernels,
@@ -375,6 +387,8 @@ class SetupStage:
                 pass
         if not isinstance(reply, dict) or reply.get("error"):
             return 0, str(reply.get("error") if isinstance(reply, dict) else reply)
+        if isinstance(reply.get("builds"), list):
+            self.dry_run_builds = reply["builds"]
         if reply.get("helpers"):
             sys.stderr.write(f"crucible harness: triton's driver helpers are left to the "
                              f"device stage: {str(reply['helpers'])[:300]}\n")

@@ -20,7 +20,8 @@ import traceback
 import crucible_sandbox as sandbox
 import crucible_selftest as selftest
 import crucible_transport as transport
-from crucible_builds import CANDIDATE_MODULE, ExtensionBuilds, ExtensionCalls, import_file
+from crucible_builds import (CANDIDATE_MODULE, ExtensionBuilds, ExtensionCalls, builds_dry_run,
+                             import_file)
 from crucible_channel import GATE_FD
 from crucible_errors import (CAUGHT, MAX_CAUGHT_NOTES, classify, format_error, note_caught,
                              same_file)
@@ -297,7 +298,8 @@ class Runner:
         aot = getattr(self, "aot", None)
         module = sys.modules.get(CANDIDATE_MODULE)
         model_new = getattr(module, "ModelNew", None)
-        if aot is None or model_new is None:
+        lazy_builds = aot is None and self.builds.building
+        if model_new is None or (aot is None and not lazy_builds):
             return {"kernels": 0, "stopped": "nothing to precompile"}
         torch = Trusted.torch
         init = pickle.loads(base64.b64decode(msg["init"]))
@@ -310,6 +312,9 @@ class Runner:
             model = model_to_precision(model_new(*init), msg.get("precision", "fp32"))
             return model.eval() if isinstance(model, torch.nn.Module) else model
 
+        if lazy_builds:
+            stopped = builds_dry_run(torch, build, inputs, int(msg.get("seconds") or 1), meta)
+            return {"kernels": 0, "stopped": stopped, "builds": self.builds.builds}
         kernels, stopped = aot.dry_run(torch, build, inputs, int(msg.get("seconds") or 1),
                                        meta=meta)
         return {"kernels": kernels, "stopped": stopped, "helpers": aot.helpers_error}
@@ -461,7 +466,9 @@ class Runner:
         return {}
 
     def op_finish(self, msg):
-        return {}
+        # Counted again at the end: an extension ModelNew loads lazily (in __init__ or on its
+        # first call) is reused after the import's count.
+        return {"builds_reused": self.builds.reused}
 
     def op_profile(self, msg):
         args = self.import_inputs(msg["inputs"])

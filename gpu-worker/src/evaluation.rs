@@ -14,7 +14,7 @@ use crate::stage::{StageDir, child_env, harness_child, stage_dir};
 use crate::supervisor::{ChildOutcome, GateChild, Launcher, run_child};
 use crate::task_dir::TaskDir;
 use crate::verdict::{Classified, VerdictContext, classify, over_space};
-use crucible_shared::{BuildSource, EvalResult, RuntimeStats, SandboxLayer, TaskSpec};
+use crucible_shared::{Backend, BuildSource, EvalResult, RuntimeStats, SandboxLayer, TaskSpec};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -110,7 +110,7 @@ fn task_stage_dir(
         );
         harness.triton_precompile = inputs
             .triton_precompile
-            .then(|| dry_run_seconds(stage_deadline(spec, inputs)));
+            .then(|| dry_run_seconds(stage_deadline(spec, inputs), spec.request.backend));
         serde_json::to_value(harness).map_err(std::io::Error::other)
     };
     // A CPU stage never runs on the cores a device child times on (crate::cores).
@@ -129,15 +129,23 @@ fn task_stage_dir(
     })
 }
 
-/// What a CPU stage's Triton dry run may take of `budget` (the task's, which it is charged
-/// to): a quarter, at most [`MAX_DRY_RUN`], so a short `timeout_s` keeps most of its time for
-/// the device.
-fn dry_run_seconds(budget: Duration) -> u64 {
-    (budget / 4).min(MAX_DRY_RUN).as_secs().max(1)
+/// What a CPU stage's dry run may take of `budget` (the task's, which it is charged to): for
+/// Triton a quarter, at most [`MAX_DRY_RUN`], so a short `timeout_s` keeps most of its time for
+/// the device; for CUDA, whose dry run builds the extensions `ModelNew` builds lazily (each a
+/// cold `load_inline` of 20-70 s, which the device stage would otherwise spend), half, at most
+/// [`MAX_BUILD_DRY_RUN`].
+fn dry_run_seconds(budget: Duration, backend: Backend) -> u64 {
+    let (share, most) = match backend {
+        Backend::Triton => (budget / 4, MAX_DRY_RUN),
+        Backend::Cuda => (budget / 2, MAX_BUILD_DRY_RUN),
+    };
+    share.min(most).as_secs().max(1)
 }
 
-/// The longest dry run of a CPU stage (an autotuned kernel compiles once per config).
+/// The longest Triton dry run of a CPU stage (an autotuned kernel compiles once per config).
 const MAX_DRY_RUN: Duration = Duration::from_secs(30);
+/// The longest CUDA dry run of a CPU stage: a few cold extension builds.
+const MAX_BUILD_DRY_RUN: Duration = Duration::from_secs(180);
 
 /// The deadline of a stage's child: what is left of the task's budget.
 fn stage_deadline(spec: &TaskSpec, inputs: &StageInputs) -> Duration {
@@ -298,8 +306,13 @@ mod tests {
 
     #[test]
     fn a_dry_run_takes_a_bounded_share_of_the_budget() {
-        assert_eq!(dry_run_seconds(Duration::from_secs(300)), 30);
-        assert_eq!(dry_run_seconds(Duration::from_secs(40)), 10);
-        assert_eq!(dry_run_seconds(Duration::from_secs(2)), 1);
+        let triton = |s| dry_run_seconds(Duration::from_secs(s), Backend::Triton);
+        assert_eq!(triton(300), 30);
+        assert_eq!(triton(40), 10);
+        assert_eq!(triton(2), 1);
+        let cuda = |s| dry_run_seconds(Duration::from_secs(s), Backend::Cuda);
+        assert_eq!(cuda(300), 150);
+        assert_eq!(cuda(900), 180);
+        assert_eq!(cuda(40), 20);
     }
 }

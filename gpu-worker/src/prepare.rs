@@ -214,8 +214,9 @@ pub async fn prepare(
     };
     let inputs = StageInputs {
         cuda_arch: ctx.cuda_arch.map(str::to_owned),
-        // Compiled kernels need somewhere to go: the cache, and a target to compile for.
-        triton_precompile: triton && cache.is_some() && ctx.cuda_arch.is_some(),
+        // Compiled kernels need somewhere to go: the cache, and a target to compile for. A
+        // CUDA candidate's dry run builds what ModelNew builds lazily, for the cache too.
+        triton_precompile: (triton || cuda) && cache.is_some() && ctx.cuda_arch.is_some(),
         ..StageInputs::default()
     };
     let child_started = Instant::now();
@@ -249,20 +250,24 @@ pub async fn prepare(
         PrepareVerdict::Prepared(p) => p,
     };
     // The child's own clock: kept only when it is a plausible duration.
-    if let Some(ms) = prepared
-        .stage_ms
-        .get("triton_precompile")
-        .filter(|ms| ms.is_finite() && **ms >= 0.0)
-    {
-        ready.stage_ms.insert("triton_precompile".into(), *ms);
+    for stage in ["triton_precompile", "build_dry_run"] {
+        if let Some(ms) = prepared
+            .stage_ms
+            .get(stage)
+            .filter(|ms| ms.is_finite() && **ms >= 0.0)
+        {
+            ready.stage_ms.insert(stage.into(), *ms);
+        }
     }
     if inputs.triton_precompile {
         tracing::info!(
             task = label,
+            backend = spec.request.backend.as_str(),
+            builds = prepared.builds.len(),
             kernels = prepared.triton_kernels,
             files = prepared.triton_cache.len(),
             stopped = prepared.triton_stopped.as_deref().unwrap_or(""),
-            "triton dry run done"
+            "cpu stage dry run done"
         );
     }
     let has_files = if cuda {
