@@ -20,8 +20,8 @@ import traceback
 import crucible_sandbox as sandbox
 import crucible_selftest as selftest
 import crucible_transport as transport
-from crucible_builds import (CANDIDATE_MODULE, ExtensionBuilds, ExtensionCalls, builds_dry_run,
-                             import_file)
+from crucible_builds import CANDIDATE_MODULE, ExtensionBuilds, ExtensionCalls, builds_dry_run, \
+    import_file
 from crucible_channel import GATE_FD
 from crucible_errors import (CAUGHT, MAX_CAUGHT_NOTES, classify, format_error, note_caught,
                              same_file)
@@ -298,8 +298,7 @@ class Runner:
         aot = getattr(self, "aot", None)
         module = sys.modules.get(CANDIDATE_MODULE)
         model_new = getattr(module, "ModelNew", None)
-        lazy_builds = aot is None and self.builds.building
-        if model_new is None or (aot is None and not lazy_builds):
+        if model_new is None or (aot is None and not self.builds.building):
             return {"kernels": 0, "stopped": "nothing to precompile"}
         torch = Trusted.torch
         init = pickle.loads(base64.b64decode(msg["init"]))
@@ -312,11 +311,11 @@ class Runner:
             model = model_to_precision(model_new(*init), msg.get("precision", "fp32"))
             return model.eval() if isinstance(model, torch.nn.Module) else model
 
-        if lazy_builds:
-            stopped = builds_dry_run(torch, build, inputs, int(msg.get("seconds") or 1), meta)
+        seconds = int(msg.get("seconds") or 1)
+        if aot is None:   # a CUDA candidate: what it builds in __init__ or forward builds here
+            stopped = builds_dry_run(torch, build, inputs, seconds, meta)
             return {"kernels": 0, "stopped": stopped, "builds": self.builds.builds}
-        kernels, stopped = aot.dry_run(torch, build, inputs, int(msg.get("seconds") or 1),
-                                       meta=meta)
+        kernels, stopped = aot.dry_run(torch, build, inputs, seconds, meta=meta)
         return {"kernels": kernels, "stopped": stopped, "helpers": aot.helpers_error}
 
     def op_selftest(self, msg):
@@ -465,9 +464,7 @@ class Runner:
             Trusted.torch.cuda.empty_cache()
         return {}
 
-    def op_finish(self, msg):
-        # Counted again at the end: an extension ModelNew loads lazily (in __init__ or on its
-        # first call) is reused after the import's count.
+    def op_finish(self, msg):   # counted again: ModelNew may load prebuilt extensions lazily
         return {"builds_reused": self.builds.reused}
 
     def op_profile(self, msg):
