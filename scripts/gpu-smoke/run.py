@@ -137,8 +137,9 @@ def main():
     # What the sandbox cost each task: the worker's part (user, cgroup, ruleset) and the child's
     # (namespaces, mounts, identity, Landlock, seccomp), from every result's stage_ms.
     for part in ("sandbox_worker", "sandbox_child"):
-        ms = sorted(((t.get("result") or {}).get("stage_ms") or {}).get(part) for t in tasks)
-        ms = [m for m in ms if m is not None]
+        # A verdict the CPU stage gave (a failed build) has no device child: no figure.
+        ms = sorted(m for t in tasks
+                    if (m := ((t.get("result") or {}).get("stage_ms") or {}).get(part)) is not None)
         if ms:
             print(f"{part}: median {ms[len(ms) // 2]:.1f} ms, max {ms[-1]:.1f} ms over {len(ms)} tasks")
     print(f"queue: done {queue['done_total']}, failed {queue['failed_total']}, requeued {queue['requeued_total']}")
