@@ -22,10 +22,12 @@ pub struct ChildLimits {
     pub max_output_bytes: u64,
     /// How often the watchdog samples the group.
     pub watchdog_interval: Duration,
-    /// The size of a task's writable space (its directory, /tmp and /dev/shm together) where
-    /// the sandbox's `storage` layer gives it one (`crate::task_dir::space`).
+    /// The size of a task's directory where the sandbox's `storage` layer gives it a tmpfs of
+    /// its own (`crate::task_dir::space`); its /tmp and /dev/shm have their own sizes
+    /// (`crate::sandbox::config`).
     pub max_space_bytes: u64,
-    /// The files, directories and links a task's writable space holds at most.
+    /// The files, directories and links each of its task directory, /tmp and /dev/shm holds at
+    /// most.
     pub max_space_inodes: u64,
     /// Set per child whose own cgroup holds its threads and processes (`pids.max`): the cap is
     /// then the task's alone, and RLIMIT_NPROC, which counts the processes of a whole user
