@@ -99,7 +99,7 @@ impl WorkerConfig {
     /// `CRUCIBLE_CHILD_MAX_PROCS`, `CRUCIBLE_CHILD_OUTPUT_KB`, `CRUCIBLE_CHILD_ENV_PASSTHROUGH`,
     /// `CRUCIBLE_CPU_THREADS`, `CRUCIBLE_TEMPLATE` (0 turns the warm template off),
     /// `CRUCIBLE_TEMPLATE_MAX_FORKS`, `CRUCIBLE_COMPILE_POOL` (0/1; on by default for GPUs),
-    /// `CRUCIBLE_COMPILE_JOBS` (default half the cores), `CRUCIBLE_BUILD_CACHE` (directory),
+    /// `CRUCIBLE_COMPILE_JOBS` (default [`default_compile_jobs`]), `CRUCIBLE_BUILD_CACHE` (directory),
     /// `CRUCIBLE_BUILD_CACHE_ENTRIES`, `CRUCIBLE_PREFETCH` (default 4 with the pool, else 0),
     /// `CRUCIBLE_INTEGRITY_CHECKS` (0 only to measure their cost), `CRUCIBLE_DEVICE_SLOTS`
     /// (default [`default_device_slots`] of the cores and the GPU's memory),
@@ -145,7 +145,7 @@ impl WorkerConfig {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let compile_jobs = num("CRUCIBLE_COMPILE_JOBS")?
             .map(|n| n.clamp(1, 1024) as usize)
-            .unwrap_or((cores / 2).max(1));
+            .unwrap_or_else(|| default_compile_jobs(cores, node_memory()));
         let prefetch = num("CRUCIBLE_PREFETCH")?
             .map(|n| n.min(64) as u32)
             .unwrap_or(if compile_pool { 4 } else { 0 });
@@ -332,6 +332,18 @@ const CORES_PER_SLOT: usize = 4;
 /// Most slots by default: beyond this, more children mostly add contention.
 const DEFAULT_SLOTS_CAP: u32 = 4;
 
+/// Host memory one build of the compile pool is given room for: nvcc on a translation unit that
+/// includes `torch/extension.h` (with its CPU-stage child around it) peaks at 1-2 GiB.
+const MEMORY_PER_BUILD: u64 = 3 << 30;
+
+/// Pure: the node's builds at once unless told (`CRUCIBLE_COMPILE_JOBS`): half the cores, and
+/// no more than its memory holds at [`MEMORY_PER_BUILD`] each (memory unknown: the cores decide).
+pub fn default_compile_jobs(cores: usize, node_memory: Option<u64>) -> usize {
+    let by_cores = (cores / 2).max(1);
+    let by_memory = node_memory.map_or(by_cores, |bytes| (bytes / MEMORY_PER_BUILD) as usize);
+    by_cores.min(by_memory).max(1)
+}
+
 /// Pure: how many device-stage children a worker runs at once unless told. A CPU worker runs
 /// one (its timings are taken on the same cores the others would use); a GPU worker as many
 /// as its cores and the GPU's memory give room for, from 1 to [`DEFAULT_SLOTS_CAP`].
@@ -411,6 +423,24 @@ mod tests {
         assert_eq!(default_device_slots(&gpu, 128, gib(141)), 4, "capped");
         assert_eq!(default_device_slots(&gpu, 2, None), 1);
         assert_eq!(default_device_slots(&gpu, 16, None), 4, "memory unknown");
+    }
+
+    #[test]
+    fn the_compile_pool_follows_cores_and_the_nodes_memory() {
+        let gib = |n: u64| Some(n << 30);
+        assert_eq!(
+            default_compile_jobs(16, gib(125)),
+            8,
+            "the H100/H200 box: cores decide"
+        );
+        assert_eq!(
+            default_compile_jobs(16, gib(16)),
+            5,
+            "little memory: 3 GiB a build"
+        );
+        assert_eq!(default_compile_jobs(2, gib(24)), 1);
+        assert_eq!(default_compile_jobs(64, None), 32, "memory unknown");
+        assert_eq!(default_compile_jobs(8, gib(2)), 1, "at least one");
     }
 
     #[test]
