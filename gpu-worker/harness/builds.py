@@ -5,18 +5,15 @@ judge uses for the reference.
 
 Owns: import_file(), build_key() (what the worker's build cache is keyed on),
 ExtensionBuilds (the load_inline stand-in), ExtensionCalls (the wrapper that lets a profiled
-forward count calls into the candidate's extensions), builds_dry_run() (the CPU stage's call
-of a CUDA candidate, so that extensions built in ModelNew.__init__ or forward build there).
+forward count calls into the candidate's extensions).
 
 May import: trusted, errors, spec.
 """
-import contextlib
 import hashlib
 import importlib.machinery
 import importlib.util
 import inspect
 import os
-import signal
 import sys
 
 from crucible_errors import CAUGHT, note_caught
@@ -176,29 +173,3 @@ class ExtensionBuilds:
         })
         return result
 
-
-class _DryRunOver(BaseException):
-    """The dry run's time ran out (raised by its alarm)."""
-
-
-def builds_dry_run(torch, build, inputs, seconds, meta=False):
-    """The CPU stage's dry run of a CUDA candidate (no GPU visible): ModelNew built
-    (`build()`) and called once on `inputs`, for at most `seconds`, while ExtensionBuilds
-    stands in for load_inline, so that an extension built in ModelNew.__init__ or on the first
-    call is built here and handed to the device stage like one built at import. The call itself
-    fails as soon as it needs the GPU, which is expected: only the builds on the way count.
-    Returns why it stopped (None: it ran through). Never raises for the candidate's doing."""
-    def over(signum, frame):
-        raise _DryRunOver(f"the dry run's {seconds} s ran out")
-
-    previous = signal.signal(signal.SIGALRM, over)
-    signal.alarm(max(1, int(seconds)))
-    try:
-        with torch.no_grad(), (torch.device("meta") if meta else contextlib.nullcontext()):
-            build()(*inputs)
-        return None
-    except BaseException as e:   # the candidate's code: anything ends the dry run
-        return f"{type(e).__name__}: {e}"[:500]
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)

@@ -296,7 +296,10 @@ class SetupStage:
             aot = self.precompile()
             self._end_stage()
             if lazy_builds:
-                reply["builds"] = aot.pop("builds", reply.get("builds"))
+                # A dry run that ended early keeps the import's builds.
+                dry = aot.pop("builds", None)
+                if isinstance(dry, list):
+                    reply["builds"] = dry
                 aot = {}
         self.runner.stop()
         if reply.get("build_failure"):
@@ -323,9 +326,9 @@ class SetupStage:
         dry run; the stage goes on to its `prepared` line and the device stage judges. Returns
         the `prepared` fields: the cache files written, the kernels compiled, why it stopped."""
         started = perf_counter_ns()
-        kernels, stopped = 0, None
+        kernels, stopped, builds = 0, None, None
         try:
-            kernels, stopped = self.dry_run()
+            kernels, stopped, builds = self.dry_run()
         except RunnerGone:
             stopped = f"the candidate's process ended (wait status {self.runner.reap()})"
         except CAUGHT as e:   # the reference's code, the transport
@@ -339,7 +342,7 @@ class SetupStage:
         # checks every file, and an entry only ever serves this candidate and reference.
         if self.spec.backend == "cuda":
             # Every build the runner made, those of the import included.
-            return {"builds": getattr(self, "dry_run_builds", None)}
+            return {"builds": builds}
         files = triton_aot.cache_files(self.taskdir, os.path.join(self.taskdir, "cache",
                                                                   "triton"))
         return {"triton_cache": files, "triton_kernels": kernels,
@@ -379,23 +382,23 @@ class SetupStage:
                 precision=self.spec.precision,
                 init=base64.b64encode(pickle.dumps(init)).decode("ascii"))
         except OSError as e:   # socket.timeout included
-            return 0, f"no answer from the candidate's process: {type(e).__name__}"
+            return 0, f"no answer from the candidate's process: {type(e).__name__}", None
         finally:
             try:
                 self.runner.sock.settimeout(None)
             except OSError:
                 pass
         if not isinstance(reply, dict) or reply.get("error"):
-            return 0, str(reply.get("error") if isinstance(reply, dict) else reply)
-        if isinstance(reply.get("builds"), list):
-            self.dry_run_builds = reply["builds"]
+            return 0, str(reply.get("error") if isinstance(reply, dict) else reply), None
         if reply.get("helpers"):
             sys.stderr.write(f"crucible harness: triton's driver helpers are left to the "
                              f"device stage: {str(reply['helpers'])[:300]}\n")
         kernels = reply.get("kernels")
         kernels = kernels if type(kernels) is int and 0 <= kernels <= 4096 else 0
         stopped = reply.get("stopped")
-        return kernels, None if stopped is None else str(stopped)
+        builds = reply.get("builds")
+        return kernels, None if stopped is None else str(stopped), \
+            builds if isinstance(builds, list) else None
 
     def selftest(self):
         """The worker's start-up proof (no reference, no candidate): the runner tries what its

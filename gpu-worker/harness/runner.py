@@ -20,8 +20,7 @@ import traceback
 import crucible_sandbox as sandbox
 import crucible_selftest as selftest
 import crucible_transport as transport
-from crucible_builds import CANDIDATE_MODULE, ExtensionBuilds, ExtensionCalls, builds_dry_run, \
-    import_file
+from crucible_builds import CANDIDATE_MODULE, ExtensionBuilds, ExtensionCalls, import_file
 from crucible_channel import GATE_FD
 from crucible_errors import (CAUGHT, MAX_CAUGHT_NOTES, classify, format_error, note_caught,
                              same_file)
@@ -29,7 +28,7 @@ from crucible_integrity import (THREAD_STARTERS, WATCHED, lookup, overlaps, prec
                                 storage_span)
 from crucible_tensors import (FLUSH_BYTES, flatten, model_to_precision, seed_all, set_cpu_threads,
                               timed_call, to_device)
-from crucible_triton_aot import TritonPrecompile, meta_tensor
+from crucible_triton_aot import TritonPrecompile, bounded_call, meta_tensor
 from crucible_trusted import (PR_SET_PDEATHSIG, Trusted, capture_trusted, finite_or_none,
                               flush_std, os_exit, perf_counter_ns, prctl, sync_device)
 
@@ -313,7 +312,7 @@ class Runner:
 
         seconds = int(msg.get("seconds") or 1)
         if aot is None:   # a CUDA candidate: what it builds in __init__ or forward builds here
-            stopped = builds_dry_run(torch, build, inputs, seconds, meta)
+            stopped = bounded_call(torch, build, inputs, seconds, meta)
             return {"kernels": 0, "stopped": stopped, "builds": self.builds.builds}
         kernels, stopped = aot.dry_run(torch, build, inputs, seconds, meta=meta)
         return {"kernels": kernels, "stopped": stopped, "helpers": aot.helpers_error}

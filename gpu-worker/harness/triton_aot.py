@@ -185,25 +185,37 @@ class TritonPrecompile:
         if not self.installed:
             return 0, self.error or "not installed"
         before = set(_entries(self.cache_dir))
-        stopped = None
-        previous = signal.signal(signal.SIGALRM, _alarm)
-        signal.alarm(max(1, int(seconds)))
         # Put back as it was afterwards: making the default driver again would ask CUDA.
         saved = getattr(self.driver, "_active", None)
         self.active = True
         self.driver.set_active(_TargetDriver(self.target))
         try:
-            with torch.no_grad(), (torch.device("meta") if meta else _nothing()):
-                build()(*inputs)
-        except BaseException as e:   # the candidate's code: anything ends the dry run
-            stopped = f"{type(e).__name__}: {e}"[:500]
+            stopped = bounded_call(torch, build, inputs, seconds, meta)
         finally:
             self.active = False
-            signal.alarm(0)
-            signal.signal(signal.SIGALRM, previous)
             self.driver._active = saved
         written = len(set(_entries(self.cache_dir)) - before)
         return written, stopped
+
+
+def bounded_call(torch, build, inputs, seconds, meta=False):
+    """Builds the candidate's model (`build()`) and calls it once on `inputs` without grad,
+    for at most `seconds` (SIGALRM); with `meta`, under meta as the default device. Both dry
+    runs of the CPU stage: Triton's (launches compiling instead of running) and a CUDA
+    candidate's (its lazily built extensions built on the way; the call itself fails once it
+    needs the GPU). Returns why it stopped (None: it ran through). Never raises for the
+    candidate's doing."""
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(max(1, int(seconds)))
+    try:
+        with torch.no_grad(), (torch.device("meta") if meta else _nothing()):
+            build()(*inputs)
+        return None
+    except BaseException as e:   # the candidate's code: anything ends the dry run
+        return f"{type(e).__name__}: {e}"[:500]
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 class _nothing:

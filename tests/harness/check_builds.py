@@ -1,5 +1,5 @@
-"""The CPU stage's dry run of a CUDA candidate (gpu-worker/harness/builds.py: builds_dry_run
-under ExtensionBuilds): an extension a candidate builds lazily, in ModelNew.__init__ or on its
+"""The CPU stage's dry run of a CUDA candidate (gpu-worker/harness/triton_aot.py: bounded_call,
+under builds.py's ExtensionBuilds): an extension a candidate builds lazily, in ModelNew.__init__ or on its
 first call, is built there and recorded for the worker's build cache like one built at import;
 a dry run that fails once it needs the GPU still keeps the builds made on the way; its alarm
 ends one that hangs. Real load_inline builds of a C++ extension on this CPU (the host's c++).
@@ -17,7 +17,8 @@ entry = importlib.util.spec_from_file_location("crucible_harness_entry", HARNESS
 entry.loader.exec_module(importlib.util.module_from_spec(entry))
 import torch  # noqa: E402
 
-from crucible_builds import ExtensionBuilds, builds_dry_run  # noqa: E402
+from crucible_builds import ExtensionBuilds  # noqa: E402
+from crucible_triton_aot import bounded_call  # noqa: E402
 from crucible_trusted import capture_trusted  # noqa: E402
 
 capture_trusted(torch)
@@ -54,7 +55,7 @@ with tempfile.TemporaryDirectory() as taskdir:
             # Where a CUDA candidate's forward would need the GPU the CPU stage does not have.
             raise RuntimeError("no CUDA device")
 
-    stopped = builds_dry_run(torch, LazyInInit, [torch.ones(4)], 600)
+    stopped = bounded_call(torch, LazyInInit, [torch.ones(4)], 600)
     check(stopped is not None and "no CUDA device" in stopped,
           f"the dry run stops where the candidate needs the GPU: {stopped}")
     check([b["name"] for b in builds.builds] == ["crucible_check_lazy_init"],
@@ -67,7 +68,7 @@ with tempfile.TemporaryDirectory() as taskdir:
             while True:
                 pass
 
-    stopped = builds_dry_run(torch, Hangs, [torch.ones(4)], 1)
+    stopped = bounded_call(torch, Hangs, [torch.ones(4)], 1)
     check(stopped is not None and "ran out" in stopped, f"the alarm ends a hang: {stopped}")
     check(len(builds.builds) == 1, "nothing more recorded")
 
