@@ -75,7 +75,43 @@ def _warm_imports():
         import triton.language  # noqa: F401
     except Exception:
         pass
+    else:
+        _warm_triton()
     return torch
+
+
+# Modules Triton's JIT imports on a kernel's first call (3.6-3.9: the specialiser looks for
+# gluon's types, the compiler for its code generator), whether or not it then compiles.
+TRITON_LAZY_IMPORTS = (
+    "triton.experimental.gluon",
+    "triton.compiler.code_generator",
+    "triton.language.semantic",
+    "triton.language.extra.libdevice",
+    "triton.tools.tensor_descriptor",
+)
+
+
+def _warm_triton():
+    """What Triton's first kernel call costs in a fresh process before it even looks at its
+    cache: `triton_key()` hashes Triton's own installation (every compiler, backend and
+    language source and the whole of libtriton; memoised per process) and the JIT imports
+    the modules above. On the H200 hosts that was 0.6 s of every Triton candidate's first
+    call, spent in the device stage (docs/BENCHMARKS.md); done here once, every child
+    inherits both. Neither depends on the task: the key is a hash of the installed files,
+    the imports are Triton's own. Best effort: what a Triton version lacks is skipped."""
+    import importlib
+    for module, name in (("triton.runtime.cache", "triton_key"),
+                         ("triton.compiler.compiler", "triton_key")):
+        try:
+            getattr(importlib.import_module(module), name)()
+            break
+        except Exception:
+            continue
+    for module in TRITON_LAZY_IMPORTS:
+        try:
+            importlib.import_module(module)
+        except Exception:
+            pass
 
 
 def _fork_is_clean(torch):

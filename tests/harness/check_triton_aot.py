@@ -13,11 +13,14 @@
    compile).
    The same holds for a dry run on meta tensors (how inputs over 256 MiB are passed): their
    data_ptr of 0 specialises like a device allocation.
-3. A candidate whose forward needs a GPU, one that kills its own process during the dry run,
+3. The template's Triton warm-up (harness/template.py) leaves a child nothing of Triton's
+   first call to pay but the cache lookup: forked from a process that ran it, the same
+   cache-hit warm-up as in 2 computes no `triton_key` and imports no module of Triton's.
+4. A candidate whose forward needs a GPU, one that kills its own process during the dry run,
    one that loops (the runner's time limit) and one that also ignores that limit (the judge
    stops waiting) still end the stage with a `prepared` line (no verdict, no import error):
    the dry run only stops.
-Parts 1-2 need ptxas (shipped in Triton's wheel); without it they are skipped with the reason.
+Parts 1-3 need ptxas (shipped in Triton's wheel); without it they are skipped with the reason.
 Exit 0 when everything checked holds, 1 otherwise.
 """
 import json
@@ -36,10 +39,10 @@ CASES = os.path.join(HERE, "triton_aot")
 PROBLEM = os.path.join(CASES, "problem.py")
 SPEC = {"stage": "prepare", "device": "cuda", "cuda_arch": "9.0", "triton_precompile": 60}
 
-# Run in a fresh interpreter (never the harness): Triton's own JIT, an sm_90 target, the
-# compiler's stages made to raise, so only a cache hit can succeed.
-VERIFY = r"""
-import importlib.util, json, os, sys
+# Triton's own JIT with an sm_90 target standing in for the device and the compiler's stages
+# made to raise, so that only a cache hit can succeed: how VERIFY starts, and what
+# AFTER_TEMPLATE's child runs (handed to it as its third argument).
+ONLY_CACHE_HITS = r"""
 import torch
 import triton
 from triton.backends.compiler import GPUTarget
@@ -56,6 +59,12 @@ def no_compile(*a, **k):
 
 CUDABackend.add_stages = no_compile
 driver.set_active(Device())
+"""
+
+# Run in a fresh interpreter (never the harness).
+VERIFY = r"""
+import importlib.util, json, os, sys
+""" + ONLY_CACHE_HITS + r"""
 cache = os.environ["TRITON_CACHE_DIR"]
 before = sorted(os.listdir(cache))
 spec = importlib.util.spec_from_file_location("candidate", sys.argv[1])
@@ -70,6 +79,38 @@ cand.add_scale_kernel.warmup(x, y, out, n, 2.0, BLOCK=1024, grid=(4,))
 cand.relu_kernel.warmup(x, out, n, grid=(32,))
 print(json.dumps({"before": before, "after": sorted(os.listdir(cache)),
                   "triton": triton.__version__}))
+"""
+
+
+# Part 3: the template's warm-up, then the cache-hit warm-up of VERIFY in a forked child, which
+# reports what it had to compute and import itself.
+AFTER_TEMPLATE = r"""
+import importlib.util, json, os, sys
+spec = importlib.util.spec_from_file_location("crucible_template", sys.argv[2])
+template = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(template)
+template._warm_imports()
+from triton.runtime.cache import triton_key
+read, write = os.pipe()
+if os.fork() == 0:
+    os.close(read)
+    before = set(sys.modules)
+    misses = triton_key.cache_info().misses
+    exec(sys.argv[3])
+    spec = importlib.util.spec_from_file_location("candidate", sys.argv[1])
+    cand = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cand)
+    x, y = torch.randn(4096), torch.randn(4096)
+    out = torch.empty_like(x)
+    cand.add_scale_kernel.warmup(x, y, out, x.numel(), 2.0, BLOCK=1024, grid=(4,))
+    new = sorted(m for m in set(sys.modules) - before
+                 if m.startswith("triton") and m not in ("candidate",))
+    os.write(write, json.dumps({"key_computed": triton_key.cache_info().misses - misses,
+                                "imported": new}).encode())
+    os._exit(0)
+os.close(write)
+os.wait()
+print(os.read(read, 1 << 16).decode())
 """
 
 
@@ -133,9 +174,22 @@ def check_entries():
         assert v.returncode == 0, f"the JIT missed the dry run's entries:\n{v.stderr[-3000:]}"
         seen = json.loads(v.stdout.strip().splitlines()[-1])
         assert seen["before"] == seen["after"] == sorted(entries), seen
+        check_template_warmup(env)
         return seen["triton"]
     finally:
         shutil.rmtree(taskdir, ignore_errors=True)
+
+
+def check_template_warmup(env):
+    template = os.path.join(run_harness.REPO, "gpu-worker", "harness", "template.py")
+    w = subprocess.run([PYTHON, "-I", "-c", AFTER_TEMPLATE, os.path.join(CASES, "candidate.py"),
+                        template, ONLY_CACHE_HITS], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert w.returncode == 0 and w.stdout.strip(), f"template warm-up check failed:\n{w.stderr[-3000:]}"
+    seen = json.loads(w.stdout.strip().splitlines()[-1])
+    assert seen == {"key_computed": 0, "imported": []}, \
+        f"a child of the template still pays for Triton's first call: {seen} " \
+        "(TRITON_LAZY_IMPORTS in harness/template.py)"
 
 
 def check_meta_entries():
@@ -181,7 +235,8 @@ def main():
         print(f"triton_aot: parts 1-2 skipped: {skipped}")
     else:
         version = check_entries()
-        print(f"triton_aot: dry run entries hit by triton {version}'s own JIT for cuda:90")
+        print(f"triton_aot: dry run entries hit by triton {version}'s own JIT for cuda:90; "
+              "a child of the template computes no triton_key and imports nothing of triton")
         check_meta_entries()
         print("triton_aot: so are a dry run's on meta tensors")
     check_breakers()
