@@ -144,25 +144,16 @@ class Evaluation(SetupStage, LoadStage, CorrectnessStage, PerformanceStage):
 
     # -- the runner ----------------------------------------------------------------------------
 
-    def ask(self, op, **fields):
+    def ask(self, op, reply_later=False, **fields):
         """One request to the runner. A failure verdict it reports ends the evaluation; its
         death is judged from its exit status; its findings are kept (they can only count
-        against the candidate)."""
-        try:
-            reply = self.runner.call(op, **fields)
-        except RunnerGone:
-            if not self.candidate_loaded:
-                # Nothing of the candidate has run in it: the runner failed to start (its
-                # sandbox, its imports), a fault of this node.
-                raise SetupError(f"the runner ended during {op} before the candidate was "
-                                 f"loaded (wait status {self.runner.reap()})")
-            raise self.runner_died()
-        except transport.TransportError as e:
-            # Only the candidate can have written that: the runner's harness code sends whole
-            # frames. The channel is lost, and so is the evaluation.
-            self.add_finding("protocol-tampered", f"during {op}: {e}")
-            raise Verdict("RUNTIME", f"the candidate's process broke its channel to the judge "
-                          f"during {op}: {e}")
+        against the candidate). With `reply_later`, only sent: answer(op) reads the reply."""
+        self._runner_io(op, lambda: self.runner.send(op, **fields))
+        return None if reply_later else self.answer(op)
+
+    def answer(self, op):
+        """The runner's reply to the request `op`, checked as ask() describes."""
+        reply = self._runner_io(op, self.runner.receive)
         failed = reply.get("sandbox_failed")
         if isinstance(failed, dict) and not self.candidate_loaded:
             raise sandbox.SandboxError(str(failed.get("layer")), str(failed.get("error")))
@@ -179,6 +170,25 @@ class Evaluation(SetupStage, LoadStage, CorrectnessStage, PerformanceStage):
             raise Verdict("RUNTIME", f"evaluation failed in the candidate's process: "
                           f"{str(reply['error'])[:MAX_ERROR_CHARS - 60]}")
         return reply
+
+    def _runner_io(self, op, io):
+        """`io()` (a send or a receive of the request `op`), its failures judged: the
+        runner's death from its exit status, a broken channel as the candidate's doing."""
+        try:
+            return io()
+        except RunnerGone:
+            if not self.candidate_loaded:
+                # Nothing of the candidate has run in it: the runner failed to start (its
+                # sandbox, its imports), a fault of this node.
+                raise SetupError(f"the runner ended during {op} before the candidate was "
+                                 f"loaded (wait status {self.runner.reap()})")
+            raise self.runner_died()
+        except transport.TransportError as e:
+            # Only the candidate can have written that: the runner's harness code sends whole
+            # frames. The channel is lost, and so is the evaluation.
+            self.add_finding("protocol-tampered", f"during {op}: {e}")
+            raise Verdict("RUNTIME", f"the candidate's process broke its channel to the judge "
+                          f"during {op}: {e}")
 
     def runner_died(self):
         import signal

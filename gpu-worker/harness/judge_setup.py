@@ -59,8 +59,18 @@ class RunnerLink:
 
     def call(self, op, **fields):
         """Sends one request and returns the reply; RunnerGone when the runner died."""
+        self.send(op, **fields)
+        return self.receive()
+
+    def send(self, op, **fields):
+        """Sends one request; its reply is read by receive() (the judge may work meanwhile)."""
         try:
             transport.send(self.sock, dict(fields, op=op))
+        except (transport.PeerGone, BrokenPipeError, ConnectionResetError):
+            raise RunnerGone()
+
+    def receive(self):
+        try:
             return transport.recv(self.sock)
         except (transport.PeerGone, BrokenPipeError, ConnectionResetError):
             raise RunnerGone()
@@ -228,6 +238,10 @@ class SetupStage:
                           "device; this worker evaluates on CPU (Triton interpreter only)",
                           compiled=False)
         self.start_runner()
+        # The runner makes its CUDA context (and loads the prebuilt extensions) while the judge
+        # makes its own: two contexts side by side instead of one after the other.
+        self.ask("setup", device=self.device, backend=spec.backend,
+                 cuda_arch=spec.cuda_arch, prebuilt=spec.prebuilt, reply_later=True)
         self.exporter = transport.Exporter(torch, self.xfer_dir, "in")
         # The input seeds: drawn here, after the fork, never sent to the runner.
         import secrets
@@ -248,8 +262,7 @@ class SetupStage:
         if not self.checks:
             self.add_finding("integrity-checks-off", "this worker ran without the runtime "
                              "integrity checks (a benchmark setting)")
-        self.ask("setup", device=self.device, backend=spec.backend,
-                 cuda_arch=spec.cuda_arch, prebuilt=spec.prebuilt)
+        self.answer("setup")
         self.check_runner()
         # Before any candidate code: what the judge compares the runner's threads with later.
         self.runner_threads_at_setup = self.runner.threads()
