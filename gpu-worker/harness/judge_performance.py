@@ -65,6 +65,19 @@ def enough(adaptive, times, started_ns):
         adaptive["budget_ms"], adaptive["max_trials"], adaptive["min_trials"])
 
 
+class Lap:
+    """Splits a stage's wall time into named laps summed into `into` (milliseconds)."""
+
+    def __init__(self, into):
+        self.into = into
+        self.t = perf_counter_ns()
+
+    def __call__(self, name):
+        now = perf_counter_ns()
+        self.into[name] = self.into.get(name, 0.0) + (now - self.t) / 1e6
+        self.t = now
+
+
 class PerformanceStage:
     """Evaluation's performance stage."""
 
@@ -98,16 +111,22 @@ class PerformanceStage:
         self.probe = DeviceProbe() if self.device == "cuda" else None
         # With this task stopped too: what keeps the device busy then is work already queued
         # (a parked neighbour's, or this candidate's own), which drains.
+        # Where the stage's time goes, for stage_ms (see the keys' uses below).
+        spent = {"timing_calls": 0.0, "timing_imports": 0.0}
+        lap = Lap(spent)
         with self.runner.stopped(everything=True):
             waited = self.probe.wait_quiet() if self.probe else 0.0
         check = {"quiet_wait_ms": waited, "device_quiet": True}
         self.result["timing_check"] = check
         self.observe_task("when timing began")
+        lap("timing_quiet")
         pool = self.timing_pool()
+        lap("timing_pool")
         cached_ref = spec.reference_timing
         if cached_ref is None:
             with self.runner.stopped(everything=True):
                 ref = runtime_stats(self.time_reference(pool))
+            lap("timing_reference")
             # Only a timing taken on a quiet device with the task stopped may be cached.
             check["device_quiet"] = not (self.probe and self.probe.busy())
             if large:   # its temporaries, before the runner's turn
@@ -125,6 +144,8 @@ class PerformanceStage:
         # on elements drawn in secret (timing_check.sample_matches); a few calls, drawn in
         # secret too, are compared in full with their inputs checked.
         full = set(self.rng.sample(range(total), min(total, TIMING_FULL_CHECKS)))
+        # The calls' requests (the runner's call and its export of the outputs) and the
+        # judge's mapping of those outputs are summed as timing_calls and timing_imports.
         with self.runner.stopped(everything=False):
             for k in range(total):
                 timed = k >= spec.num_warmup
@@ -136,7 +157,8 @@ class PerformanceStage:
                 if timed and started is None:
                     started = t0
                 reply = self.ask("time", slot=0, timed=timed, method=spec.timing_method)
-                wall_ms = (perf_counter_ns() - t0) / 1e6
+                t1 = perf_counter_ns()
+                wall_ms = (t1 - t0) / 1e6
                 ms = reply.get("ms")
                 if type(ms) not in (int, float) or not 0 <= ms < math.inf:
                     raise Verdict("RUNTIME", "the runner reported no usable time")
@@ -144,6 +166,8 @@ class PerformanceStage:
                     out = self.import_outputs(reply.get("outputs"))
                 except transport.TransportError as e:
                     raise Verdict("RUNTIME", f"{call}: unusable output: {e}")
+                spent["timing_calls"] += wall_ms
+                spent["timing_imports"] += (perf_counter_ns() - t1) / 1e6
                 if timed:
                     cand_times.append(float(ms))
                     walls.append(wall_ms)
@@ -167,6 +191,7 @@ class PerformanceStage:
                 if timed and enough(adaptive, cand_times, started):
                     break
         self.ask("release")
+        lap("timing_loop")
         if wrong_calls and not self.hacks():
             raise Verdict("CORRECTNESS", "after passing all correctness trials, an output of "
                           f"a warm-up or timed call was wrong: {wrong_calls[0]}"[:MAX_ERROR_CHARS],
@@ -183,7 +208,9 @@ class PerformanceStage:
                 torch.cuda.empty_cache()
                 self.ask("release", trim=True)
             self.verify_timing(cand["median"], statistics.median(walls) if walls else math.inf)
+            lap("timing_verify")
         self.check_plausibility(input_bytes, cand)
+        self.stage_ms.update(spent)
 
     def timing_pool(self):
         """The input sets the timed calls rotate through, with their reference outputs (in a
@@ -266,8 +293,10 @@ class PerformanceStage:
         """One batch of the timing check (`first`, when given, is its first set): returns its
         wall time by the judge's clock, in ms."""
         spec = self.spec
+        lap = Lap(self.stage_ms)
         sets = [first] if first is not None else []
         sets += [self.fresh_set(seeds) for _ in range(calls - len(sets))]
+        lap("verify_sets")
         # Empty slots first: the runner maps them before their content exists.
         entries, fills = [], []
         for inputs, expected in sets:
@@ -276,6 +305,7 @@ class PerformanceStage:
             entries.append({"inputs": in_descs, "outputs": out_descs})
             fills.append((in_views, out_views))
         self.ask("verify_setup", sets=entries)
+        lap("verify_share")
         with self.runner.stopped(everything=True) as stop:
             for (inputs, _), (in_views, out_views) in zip(sets, fills):
                 for slot in out_views:
@@ -288,6 +318,7 @@ class PerformanceStage:
             self.ask("verify_run")
             wall = (perf_counter_ns() - t0) / 1e6
         self.check_in_flight("after a timing check ended")
+        lap("verify_run")
         for i, ((inputs, expected), (in_views, out_views)) in enumerate(zip(sets, fills)):
             if not sample_matches(expected, out_views, spec.atol, spec.rtol,
                                   self.rng.getrandbits(63)):
@@ -301,6 +332,7 @@ class PerformanceStage:
             if changed is not None:
                 self.add_finding("input-mutated", f"timing check: input {changed} was changed")
         self.ask("release")
+        lap("verify_compare")
         return wall
 
     def check_in_flight(self, when):
