@@ -167,7 +167,7 @@ class Scale(unittest.TestCase):
         def mode(n, wall, tasks, windows=()):
             return {"workers_n": n, "wall_s": wall, "tasks": tasks, "busy": {"0": 50.0},
                     "overlap": scale.max_overlap(windows), "timings": len(windows)}
-        base_tasks = [task("a", 1, stage_ms={"compile_slot_wait": 500.0}), task("b", 1, got="incorrect"),
+        base_tasks = [task("a", 1, stage_ms={"compile_slot_wait": 500.0}), task("b", 1, expect="incorrect", got="incorrect"),
                       task("c", 1, stage_ms={"build_cache": 3.0})]
         one = mode(1, 60.0, base_tasks)
         row1 = scale.summary(one, one)
@@ -182,9 +182,34 @@ class Scale(unittest.TestCase):
         self.assertEqual(row2["max_timings_at_once"], 2)
         self.assertTrue(scale.verdict_ok([row1]))
         self.assertFalse(scale.verdict_ok([row1, row2]))
+        self.assertEqual(row1["unexpected"], [])
+        broken = mode(1, 60.0, [task("a", 1, got="RUNTIME"), task("b", 1, expect="incorrect", got="incorrect")])
+        row = scale.summary(broken, broken)
+        self.assertEqual(row["unexpected"], ["a"], "failing like every other mode is still a failure")
+        self.assertFalse(scale.verdict_ok([row]))
         text = scale.table([row1, row2])
         self.assertIn("evals/min", text)
         self.assertEqual(len(text.splitlines()), 3)
+
+    def test_speedups_are_compared_evaluation_by_evaluation(self):
+        base = {"tasks": [dict(task("a", 1), speedup=2.0), dict(task("b", 1), speedup=1.0),
+                          dict(task("c", 1), speedup=None), dict(task("d", 1), speedup=4.0)]}
+        run = {"tasks": [dict(task("a", 1), speedup=2.0), dict(task("b", 1), speedup=1.5),
+                         dict(task("c", 1), speedup=3.0), dict(task("e", 1), speedup=1.0)]}
+        mid, low, high = scale.speedup_drift(base, run)
+        self.assertAlmostEqual(mid, 1.25, msg="a unchanged, b 1.5x; c untimed in base, e absent")
+        self.assertTrue(low < mid < high)
+        self.assertEqual(scale.speedup_drift(base, {"tasks": []}), (None, None, None))
+
+    def test_stage_table_has_a_median_per_mode(self):
+        runs = [{"workers_n": n, "tasks": [task("a", 1, stage_ms={"setup": 100.0 * n}),
+                                           task("b", 1, stage_ms={"setup": 300.0 * n})]}
+                for n in (1, 2)]
+        lines = scale.stage_table(runs).splitlines()
+        self.assertEqual(len(lines), 3)
+        self.assertEqual(lines[1].split()[:2], ["1", "200"])
+        self.assertEqual(lines[2].split()[:2], ["2", "400"])
+        self.assertIn("n/a", lines[1], "a stage no task reported")
 
 
 if __name__ == "__main__":
