@@ -109,11 +109,11 @@ class PerformanceStage:
             torch.cuda.empty_cache()
             self.ask("release", trim=True)
         self.probe = DeviceProbe() if self.device == "cuda" else None
-        # With this task stopped too: what keeps the device busy then is work already queued
-        # (a parked neighbour's, or this candidate's own), which drains.
-        # Where the stage's time goes, for stage_ms (see the keys' uses below).
+        # Where the stage's time goes, for stage_ms (timing_* keys, docs/BENCHMARKS.md).
         spent = {"timing_calls": 0.0, "timing_imports": 0.0}
         lap = Lap(spent)
+        # With this task stopped too: what keeps the device busy then is work already queued
+        # (a parked neighbour's, or this candidate's own), which drains.
         with self.runner.stopped(everything=True):
             waited = self.probe.wait_quiet() if self.probe else 0.0
         check = {"quiet_wait_ms": waited, "device_quiet": True}
