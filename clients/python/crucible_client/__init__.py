@@ -11,7 +11,7 @@ from .aio import AsyncClient
 from .base import DEFAULT_URL, Submission, make_rollout, problem_ref
 from .client import Client
 from .episodes import AsyncEpisode, AsyncEpisodeGroup, Episode, EpisodeGroup
-from .errors import CrucibleError, NotEvaluated
+from .errors import CrucibleError, NotEvaluated, TaskTimeout
 from .retry import RetryPolicy
 from .returns import DEFAULT_GAMMA, discounted_returns, stops_early
 from .scoring import problem_target
@@ -35,6 +35,7 @@ __all__ = [
     "RetryPolicy",
     "StepResult",
     "Submission",
+    "TaskTimeout",
     "compute_score",
     "compute_score_async",
     "compute_scores",

@@ -35,6 +35,7 @@ from .base import (
     _read_timeout,
     _rollout_batches,
     _submission,
+    _submit_wait,
     _turn_body,
 )
 from .env_types import (
@@ -194,12 +195,12 @@ class AsyncClient(_Base):
         """See ``Client.evaluate``."""
         body = _evaluate_body(reference_code, kernel_code, problem, backend, opts, timing)
         deadline = _deadline(timeout)
-        first = _poll_wait(_check_wait(wait), deadline, "evaluation")
+        first = _submit_wait(wait, deadline)
         view = await self._request(
             "POST", "/evaluate", params={"wait": first}, json=body, wait_s=first
         )
         while not _finished_view(view):
-            poll = _poll_wait(wait, deadline, f"task {view['task_id']}")
+            poll = _poll_wait(wait, deadline, task_id=view["task_id"])
             view = await self.task(view["task_id"], wait=poll)
         return view
 

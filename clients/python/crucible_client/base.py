@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import httpx
 
-from .errors import CrucibleError
+from .errors import CrucibleError, TaskTimeout
 from .retry import RETRYABLE_STATUS, RetryPolicy, retry_after_seconds
 from .types import (
     Backend,
@@ -251,15 +251,28 @@ def _deadline(timeout: float | None) -> float | None:
     return None if timeout is None else time.monotonic() + timeout
 
 
-def _poll_wait(wait: float, deadline: float | None, what: str) -> float:
+def _poll_wait(
+    wait: float, deadline: float | None, what: str = "", *, task_id: str | None = None
+) -> float:
     """How long the next long-poll may wait: ``wait``, cut to the time left before
-    ``deadline``; TimeoutError once there is none."""
+    ``deadline``; TimeoutError once there is none, saying ``what`` did not finish: for
+    ``evaluate``'s task ``task_id``, a TaskTimeout naming it."""
     if deadline is None:
         return wait
     left = deadline - time.monotonic()
     if left <= 0:
+        if task_id is not None:
+            raise TaskTimeout(task_id)
         raise TimeoutError(f"{what} did not finish in time")
     return min(wait, left)
+
+
+def _submit_wait(wait: float, deadline: float | None) -> float:
+    """How long ``evaluate``'s submission may wait for the verdict: ``wait`` cut to the time
+    left, never below 0, so that the task is submitted whatever the ``timeout`` and a timeout
+    always has a task id to give (TaskTimeout)."""
+    _check_wait(wait)
+    return wait if deadline is None else max(0.0, min(wait, deadline - time.monotonic()))
 
 
 def _finished_view(answer: Mapping[str, Any]) -> bool:

@@ -35,6 +35,7 @@ from .base import (
     _read_timeout,
     _rollout_batches,
     _submission,
+    _submit_wait,
     _turn_body,
 )
 from .env_types import (
@@ -214,18 +215,19 @@ class Client(_Base):
         ``opts`` are the other ``POST /evaluate`` fields (``num_correct_trials``,
         ``num_perf_trials``, ``timeout_s``, ``priority``, ``seed``, ``precision``,
         ``timing_method``, ``reference_backend``, ...). Each long-poll
-        waits up to ``wait`` seconds; ``timeout`` bounds the whole call (TimeoutError; the
-        task goes on) and None leaves it to the server's own task timeouts. ``timing`` is
+        waits up to ``wait`` seconds; ``timeout`` bounds the whole call and None leaves it to
+        the server's own task timeouts. Past it, ``TaskTimeout`` (a ``TimeoutError``) carries
+        the ``task_id``: the task goes on on the server, to read later or cancel. ``timing`` is
         ``"adaptive"`` (stop timing once the median is known to 0.1 %, at most 2 s of timed
         calls per model), a ``Timing`` mapping with its own ``target_rel_error`` and
         ``max_time_ms``, or None: the fixed ``num_perf_trials`` calls (KernelBench's protocol).
         """
         body = _evaluate_body(reference_code, kernel_code, problem, backend, opts, timing)
         deadline = _deadline(timeout)
-        first = _poll_wait(_check_wait(wait), deadline, "evaluation")
+        first = _submit_wait(wait, deadline)
         view = self._request("POST", "/evaluate", params={"wait": first}, json=body, wait_s=first)
         while not _finished_view(view):
-            poll = _poll_wait(wait, deadline, f"task {view['task_id']}")
+            poll = _poll_wait(wait, deadline, task_id=view["task_id"])
             view = self.task(view["task_id"], wait=poll)
         return view
 

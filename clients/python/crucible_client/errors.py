@@ -1,4 +1,5 @@
-"""The one exception the client raises for the service's answers."""
+"""The exceptions the client raises: the service's error answers, rollouts without a verdict,
+and an evaluation that outlasted the caller's ``timeout``."""
 
 from __future__ import annotations
 
@@ -52,3 +53,18 @@ class NotEvaluated(CrucibleError):
 
     def __str__(self) -> str:
         return f"NOT_EVALUATED: {self.message}"
+
+
+class TaskTimeout(TimeoutError):
+    """``evaluate``'s ``timeout`` ran out before its task finished. The task goes on on the
+    server, so ``task_id`` names it: read it later (``task(task_id, wait=...)``) or stop it
+    (``cancel_task(task_id)``). A ``TimeoutError``, so code that catches those still does."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"task {task_id} did not finish in time; it goes on on the server")
+        self.task_id = task_id
+
+    def __reduce__(self) -> tuple[type[TaskTimeout], tuple[str]]:
+        # Rebuilt from the id (a trainer's worker processes pickle what they raise), not from
+        # the message that ``args`` holds.
+        return (type(self), (self.task_id,))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pickle
 from collections.abc import Callable
 
 import httpx
@@ -16,6 +17,7 @@ from crucible_client import (
     Client,
     CrucibleError,
     RetryPolicy,
+    TaskTimeout,
     discounted_returns,
     make_rollout,
     stops_early,
@@ -248,12 +250,38 @@ def test_evaluate_passes_timing_and_leaves_it_out_by_default():
     assert bodies[3]["timing"] == {"mode": "adaptive"}
 
 
-def test_evaluate_gives_up_at_its_timeout():
+def test_evaluate_gives_up_at_its_timeout_naming_the_task():
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(202, json={"task_id": "t1", "status": "queued"})
 
-    with client(handler) as c, pytest.raises(TimeoutError, match="t1"):
+    with client(handler) as c, pytest.raises(TaskTimeout, match="t1") as sync:
         c.evaluate("ref", kernel_code="ker", wait=0, timeout=0.05)
+
+    async def main() -> None:
+        async with async_client(handler) as c:
+            await c.evaluate("ref", kernel_code="ker", wait=0, timeout=0.05)
+
+    with pytest.raises(TaskTimeout) as aio:
+        asyncio.run(main())
+    for raised in (sync.value, aio.value):
+        # The task goes on on the server: the id is there to read or cancel it by.
+        assert raised.task_id == "t1"
+        assert isinstance(raised, TimeoutError)
+        again = pickle.loads(pickle.dumps(raised))
+        assert (type(again), again.task_id, str(again)) == (TaskTimeout, "t1", str(raised))
+
+
+def test_a_spent_timeout_still_submits_so_the_timeout_names_a_task():
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.method, request.url.params.get("wait")))
+        return httpx.Response(202, json={"task_id": "t2", "status": "queued"})
+
+    with client(handler) as c, pytest.raises(TaskTimeout) as raised:
+        c.evaluate("ref", kernel_code="ker", wait=30, timeout=0)
+    assert raised.value.task_id == "t2"
+    assert seen == [("POST", "0.0")]
 
 
 # --- retries ---------------------------------------------------------------------------
