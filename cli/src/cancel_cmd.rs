@@ -3,7 +3,8 @@
 
 use crate::Remote;
 use anyhow::bail;
-use crucible_shared::{BatchId, TaskId};
+use crucible_client::ClientError;
+use crucible_shared::{ApiErrorCode, BatchId, TaskId};
 
 /// What an id names, told by its prefix.
 #[derive(Debug, PartialEq)]
@@ -27,12 +28,21 @@ fn target(id: &str) -> anyhow::Result<Target> {
 }
 
 /// Cancels `id` on the service `remote` names and prints the answer: the task's status before,
-/// or the batch's counts. A task that already finished is an error (HTTP 409); a batch that
-/// did is not (its tasks count as already finished).
+/// or the batch's counts. A task that already finished (the API's 409 `CONFLICT`) is said so
+/// on stderr and is no failure, as a finished batch is not (its tasks count as already
+/// finished): either way nothing of it runs any more, which is what was asked. Any other
+/// error, an unknown id's `NOT_FOUND` first, fails with the API's code and message.
 pub async fn run(id: &str, remote: Remote) -> anyhow::Result<()> {
     let client = remote.client();
     let answer = match target(id)? {
-        Target::Task(task) => serde_json::to_string_pretty(&client.cancel_task(&task).await?)?,
+        Target::Task(task) => match client.cancel_task(&task).await {
+            Ok(answer) => serde_json::to_string_pretty(&answer)?,
+            Err(ClientError::Api { error, .. }) if error.code == ApiErrorCode::Conflict => {
+                eprintln!("nothing to cancel: {error}");
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        },
         Target::Batch(batch) => serde_json::to_string_pretty(&client.cancel_batch(&batch).await?)?,
     };
     println!("{answer}");

@@ -102,7 +102,8 @@ enum Command {
         command: RolloutsCommand,
     },
     /// Cancel a task (`t_...`) or every open task of a batch (`b_...`) on a running service:
-    /// queued tasks never run, running ones have their children killed.
+    /// queued tasks never run, running ones have their children killed. A task that already
+    /// finished is said so on stderr and exits 0; an unknown id fails (`NOT_FOUND`).
     Cancel {
         /// A task id (`t_...`) or a batch id (`b_...`, from `POST /evaluate/batch` or
         /// `crucible rollouts submit`).
@@ -110,7 +111,8 @@ enum Command {
         #[command(flatten)]
         remote: Remote,
     },
-    /// Queue and workers of a running service.
+    /// Queue and workers of a running service, as one JSON document: `{"queue": ...,
+    /// "workers": ...}` (the answers of `GET /queue/status` and `GET /workers/status`).
     Status {
         #[command(flatten)]
         remote: Remote,
@@ -399,11 +401,12 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Status { remote } => {
             let client = remote.client();
-            println!("{}", serde_json::to_string_pretty(&client.queue().await?)?);
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&client.workers().await?)?
-            );
+            // One document, so that `crucible status | jq` (or `python3 -m json.tool`) reads it.
+            let status = serde_json::json!({
+                "queue": serde_json::to_value(client.queue().await?)?,
+                "workers": client.workers().await?,
+            });
+            println!("{}", serde_json::to_string_pretty(&status)?);
             Ok(())
         }
         Command::ProbeGpu => unreachable!("handled before logging starts"),

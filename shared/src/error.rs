@@ -67,9 +67,17 @@ impl ApiErrorCode {
     }
 }
 
+/// The code as the body spells it (`NOT_FOUND`), so that what a program prints is what the
+/// API documents and a script can match on.
+impl std::fmt::Display for ApiErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&crate::wire::wire_name(self))
+    }
+}
+
 /// Every 4xx/5xx body: `{code, message}`; `field` names the offending field where there is one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, thiserror::Error)]
-#[error("{code:?}: {message}")]
+#[error("{code}: {message}")]
 pub struct ApiError {
     /// What went wrong, for programs; it alone decides the HTTP status.
     pub code: ApiErrorCode,
@@ -111,5 +119,23 @@ impl ApiError {
     /// The HTTP status of this error's code.
     pub fn http_status(&self) -> u16 {
         self.code.http_status()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_prints_its_code_as_the_body_spells_it() {
+        assert_eq!(
+            ApiError::not_found("task t_1").to_string(),
+            "NOT_FOUND: task t_1 not found"
+        );
+        let code = ApiErrorCode::DeviceClassUnavailable;
+        assert_eq!(
+            code.to_string(),
+            serde_json::to_value(code).unwrap().as_str().unwrap()
+        );
     }
 }
