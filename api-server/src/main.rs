@@ -30,7 +30,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    crucible_runtime::init_tracing(LogTo::Stdout);
+    crucible_runtime::init_tracing(LogTo::Stdout)?;
     crucible_runtime::shield_from_oom_killer();
     let args = Args::parse();
     let cfg = BrokerConfig::from_env()?;

@@ -296,7 +296,7 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     // Logs on stderr: stdout carries the commands' JSON.
-    crucible_runtime::init_tracing(LogTo::Stderr);
+    crucible_runtime::init_tracing(LogTo::Stderr)?;
     match cli.command {
         Command::Up(args) => up(args).await,
         Command::Eval {

@@ -62,7 +62,7 @@ async fn main() -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&probe::run_probe(0))?);
         return Ok(());
     }
-    crucible_runtime::init_tracing(LogTo::Stdout);
+    crucible_runtime::init_tracing(LogTo::Stdout)?;
     crucible_runtime::shield_from_oom_killer();
     let redis_url = args.redis_url.context(
         "REDIS_URL (or --redis-url) is required: a standalone worker needs the shared broker",

@@ -1,8 +1,9 @@
 //! Process plumbing shared by the three binaries (`crucible-api`, `crucible-worker`,
 //! `crucible`), so that they log alike and stop alike.
 //!
-//! - [`init_tracing`]: the one log set-up (`RUST_LOG`, `info` by default; the CLI logs on
-//!   stderr because its stdout carries JSON).
+//! - [`init_tracing`]: the one log set-up (`RUST_LOG`, `info` by default;
+//!   `CRUCIBLE_LOG_FORMAT` `text` or `json`; colours only on a terminal; the CLI logs on stderr
+//!   because its stdout carries JSON).
 //! - [`shutdown_signal`]: resolves on SIGINT or SIGTERM.
 //! - [`Shutdown`]: the process's one cancellation token. Every long-running loop of a binary
 //!   is stopped through it, the library loops (`Worker::run`, `run_reaper`, the server)
@@ -15,36 +16,15 @@
 //! It exists so that the binaries do not each carry a copy of this code, and so that a crate
 //! that needs none of it (the HTTP client) does not depend on a binary to get it.
 
+mod logging;
 pub mod metrics;
+
+pub use logging::{
+    DEFAULT_LOG_FILTER, LOG_FORMAT_ENV, LogFormat, LogSetupError, LogTo, colours, init_tracing,
+};
 
 use tokio::signal::unix::{SignalKind, signal};
 pub use tokio_util::sync::CancellationToken;
-
-/// Where a binary's logs go.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogTo {
-    /// The services (`crucible-api`, `crucible-worker`): stdout, as the fmt default.
-    Stdout,
-    /// The CLI: its stdout is the commands' JSON, so logs must stay off it.
-    Stderr,
-}
-
-/// The filter when `RUST_LOG` is unset or does not parse: our `info`, and only warnings from
-/// the corpus index's search engine, whose `info` lines narrate its commits and merges.
-pub const DEFAULT_LOG_FILTER: &str = "info,tantivy=warn";
-
-/// Installs the global subscriber: human-readable lines filtered by `RUST_LOG`
-/// ([`DEFAULT_LOG_FILTER`] when it is unset or does not parse).
-pub fn init_tracing(to: LogTo) {
-    let builder = tracing_subscriber::fmt().with_env_filter(
-        tracing_subscriber::EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| DEFAULT_LOG_FILTER.into()),
-    );
-    match to {
-        LogTo::Stdout => builder.init(),
-        LogTo::Stderr => builder.with_writer(std::io::stderr).init(),
-    }
-}
 
 /// Resolves when the process gets SIGINT (Ctrl-C) or SIGTERM (what an orchestrator sends).
 /// Fails only if the SIGTERM handler cannot be installed.

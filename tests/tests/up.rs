@@ -1,8 +1,8 @@
 //! The README's first command's binary: `crucible up` on the embedded broker serves an
 //! evaluation end to end, and its one `/metrics` the API's and its workers' metrics; SIGTERM
 //! drains it (the running evaluation's verdict is served, during the drain and after it,
-//! before it exits 0); `crucible eval`
-//! evaluates a pair without a server.
+//! before it exits 0); its logs carry no colour codes off a terminal, and are JSON lines with
+//! `CRUCIBLE_LOG_FORMAT=json`; `crucible eval` evaluates a pair without a server.
 
 use crucible_tests::*;
 use serde_json::{Value, json};
@@ -122,6 +122,46 @@ async fn crucible_up_serves_on_the_embedded_broker() {
         "crucible up did not stop on SIGTERM:\n{}",
         up.log_text()
     );
+    // Its logs went to a file: text lines, without a terminal's colour codes.
+    let text = up.log_text();
+    assert!(
+        text.contains("crucible up") && !text.contains('\u{1b}'),
+        "{text}"
+    );
+}
+
+/// `CRUCIBLE_LOG_FORMAT`: `json` makes every line of the shared log set-up a JSON object; a
+/// format nobody knows stops the binary at start, naming the variable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crucible_up_logs_json_when_asked_and_refuses_an_unknown_format() {
+    let refused = crucible_up(free_port())
+        .env("CRUCIBLE_LOG_FORMAT", "xml")
+        .output()
+        .expect("crucible up runs");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("CRUCIBLE_LOG_FORMAT=\"xml\""),
+        "{stderr}"
+    );
+
+    let logs = log_dir("up-json");
+    let port = free_port();
+    let mut cmd = crucible_up(port);
+    cmd.env("CRUCIBLE_LOG_FORMAT", "json");
+    let up = Proc::spawn("crucible-up", cmd, &logs);
+    Api::new(port).wait_ready().await;
+    let text = up.log_text();
+    let lines: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let started = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "crucible up")
+        .unwrap_or_else(|| panic!("no JSON line says `crucible up`:\n{text}"));
+    assert_eq!(started["level"], "INFO", "{started}");
+    assert_eq!(started["fields"]["broker"], "memory", "{started}");
+    assert!(!text.contains('\u{1b}'), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
