@@ -8,7 +8,7 @@
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use crucible_gpu_worker::config::metrics_addr;
+use crucible_gpu_worker::config::{MetricsBind, metrics_addr};
 use crucible_gpu_worker::{DeviceSlot, Worker, WorkerConfig, WorkerMetrics, probe};
 use crucible_runtime::metrics::{Component, build_info, serve_metrics};
 use crucible_runtime::{LogTo, Shutdown, shutdown_signal};
@@ -37,7 +37,8 @@ struct Args {
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     redis_url: Option<String>,
     /// Where to serve this worker's Prometheus metrics (`GET /metrics`): `host:port`, or `off`.
-    /// Default: 127.0.0.1, port 10910 + the GPU's index (a CPU worker: 10909).
+    /// Default: 127.0.0.1, port 10910 + the GPU's index (a CPU worker: 10909, or a free port
+    /// when another CPU worker of the host has it; the worker logs the one it serves on).
     #[arg(long, env = "CRUCIBLE_WORKER_METRICS_ADDR")]
     metrics_addr: Option<String>,
     /// Milliseconds between reaper passes (0: this worker runs no reaper). Workers run it by
@@ -96,10 +97,18 @@ async fn main() -> anyhow::Result<()> {
     let metrics = Arc::new(WorkerMetrics::register(&registry)?);
     let shutdown = Shutdown::new();
     // Bound before the worker starts: a port taken (by another worker on the same device?)
-    // stops it here, with the address, rather than leaving it unseen.
+    // stops it here, with the address, rather than leaving it unseen; only a CPU worker's
+    // default moves to a free port (several CPU workers may share a host).
     let metrics_server = match metrics_at {
-        Some(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+        Some(MetricsBind { addr, if_taken }) => {
+            let listener = match (tokio::net::TcpListener::bind(addr).await, if_taken) {
+                (Err(e), Some(free)) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                    tracing::info!(taken = %addr, "default metrics address taken (another cpu worker?), taking a free port");
+                    tokio::net::TcpListener::bind(free).await
+                }
+                (bound, _) => bound,
+            }
+            .with_context(|| {
                 format!("binding the metrics address {addr} (--metrics-addr, CRUCIBLE_WORKER_METRICS_ADDR; `off` serves none)")
             })?;
             tracing::info!(addr = %listener.local_addr()?, "serving metrics");
