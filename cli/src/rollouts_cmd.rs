@@ -45,7 +45,14 @@ pub async fn submit(
         started.elapsed().as_secs_f64()
     );
     let ids: Vec<BatchId> = batches.into_iter().map(|b| b.batch_id).collect();
+    // On stderr in every mode, as `crucible submit` names its task: `crucible rollouts
+    // results`, `crucible report` and `crucible cancel` take these ids, and with `--wait` stdout
+    // holds the summary.
+    for id in &ids {
+        eprintln!("batch {id}");
+    }
     let Some((timeout, out)) = wait else {
+        // Without `--wait` the ids are the whole answer: stdout, one a line, for scripts.
         for id in &ids {
             println!("{id}");
         }
@@ -136,4 +143,55 @@ fn print_summary(s: &RolloutSummary) {
         s.decoys,
         s.mean_reward.map_or("-".to_owned(), |x| format!("{x:.3}")),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crucible_shared::rollout::RolloutBatchRequest;
+
+    /// What `submit` sends first: the file read, then one batch the server would accept.
+    fn submittable(repo_path: &str) -> usize {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(repo_path);
+        let rollouts = read_rollouts(&path).unwrap_or_else(|e| panic!("{e:#}"));
+        let batch = RolloutBatchRequest {
+            rollouts,
+            eval: RolloutEvalSettings::default(),
+            idempotency_key: None,
+        };
+        batch
+            .validate()
+            .unwrap_or_else(|e| panic!("{repo_path}: {e}"));
+        batch.rollouts.len()
+    }
+
+    /// The files the READMEs hand to `crucible rollouts submit` (and the Python examples) are
+    /// rollouts of `POST /rollouts` as they are: one format, with ids.
+    #[test]
+    fn the_shipped_rollout_files_are_submittable() {
+        assert_eq!(
+            submittable("clients/python/examples/relu_rollouts.jsonl"),
+            5
+        );
+        assert!(submittable("tests/rollouts/rollouts.jsonl") >= 40);
+    }
+
+    #[test]
+    fn a_line_that_is_not_a_rollout_is_named() {
+        let dir = std::env::temp_dir().join(format!("crucible-rollouts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("bad.jsonl");
+        std::fs::write(
+            &file,
+            "{\"id\": \"a\", \"reference_code\": \"x\", \"completion\": \"y\"}\n\n\
+             {\"name\": \"relu\", \"reference_code\": \"x\", \"completion\": \"y\"}\n",
+        )
+        .unwrap();
+        let err = format!("{:#}", read_rollouts(&file).unwrap_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(err.contains("line 3: not a rollout"), "{err}");
+        assert!(err.contains("unknown field `name`"), "{err}");
+    }
 }

@@ -9,9 +9,10 @@ previous kernel and its feedback), and each turn's rewards become group advantag
 turn: the numbers a multi-turn trainer weights its updates with. Only ``Episode`` /
 ``EpisodeGroup`` and the client are used.
 
-The policy picks completions at random from a JSONL file, one a line: ``{"problem": {"level":
-1, "id": 19}, "completion": "..."}`` or ``{"reference_code": "...", "name": "relu",
-"completion": "..."}``; lines of one problem form its pool.
+The policy picks completions at random from a JSONL file of rollouts as ``crucible rollouts
+submit`` reads them (their ``id`` is not used here): ``{"id": "a", "problem": {"level": 1, "id":
+19}, "completion": "..."}`` or ``{"id": "b", "reference_code": "...", "completion": "..."}``;
+lines of one problem form its pool.
 
     python examples/episodes_grpo.py --url http://127.0.0.1:10907 \\
         --rollouts examples/relu_rollouts.jsonl --group-size 4 --max-turns 3
@@ -20,6 +21,7 @@ The policy picks completions at random from a JSONL file, one a line: ``{"proble
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import statistics
@@ -41,9 +43,9 @@ def load_pools(path: str) -> dict[str, tuple[dict[str, Any], list[str]]]:
             if "problem" in row:
                 key, target = json.dumps(row["problem"]), {"problem": row["problem"]}
             else:
-                key, target = row.get("name", row["reference_code"][:40]), {
-                    "reference_code": row["reference_code"]
-                }
+                ref = row["reference_code"]
+                key = f"ref-{hashlib.sha256(ref.encode()).hexdigest()[:8]}"
+                target = {"reference_code": ref}
             pools.setdefault(key, (target, []))[1].append(row["completion"])
     return pools
 

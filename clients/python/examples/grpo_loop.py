@@ -8,10 +8,11 @@ trajectory's next prompt; a trajectory whose kernel is correct (and fast enough,
 discounted returns ``R_t = r_t + γ·R_{t+1}``: the numbers a multi-turn trainer would
 weight its updates with.
 
-The "policy" picks completions at random from a JSONL file, one rollout a line:
-``{"problem": {"level": 1, "id": 19}, "completion": "..."}`` or
-``{"reference_code": "...", "name": "relu", "completion": "..."}``, optionally with
-``"backend"``. Lines of the same problem form its pool.
+The "policy" picks completions at random from a JSONL file of rollouts as ``crucible rollouts
+submit`` reads them (an element of ``POST /rollouts``' ``rollouts`` a line; their ``id`` is not
+used here): ``{"id": "a", "problem": {"level": 1, "id": 19}, "completion": "..."}`` or
+``{"id": "b", "reference_code": "...", "completion": "..."}``, optionally with ``"backend"``.
+Lines of the same problem form its pool.
 
     python examples/grpo_loop.py --url http://127.0.0.1:10907 \\
         --rollouts examples/relu_rollouts.jsonl --turns 2
@@ -77,7 +78,7 @@ def load_tasks(path: str) -> list[Task]:
             else:
                 ref = row["reference_code"]
                 digest = hashlib.sha256(ref.encode()).hexdigest()[:8]
-                key = row.get("name", f"ref-{digest}")
+                key = f"ref-{digest}"
                 target = {"reference_code": ref}
             backend = cast(Backend, row.get("backend", "triton"))
             task = tasks.setdefault(key, Task(key, target, backend))

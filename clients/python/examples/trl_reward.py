@@ -34,7 +34,10 @@ def main() -> None:
     crucible = make_async_trl_reward(
         url=args.url, eval={"num_correct_trials": 2, "num_perf_trials": 5}
     )
-    prompts = [[{"role": "user", "content": f"Write a faster {row['name']}."}] for row in rows]
+    prompts = [
+        [{"role": "user", "content": f"Write a faster kernel for:\n{row['reference_code']}"}]
+        for row in rows
+    ]
     completions = [[{"role": "assistant", "content": row["completion"]}] for row in rows]
     columns = {"ground_truth": [row["reference_code"] for row in rows]}
 
