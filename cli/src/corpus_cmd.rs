@@ -13,7 +13,9 @@ pub enum CorpusCommand {
     /// the directory OUT. A bad line stops it with its line number; nothing is left at OUT
     /// unless the whole index was written.
     Index {
+        /// The corpus: a JSONL file, one entry a line.
         corpus: PathBuf,
+        /// The index directory to write.
         #[arg(long)]
         out: PathBuf,
         /// Replace OUT if it exists (once the new index is whole).
@@ -23,11 +25,14 @@ pub enum CorpusCommand {
     /// Search an index: QUERY is words or Python source (a KernelBench problem's `Model` is
     /// searched by the torch operators it calls); --reference reads it from a file.
     Search {
+        /// An index directory, as `crucible corpus index` wrote it.
         index: PathBuf,
+        /// Words or Python source to search by.
         query: Option<String>,
         /// A problem file to search by, instead of QUERY.
         #[arg(long, conflicts_with = "query")]
         reference: Option<PathBuf>,
+        /// Search the entries of this backend only, as a prompt for it does.
         #[arg(long, value_enum, default_value = "triton")]
         backend: crate::BackendArg,
         /// How many entries to show.

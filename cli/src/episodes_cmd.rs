@@ -3,7 +3,7 @@
 //! `turn` posts a completion file and waits for its reward, feedback and next prompt, `show`
 //! prints the episode with every turn and, once done, the returns. Answers are JSON on stdout.
 
-use crate::{BackendArg, Remote};
+use crate::{BACKEND_HELP, BackendArg, Remote};
 use anyhow::Context;
 use clap::Subcommand;
 use crucible_shared::episode::{EpisodeRequest, TurnRequest};
@@ -28,7 +28,7 @@ pub enum EpisodesCommand {
         /// Or the reference source file.
         #[arg(long, required_unless_present = "level")]
         reference: Option<PathBuf>,
-        #[arg(long, value_enum, default_value = "triton")]
+        #[arg(long, value_enum, default_value = "triton", help = BACKEND_HELP)]
         backend: BackendArg,
         /// `kernel_rl`, `kevin` or `drkernel`.
         #[arg(long, default_value = "kernel_rl", value_parser = parse_profile)]

@@ -11,6 +11,8 @@ mod episodes_cmd;
 mod report_cmd;
 mod rollouts_cmd;
 mod tenants_cmd;
+#[cfg(test)]
+mod tests;
 mod timing_arg;
 mod workers_cmd;
 
@@ -25,10 +27,7 @@ use crucible_gpu_worker::{
 use crucible_runtime::metrics::{Component, build_info};
 use crucible_runtime::{LogTo, Shutdown, shutdown_signal};
 use crucible_shared::bounds::{CORRECT_TRIALS, PERF_TRIALS, TIMEOUT_S};
-use crucible_shared::rollout::RolloutEvalSettings;
-use crucible_shared::{
-    Backend, BatchId, BrokerConfig, DeviceClass, EvaluateRequest, TaskId, TaskSpec,
-};
+use crucible_shared::{Backend, BrokerConfig, DeviceClass, EvaluateRequest, TaskId, TaskSpec};
 use crucible_task_manager::reaper::DEFAULT_REAPER_INTERVAL_MS;
 use crucible_task_manager::{
     Broker, MemoryBroker, ReaperSettings, RedisBroker, RedisTarget, run_reaper,
@@ -59,47 +58,45 @@ enum Command {
     Up(UpArgs),
     /// Evaluate one candidate against one reference on this machine, without a server.
     Eval {
-        #[arg(long)]
-        reference: PathBuf,
-        #[arg(long)]
-        kernel: PathBuf,
-        #[arg(long, value_enum, default_value = "triton")]
-        backend: BackendArg,
+        #[command(flatten)]
+        pair: PairArgs,
         /// Use this GPU (default: GPU 0 if one is visible, else the CPU).
         #[arg(long)]
         gpu: Option<u32>,
+        /// Use the CPU (Triton through its interpreter) even if a GPU is visible.
         #[arg(long)]
         cpu: bool,
+        /// Correctness trials, each on fresh seeded inputs.
         #[arg(long, default_value_t = CORRECT_TRIALS.default)]
         trials: u32,
+        /// Timed calls of the reference and of the candidate.
         #[arg(long, default_value_t = PERF_TRIALS.default)]
         perf_trials: u32,
+        /// Seconds the evaluation may take before its verdict is `TIMEOUT`.
         #[arg(long, default_value_t = TIMEOUT_S.default)]
         timeout_s: u32,
         #[command(flatten)]
         timing: TimingArgs,
     },
-    /// Submit one pair to a running service and wait for the verdict.
+    /// Submit one pair to a running service and wait for the verdict (the task id is printed
+    /// on stderr, the task's JSON on stdout).
     Submit {
         #[command(flatten)]
         remote: Remote,
-        #[arg(long)]
-        reference: PathBuf,
-        #[arg(long)]
-        kernel: PathBuf,
-        #[arg(long, value_enum, default_value = "triton")]
-        backend: BackendArg,
+        #[command(flatten)]
+        pair: PairArgs,
         /// Run only on a worker of this device class (`h100`, `cpu`, ...; `crucible status`
         /// lists the workers' classes). Default: any worker.
         #[arg(long)]
         device_class: Option<DeviceClass>,
+        /// Give up waiting for the verdict after this many seconds (the task goes on).
         #[arg(long, default_value_t = 600)]
         wait_s: u64,
     },
     /// Score model completions on a running service.
     Rollouts {
         #[command(subcommand)]
-        command: RolloutsCommand,
+        command: rollouts_cmd::RolloutsCommand,
     },
     /// Cancel a task (`t_...`) or every open task of a batch (`b_...`) on a running service:
     /// queued tasks never run, running ones have their children killed. A task that already
@@ -151,6 +148,8 @@ enum Command {
 /// `crucible up`'s options.
 #[derive(clap::Args)]
 struct UpArgs {
+    /// Where the API listens. On a loopback address it needs no token (CRUCIBLE_AUTH
+    /// overrides); elsewhere it requires CRUCIBLE_ADMIN_TOKEN.
     #[arg(long, env = "CRUCIBLE_BIND", default_value = "127.0.0.1:10907")]
     bind: String,
     /// Shared broker, `redis[s]://[user:password@]host:port` (TLS files:
@@ -183,44 +182,10 @@ struct UpArgs {
     drain_read_s: u64,
 }
 
-#[derive(Subcommand)]
-enum RolloutsCommand {
-    /// Submit a JSONL file of rollouts (one rollout per line: an element of `POST /rollouts`'s
-    /// `rollouts` array) in batches of at most 1,000.
-    Submit {
-        file: PathBuf,
-        #[command(flatten)]
-        remote: Remote,
-        /// Wait for every result (else print the batch ids and exit).
-        #[arg(long)]
-        wait: bool,
-        /// Write the results here, one JSON object per line, in completion order.
-        #[arg(long, requires = "wait")]
-        out: Option<PathBuf>,
-        /// Give up waiting after this many seconds.
-        #[arg(long, default_value_t = 3600)]
-        wait_timeout_s: u64,
-        /// Rollouts per `POST /rollouts` (1-1000).
-        #[arg(long, default_value_t = 1000)]
-        batch_size: usize,
-        #[command(flatten)]
-        eval: EvalArgs,
-    },
-    /// Collect the results of batches submitted earlier.
-    Results {
-        batch_ids: Vec<String>,
-        #[command(flatten)]
-        remote: Remote,
-        #[arg(long)]
-        out: Option<PathBuf>,
-        #[arg(long, default_value_t = 3600)]
-        wait_timeout_s: u64,
-    },
-}
-
 /// Where a running service is and how to authenticate to it.
 #[derive(clap::Args)]
 pub struct Remote {
+    /// The service's address.
     #[arg(long, env = "CRUCIBLE_URL", default_value = "http://127.0.0.1:10907")]
     url: String,
     /// Bearer token: a tenant's, or the admin token for `crucible tenants`. Not needed by a
@@ -237,45 +202,14 @@ impl Remote {
     }
 }
 
-/// Evaluation settings for every rollout (absent: the server's defaults).
-#[derive(clap::Args)]
-struct EvalArgs {
-    #[arg(long)]
-    num_correct_trials: Option<u32>,
-    #[arg(long)]
-    num_perf_trials: Option<u32>,
-    #[arg(long)]
-    timeout_s: Option<u32>,
-    #[arg(long)]
-    max_speedup: Option<f64>,
-    /// Evaluate every rollout on workers of this device class (`h100`, `cpu`, ...). Default:
-    /// the server places each problem's rollouts together on one class.
-    #[arg(long)]
-    device_class: Option<DeviceClass>,
-    #[command(flatten)]
-    timing: TimingArgs,
-}
-
-impl From<EvalArgs> for RolloutEvalSettings {
-    fn from(a: EvalArgs) -> Self {
-        RolloutEvalSettings {
-            num_correct_trials: a.num_correct_trials,
-            num_perf_trials: a.num_perf_trials,
-            timeout_s: a.timeout_s,
-            max_speedup: a.max_speedup,
-            timing: a.timing.setting(),
-            precision: a.timing.precision,
-            timing_method: a.timing.timing_method,
-            reference_backend: a.timing.reference_backend,
-            device_class: a.device_class,
-            ..RolloutEvalSettings::default()
-        }
-    }
-}
+/// `--backend` wherever a command takes it.
+const BACKEND_HELP: &str = "What the kernel is written in.";
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum BackendArg {
+    /// Triton (`@triton.jit` kernels).
     Triton,
+    /// CUDA C++ built with `torch.utils.cpp_extension.load_inline`.
     Cuda,
 }
 
@@ -300,9 +234,7 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Up(args) => up(args).await,
         Command::Eval {
-            reference,
-            kernel,
-            backend,
+            pair,
             gpu,
             cpu,
             trials,
@@ -310,8 +242,7 @@ async fn main() -> anyhow::Result<()> {
             timeout_s,
             timing,
         } => {
-            let mut request = EvaluateRequest::new(read(&reference)?, read(&kernel)?);
-            request.backend = backend.into();
+            let mut request = pair.request()?;
             request.num_correct_trials = trials;
             request.num_perf_trials = perf_trials;
             request.timeout_s = timeout_s;
@@ -336,15 +267,12 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Submit {
             remote,
-            reference,
-            kernel,
-            backend,
+            pair,
             device_class,
             wait_s,
         } => {
             let client = remote.client();
-            let mut request = EvaluateRequest::new(read(&reference)?, read(&kernel)?);
-            request.backend = backend.into();
+            let mut request = pair.request()?;
             request.device_class = device_class;
             let submitted = client.evaluate(&request).await?;
             eprintln!("submitted {}", submitted.task_id);
@@ -354,38 +282,7 @@ async fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&view)?);
             Ok(())
         }
-        Command::Rollouts { command } => match command {
-            RolloutsCommand::Submit {
-                file,
-                remote,
-                wait,
-                out,
-                wait_timeout_s,
-                batch_size,
-                eval,
-            } => {
-                let client = remote.client();
-                let wait = wait.then(|| (Duration::from_secs(wait_timeout_s), out.as_deref()));
-                rollouts_cmd::submit(&client, &file, &eval.into(), batch_size, wait).await
-            }
-            RolloutsCommand::Results {
-                batch_ids,
-                remote,
-                out,
-                wait_timeout_s,
-            } => {
-                let client = remote.client();
-                let ids: Vec<BatchId> = batch_ids.into_iter().map(BatchId).collect();
-                rollouts_cmd::collect(
-                    &client,
-                    &ids,
-                    0,
-                    Duration::from_secs(wait_timeout_s),
-                    out.as_deref(),
-                )
-                .await
-            }
-        },
+        Command::Rollouts { command } => rollouts_cmd::run(command).await,
         Command::Tenants { command } => tenants_cmd::run(command).await,
         Command::Corpus { command } => corpus_cmd::run(command),
         Command::Workers { command } => workers_cmd::run(command).await,
@@ -414,8 +311,29 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-fn read(path: &PathBuf) -> anyhow::Result<String> {
-    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+/// The pair `crucible eval` and `crucible submit` evaluate.
+#[derive(clap::Args)]
+struct PairArgs {
+    /// The reference: a KernelBench problem file (`Model`, `get_inputs`, `get_init_inputs`).
+    #[arg(long)]
+    reference: PathBuf,
+    /// The candidate: a file defining `ModelNew`, to be checked and timed against `Model`.
+    #[arg(long)]
+    kernel: PathBuf,
+    #[arg(long, value_enum, default_value = "triton", help = BACKEND_HELP)]
+    backend: BackendArg,
+}
+
+impl PairArgs {
+    /// A request for the pair, with every other field at its default.
+    fn request(&self) -> anyhow::Result<EvaluateRequest> {
+        let read = |path: &PathBuf| {
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+        };
+        let mut request = EvaluateRequest::new(read(&self.reference)?, read(&self.kernel)?);
+        request.backend = self.backend.into();
+        Ok(request)
+    }
 }
 
 /// A broker on the shared Redis at `url`, with the TLS files of the environment.

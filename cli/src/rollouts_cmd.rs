@@ -1,15 +1,129 @@
 //! `crucible rollouts submit|results`: a JSONL file of rollouts in, a JSONL file of scored
 //! results out (in completion order), with a progress bar and a summary.
 
+use crate::Remote;
+use crate::timing_arg::TimingArgs;
 use anyhow::Context;
+use clap::Subcommand;
 use crucible_client::Client;
 use crucible_client::summary::RolloutSummary;
-use crucible_shared::BatchId;
 use crucible_shared::rollout::{Rollout, RolloutEvalSettings, RolloutResult};
+use crucible_shared::{BatchId, DeviceClass};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::{BufWriter, IsTerminal, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// `--out` of both commands.
+const OUT_HELP: &str = "Write the results here, one JSON object per line, in completion order.";
+/// `--wait-timeout-s` of both commands.
+const WAIT_TIMEOUT_HELP: &str = "Give up waiting for the results after this many seconds.";
+
+#[derive(Subcommand)]
+pub enum RolloutsCommand {
+    /// Submit a JSONL file of rollouts (one rollout per line: an element of `POST /rollouts`'s
+    /// `rollouts` array) in batches of at most 1,000. Prints each batch id on stderr
+    /// (`batch b_...`), and on stdout too without `--wait`.
+    Submit {
+        /// The rollouts, one JSON object a line: `id`, `problem` (`{level, id}`) or
+        /// `reference_code`, `completion`, and optionally `backend`, `turn`, `profile`,
+        /// `weights`, `decoy_reward` (clients/python/examples/relu_rollouts.jsonl).
+        file: PathBuf,
+        #[command(flatten)]
+        remote: Remote,
+        /// Wait for every result and print a summary (else print the batch ids and exit).
+        #[arg(long)]
+        wait: bool,
+        #[arg(long, requires = "wait", help = OUT_HELP)]
+        out: Option<PathBuf>,
+        #[arg(long, default_value_t = 3600, help = WAIT_TIMEOUT_HELP)]
+        wait_timeout_s: u64,
+        /// Rollouts per `POST /rollouts` (1-1000).
+        #[arg(long, default_value_t = 1000)]
+        batch_size: usize,
+        #[command(flatten)]
+        eval: EvalArgs,
+    },
+    /// Collect the results of batches submitted earlier, and print their summary.
+    Results {
+        /// The batches (`b_...`), as `crucible rollouts submit` printed them.
+        batch_ids: Vec<String>,
+        #[command(flatten)]
+        remote: Remote,
+        #[arg(long, help = OUT_HELP)]
+        out: Option<PathBuf>,
+        #[arg(long, default_value_t = 3600, help = WAIT_TIMEOUT_HELP)]
+        wait_timeout_s: u64,
+    },
+}
+
+/// Evaluation settings for every rollout (absent: the server's defaults, as `POST /evaluate`'s).
+#[derive(clap::Args)]
+pub struct EvalArgs {
+    /// Correctness trials, each on fresh seeded inputs.
+    #[arg(long)]
+    num_correct_trials: Option<u32>,
+    /// Timed calls of the reference and of the candidate.
+    #[arg(long)]
+    num_perf_trials: Option<u32>,
+    /// Seconds an evaluation may take before its verdict is `TIMEOUT`.
+    #[arg(long)]
+    timeout_s: Option<u32>,
+    /// A speedup above this is flagged as implausible.
+    #[arg(long)]
+    max_speedup: Option<f64>,
+    /// Evaluate every rollout on workers of this device class (`h100`, `cpu`, ...). Default:
+    /// the server places each problem's rollouts together on one class.
+    #[arg(long)]
+    device_class: Option<DeviceClass>,
+    #[command(flatten)]
+    timing: TimingArgs,
+}
+
+impl From<EvalArgs> for RolloutEvalSettings {
+    fn from(a: EvalArgs) -> Self {
+        RolloutEvalSettings {
+            num_correct_trials: a.num_correct_trials,
+            num_perf_trials: a.num_perf_trials,
+            timeout_s: a.timeout_s,
+            max_speedup: a.max_speedup,
+            timing: a.timing.setting(),
+            precision: a.timing.precision,
+            timing_method: a.timing.timing_method,
+            reference_backend: a.timing.reference_backend,
+            device_class: a.device_class,
+            ..RolloutEvalSettings::default()
+        }
+    }
+}
+
+pub async fn run(command: RolloutsCommand) -> anyhow::Result<()> {
+    match command {
+        RolloutsCommand::Submit {
+            file,
+            remote,
+            wait,
+            out,
+            wait_timeout_s,
+            batch_size,
+            eval,
+        } => {
+            let client = remote.client();
+            let wait = wait.then(|| (Duration::from_secs(wait_timeout_s), out.as_deref()));
+            submit(&client, &file, &eval.into(), batch_size, wait).await
+        }
+        RolloutsCommand::Results {
+            batch_ids,
+            remote,
+            out,
+            wait_timeout_s,
+        } => {
+            let ids: Vec<BatchId> = batch_ids.into_iter().map(BatchId).collect();
+            let timeout = Duration::from_secs(wait_timeout_s);
+            collect(&remote.client(), &ids, 0, timeout, out.as_deref()).await
+        }
+    }
+}
 
 /// Reads one rollout per non-blank line; the error names the line.
 pub fn read_rollouts(path: &Path) -> anyhow::Result<Vec<Rollout>> {

@@ -10,6 +10,7 @@ use crucible_shared::CreateTenantRequest;
 pub enum TenantsCommand {
     /// Create a tenant and print it with its token (shown this once).
     Create {
+        /// The tenant's name, unique among tenants.
         name: String,
         /// Most tasks it may have queued at once (default: only the global queue cap).
         #[arg(long)]
@@ -30,6 +31,7 @@ pub enum TenantsCommand {
     },
     /// Delete a tenant: its token stops working and its open tasks are cancelled.
     Delete {
+        /// The tenant to delete, by name.
         name: String,
         #[command(flatten)]
         remote: Remote,
