@@ -147,7 +147,7 @@ def summary(run, base):
         "wall_s": run["wall_s"], "evals_per_min": rate,
         "ratio": rate / base_rate if base_rate else None,
         "target": 0.85 * n / n0,
-        "busy": run["busy"], "slot_wait_p50_s": pct(waits, 50),
+        "busy": run["busy"], "host_cpu_busy": run.get("host_cpu_busy"), "slot_wait_p50_s": pct(waits, 50),
         "slot_wait_max_s": max(waits) if waits else None, "slot_waits": len(waits),
         "cache_hits": hits, "max_timings_at_once": max(run["overlap"].values(), default=0),
         "timings": run["timings"], "verdict_diffs": verdict_diffs(base, run),
@@ -161,7 +161,7 @@ def table(rows):
     def f(x, fmt):
         return "n/a" if x is None else format(x, fmt)
     lines = [f"{'workers':>7} {'evals':>5} {'wall s':>7} {'evals/min':>9} {'ratio':>6} {'target':>6}  "
-             f"{'busy per GPU':24} {'slot wait p50/max s (n)':>23} {'cache hits':>10} "
+             f"{'busy per GPU':24} {'host CPU':>8} {'slot wait p50/max s (n)':>23} {'cache hits':>10} "
              f"{'timings':>7} {'max at once':>11} {'verdicts differ':>15} {'speedup vs base p50 (p5-p95)':>28}"]
     for r in rows:
         busy = " ".join(f"{k}:{'n/a' if v is None else f'{v:.0f}%'}" for k, v in r["busy"].items())
@@ -170,6 +170,7 @@ def table(rows):
         lines.append(
             f"{r['workers']:>7} {r['answered']:>2}/{r['evaluations']:<2} {r['wall_s']:>7.1f} "
             f"{r['evals_per_min']:>9.1f} {f(r['ratio'], '.2f'):>6} {r['target']:>6.2f}  {busy:24} "
+            f"{f(r['host_cpu_busy'], '.0f') + ('%' if r['host_cpu_busy'] is not None else ''):>8} "
             f"{f(r['slot_wait_p50_s'], '.2f') + '/' + f(r['slot_wait_max_s'], '.2f') + ' (' + str(r['slot_waits']) + ')':>23} "
             f"{r['cache_hits']:>10} {r['timings']:>7} {r['max_timings_at_once']:>11} {len(r['verdict_diffs']):>15} "
             f"{drift:>28}")
@@ -184,6 +185,24 @@ def verdict_ok(rows):
 
 # ---------------------------------------------------------------------------------------------
 # processes
+
+
+def cpu_times():
+    """The host's CPU time so far (/proc/stat's first line): (busy, total) jiffies, or None."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)   # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def cpu_busy(before, after):
+    """Pure: the share of the host's CPU time that was busy between two cpu_times(), in %."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return 100.0 * (after[0] - before[0]) / (after[1] - before[1])
 
 
 class GpuSampler:
@@ -266,10 +285,12 @@ def run_mode(args, n, items):
                  deadline_s=300)
         print(f"scale: {n} worker(s) up, {len(items)} evaluations", flush=True)
         sampler = GpuSampler()
+        cpu_before = cpu_times()
         bargs = types.SimpleNamespace(api=api, gpu="0", force_refresh=False, timing=None, timing_target=None,
                                       deadline_s=args.deadline_s)
         run = run_crucible(bargs, items)
         util = sampler.stop()
+        host_busy = cpu_busy(cpu_before, cpu_times())
     finally:
         for p in reversed(procs):
             p.terminate()
@@ -284,7 +305,10 @@ def run_mode(args, n, items):
             windows += timing_windows(f.read(), stand_in=f"cpu{i}")
     # Busy per GPU: nvidia-smi's figure when there is one, else n/a for each worker's device.
     devices = sorted({w[0] for w in windows} | {str(i) for i in range(n)}) if not util else sorted(util)
+    # The mode's build cache is its own (emptied at its start): gigabytes nobody reads again.
+    shutil.rmtree(build_cache, ignore_errors=True)
     run.update({"mode": f"scale-{n}", "workers_n": n, "overlap": max_overlap(windows), "timings": len(windows),
+                "host_cpu_busy": host_busy,
                 "busy": {d: util.get(d) for d in devices} if util else {f"gpu{i}": None for i in range(n)},
                 "windows": windows})
     return run

@@ -201,6 +201,13 @@ class Scale(unittest.TestCase):
         self.assertTrue(low < mid < high)
         self.assertEqual(scale.speedup_drift(base, {"tasks": []}), (None, None, None))
 
+    def test_host_cpu_busy_is_the_busy_share_between_two_readings(self):
+        self.assertEqual(scale.cpu_busy((100, 1000), (150, 1100)), 50.0)
+        self.assertIsNone(scale.cpu_busy(None, (1, 2)))
+        self.assertIsNone(scale.cpu_busy((1, 2), (1, 2)), "no time passed")
+        busy, total = scale.cpu_times()
+        self.assertTrue(0 <= busy <= total, "this host's /proc/stat")
+
     def test_stage_table_has_a_median_per_mode(self):
         runs = [{"workers_n": n, "tasks": [task("a", 1, stage_ms={"setup": 100.0 * n}),
                                            task("b", 1, stage_ms={"setup": 300.0 * n})]}
