@@ -206,7 +206,8 @@ def test_a_correct_kernel_maps_its_timings():
 
 def test_an_incorrect_kernel_reports_its_difference():
     got, _ = evaluate(INCORRECT)
-    assert (got.compiled, got.correctness, got.runtime, got.runtime_stats) == (True, False, -1.0, {})
+    assert (got.compiled, got.correctness) == (True, False)
+    assert (got.runtime, got.runtime_stats) == (-1.0, {})
     md = got.metadata
     assert md["correctness_trials"] == "(0 / 1)"
     assert md["correctness_issue_name"] == "correctness_issue"
