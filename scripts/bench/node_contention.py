@@ -20,28 +20,42 @@ import json
 import multiprocessing as mp
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+from report import pct
+
 
 def median(xs):
-    return statistics.median(xs) if xs else float("nan")
+    return pct(xs, 50)
 
 
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else float("nan")
+def wait_until(start_at):
+    """Sleeps until the wall clock reaches `start_at` (the processes of a case start together)."""
+    while time.time() < start_at:
+        time.sleep(0.001)
+
+
+def run_together(targets, timeout):
+    """Starts one process per (function, args) of `targets`, each given the queue it reports
+    on as its last argument; returns their reports (in the order they came)."""
+    out = mp.Queue()
+    procs = [mp.Process(target=fn, args=(*args, out)) for fn, args in targets]
+    for p in procs:
+        p.start()
+    got = [out.get(timeout=timeout) for _ in procs]
+    for p in procs:
+        p.join()
+    return got
 
 
 def create_context(gpu, start_at, out):
     """Child: waits for start_at, creates its context on `gpu`, reports the milliseconds."""
     os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
     import torch
-    while time.time() < start_at:
-        time.sleep(0.001)
+    wait_until(start_at)
     t0 = time.perf_counter()
     torch.cuda.init()
     x = torch.empty(1 << 20, device="cuda")
@@ -105,21 +119,15 @@ def part_ctx(gpus):
     rows = []
     for name, placement in cases:
         for _rep in range(2):
-            out = mp.Queue()
             start_at = time.time() + 0.5
-            procs = [mp.Process(target=create_context, args=(g, start_at, out)) for g in placement]
-            for p in procs:
-                p.start()
-            got = [out.get(timeout=120) for _ in procs]
-            for p in procs:
-                p.join()
+            got = run_together([(create_context, (g, start_at)) for g in placement], timeout=120)
             ms = [g["ctx_ms"] for g in got]
             rows.append({"case": name, "n": len(placement), "median_ms": median(ms), "max_ms": max(ms),
                          "extra_ms": median([g["extra_ms"] for g in got])})
     return rows
 
 
-def steady(gpu, seconds, start_at, out, role):
+def steady(gpu, seconds, start_at, role, out):
     """Child: small kernels launched and synchronised, and timed with events, for `seconds`."""
     os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
     import torch
@@ -140,8 +148,7 @@ def steady(gpu, seconds, start_at, out, role):
                 torch.mul(x, torch.sigmoid(x), out=y)
                 y.add_(b)
     torch.cuda.synchronize()
-    while time.time() < start_at:
-        time.sleep(0.001)
+    wait_until(start_at)
     host_us, kernel_us, graph_us = [], [], []
     until = time.time() + seconds
     while time.time() < until:
@@ -161,25 +168,20 @@ def steady(gpu, seconds, start_at, out, role):
             ev1.record()
             ev1.synchronize()
             graph_us.append(ev0.elapsed_time(ev1) * 1e3 / 10)
-    out.put({"role": role, "gpu": gpu, "host_us": median(host_us), "host_p90_us": pct(host_us, 0.9),
-             "kernel_us": median(kernel_us), "kernel_p90_us": pct(kernel_us, 0.9),
-             "graph_us": median(graph_us), "graph_p90_us": pct(graph_us, 0.9), "n": len(host_us)})
+    out.put({"role": role, "gpu": gpu, "host_us": median(host_us), "host_p90_us": pct(host_us, 90),
+             "kernel_us": median(kernel_us), "kernel_p90_us": pct(kernel_us, 90),
+             "graph_us": median(graph_us), "graph_p90_us": pct(graph_us, 90), "n": len(host_us)})
 
 
-def churn(gpu, seconds, start_at, out, role):
+def churn(gpu, seconds, start_at, role, out):
     """Child: forks context-creating processes one after another for `seconds` (a device
     child's set-up, over and over)."""
     import torch  # noqa: F401  (imported once here, as in the template)
-    while time.time() < start_at:
-        time.sleep(0.001)
+    wait_until(start_at)
     until = time.time() + seconds
     ms = []
     while time.time() < until:
-        q = mp.Queue()
-        p = mp.Process(target=create_context, args=(gpu, 0, q))
-        p.start()
-        ms.append(q.get(timeout=120)["ctx_ms"])
-        p.join()
+        ms.append(run_together([(create_context, (gpu, 0))], timeout=120)[0]["ctx_ms"])
     out.put({"role": role, "gpu": gpu, "ctx_ms": median(ms), "n": len(ms)})
 
 
@@ -195,16 +197,10 @@ def part_steady(gpus, seconds):
                       [(churn, g) for g in range(1, gpus) for _ in range(2)]))
     rows = []
     for name, neighbours in cases:
-        out = mp.Queue()
         start_at = time.time() + 3.0
-        procs = [mp.Process(target=steady, args=(0, seconds, start_at, out, "measured"))]
-        procs += [mp.Process(target=fn, args=(g, seconds, start_at, out, "neighbour"))
-                  for fn, g in neighbours]
-        for p in procs:
-            p.start()
-        got = [out.get(timeout=300) for _ in procs]
-        for p in procs:
-            p.join()
+        got = run_together([(steady, (0, seconds, start_at, "measured"))]
+                           + [(fn, (g, seconds, start_at, "neighbour")) for fn, g in neighbours],
+                           timeout=300)
         me = next(g for g in got if g["role"] == "measured")
         nb = [g for g in got if g["role"] == "neighbour"]
         rows.append({"case": name, **{k: me[k] for k in ("host_us", "host_p90_us", "kernel_us", "kernel_p90_us",
@@ -220,7 +216,7 @@ TRITON_CANDIDATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "can
                                 "01_swish_bias.py")
 
 
-def triton_first_call(cache_dir, src_dir, out, label):
+def triton_first_call(cache_dir, src_dir, label, out):
     os.environ["CUDA_VISIBLE_DEVICES"] = "0"
     os.environ["TRITON_CACHE_DIR"] = cache_dir
     sys.path.insert(0, src_dir)
@@ -262,11 +258,7 @@ def part_triton():
     shutil.copyfile(TRITON_CANDIDATE, os.path.join(src, "kern.py"))
     cache = tempfile.mkdtemp(prefix="nc-cache-")
     for label in ("empty cache (JIT)", "cache of the run before", "cache of the run before"):
-        out = mp.Queue()
-        p = mp.Process(target=triton_first_call, args=(cache, src, out, label))
-        p.start()
-        rows.append(out.get(timeout=300))
-        p.join()
+        rows += run_together([(triton_first_call, (cache, src, label))], timeout=300)
     return rows
 
 
