@@ -34,6 +34,8 @@ fi
 "$CRUCIBLE_PYTHON" tests/harness/check_builds.py
 # The output comparison's fast path (float32/float64) agrees with isclose and the exact path.
 "$CRUCIBLE_PYTHON" tests/harness/check_compare.py
+# The timed calls' outputs go into the judge's slots only when they fit; poison differs.
+"$CRUCIBLE_PYTHON" tests/harness/check_slots.py
 # The footprint a device child reports before it is let go, sized on the meta device.
 "$CRUCIBLE_PYTHON" tests/harness/check_memory.py
 # The CPU stage's Triton dry run: its cache entries are the ones Triton's JIT looks up.

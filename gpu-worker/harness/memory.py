@@ -11,7 +11,8 @@ forward run on shapes alone, so nothing is allocated and no kernel runs.
 
 The estimate follows the copies the stages make (judge_correctness.py, judge_performance.py).
 Timing holds the most: the pool of input sets with their reference outputs in the judge, the
-runner's input slot and the candidate's output: (sets + 1) x (inputs + outputs); or, after it,
+runner's input slot and the candidate's output, and the judge's output slot the runner copies
+that output into: (sets + 1) x (inputs + outputs) + outputs; or, after it,
 the timing check's fresh sets, each twice with its output twice (verify_sets). A correctness
 trial holds less (the inputs, the reference's copy of them, the runner's copy and the
 reference output in the judge, the candidate's output in the runner: 3 inputs + 2 outputs, at
@@ -26,7 +27,8 @@ retried alone (worker/neighbours.rs). The CUDA contexts are the worker's constan
 Owns: the timing pool's size (pool_sets, also used by judge_performance.py), how many of the
 timing check's sets fit (verify_sets), the estimate
 (footprint_bytes), the reference's inputs on the meta device (meta_inputs, also the CPU
-stage's Triton dry run's first step) and the measurement (measure).
+stage's Triton dry run's first step), the measurement (measure), and the runner's poisoning
+of the allocator's free memory (poison_free_memory).
 May import: trusted, tensors.
 """
 from crucible_tensors import as_call_args, model_to_precision, seed_all, tensor_nbytes, to_precision
@@ -64,9 +66,29 @@ def footprint_bytes(inputs, outputs, params, total_bytes):
     inputs take `inputs` bytes, reference outputs `outputs`, model parameters and buffers
     `params`, on a device of `total_bytes` (see the module's comment for the copies)."""
     per_set = inputs + outputs
-    timing = (pool_sets(per_set, total_bytes) + 1) * per_set
+    # The pool's sets, the runner's input slot and the candidate's output, and the judge's
+    # output slot the runner copies it into.
+    timing = (pool_sets(per_set, total_bytes) + 1) * per_set + outputs
     check = verify_sets(inputs, outputs, total_bytes) * 2 * per_set
     return 2 * params + max(timing, check)
+
+
+def poison_free_memory():
+    """Fills the device memory the caching allocator holds but no tensor uses with NaN bytes,
+    so that an output that is never written reads garbage instead of an earlier result (the
+    runner does it before a correctness trial's forward)."""
+    torch = Trusted.torch
+    sizes = []
+    for segment in torch.cuda.memory_snapshot():
+        for block in segment.get("blocks", []):
+            if block.get("state") == "inactive" and block.get("size", 0) > 0:
+                sizes.append(block["size"])
+    held = []
+    for size in sorted(sizes, reverse=True):
+        t = torch.empty(size, dtype=torch.uint8, device="cuda")
+        t.fill_(0xFF)
+        held.append(t)
+    del held
 
 
 def meta_inputs(ref, seed, precision):

@@ -9,7 +9,7 @@ Owns: runner_main(), Runner (one op_* method per request), the per-request integ
 that must run beside the candidate, and the kernel counting of a profiled forward.
 
 May import: trusted, errors, channel (only the gate's fd number, to close it), tensors,
-transport, sandbox, selftest, builds, integrity, triton_aot. Never a judge module.
+transport, sandbox, selftest, builds, integrity, memory, triton_aot. Never a judge module.
 """
 import base64
 import os
@@ -26,6 +26,7 @@ from crucible_errors import (CAUGHT, MAX_CAUGHT_NOTES, classify, format_error, n
                              same_file)
 from crucible_integrity import (THREAD_STARTERS, WATCHED, lookup, overlaps, precision_state,
                                 storage_span)
+from crucible_memory import poison_free_memory
 from crucible_tensors import (FLUSH_BYTES, flatten, model_to_precision, seed_all, set_cpu_threads,
                               timed_call, to_device)
 from crucible_triton_aot import TritonPrecompile, bounded_call, meta_tensor
@@ -398,8 +399,8 @@ class Runner:
 
     def op_forward(self, msg):
         args = self.import_inputs(msg["inputs"])
-        if msg.get("poison"):
-            self.poison_free_memory()
+        if msg.get("poison") and self.device == "cuda":
+            poison_free_memory()
         out = self.call_model(args, str(msg.get("context", "candidate forward raised")))
         findings = self.check_outputs(out, args, bool(msg.get("allow_alias")))
         if findings:
@@ -415,27 +416,37 @@ class Runner:
         return reply
 
     def op_slot(self, msg):
-        self.slots[msg["slot"]] = self.import_inputs(msg["inputs"])
+        self.slots[msg["slot"]] = (self.import_inputs(msg["inputs"]),
+                                   self.import_slots(msg.get("outputs") or []))
         return {}
 
     def op_time(self, msg):
-        args = self.slots[msg["slot"]]
+        """One timed call. Its output goes into the judge's output slots when it fits them,
+        after the timing ends: no IPC handle, event or pinned allocation inside a timed call,
+        and the output's memory goes back to the allocator for the next one."""
+        args, out_slots = self.slots[msg["slot"]]
         self.kept = None
-        ms, self.kept = timed_call(self, self.model, args, msg.get("method", "cuda_event"))
-        return {"ms": ms, "outputs": self.export(self.kept)}
+        ms, out = timed_call(self, self.model, args, msg.get("method", "cuda_event"))
+        kind = transport.copy_into_slots(Trusted.torch, out, out_slots)
+        if kind is None:
+            self.kept = out
+            return {"ms": ms, "outputs": self.export(out)}
+        del out
+        self.sync()
+        return {"ms": ms, "slots": kind}
+
+    def import_slots(self, descs):
+        """The judge's output slots (mapped shared: what is written here is there for it)."""
+        index = Trusted.torch.cuda.current_device() if self.device == "cuda" else None
+        return [transport.import_tensor(Trusted.torch, d, self.xfer_dir, index, shared=True)
+                for d in descs]
 
     def op_verify_setup(self, msg):
         """Maps the judge's verification slots: per set, its input slots and the slots its
         outputs go to. Their content is written by the judge afterwards, while this process
         is stopped."""
-        self.verify_sets = []
-        for entry in msg["sets"]:
-            slots = []
-            for d in entry["outputs"]:
-                index = Trusted.torch.cuda.current_device() if self.device == "cuda" else None
-                slots.append(transport.import_tensor(Trusted.torch, d, self.xfer_dir, index,
-                                                     shared=True))
-            self.verify_sets.append((self.import_inputs(entry["inputs"]), slots))
+        self.verify_sets = [(self.import_inputs(entry["inputs"]),
+                             self.import_slots(entry["outputs"])) for entry in msg["sets"]]
         return {}
 
     def op_verify_run(self, msg):
@@ -545,24 +556,6 @@ class Runner:
         if node is None or type(node) in (int, float, bool, str):
             return {"value": node}
         return {"value": f"<{type(node).__name__}>"}
-
-    def poison_free_memory(self):
-        """Fill the memory the caching allocator holds but no tensor uses with NaN bytes, so
-        an output that is never written reads garbage instead of an earlier result."""
-        if self.device != "cuda":
-            return
-        torch = Trusted.torch
-        sizes = []
-        for segment in torch.cuda.memory_snapshot():
-            for block in segment.get("blocks", []):
-                if block.get("state") == "inactive" and block.get("size", 0) > 0:
-                    sizes.append(block["size"])
-        held = []
-        for size in sorted(sizes, reverse=True):
-            t = torch.empty(size, dtype=torch.uint8, device="cuda")
-            t.fill_(0xFF)
-            held.append(t)
-        del held
 
 
 def runner_main(sock, taskdir, plan):

@@ -266,3 +266,43 @@ def read_regular_file(path, expected_size):
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------------
+# Output slots: outputs written into memory the judge shares once
+# ---------------------------------------------------------------------------------------------
+
+SLOT_KINDS = ("tensor", "tuple", "list")
+
+
+def copy_into_slots(torch, out, slots):
+    """Copies a forward's output into the judge's output `slots` (tensors mapped once, shaped
+    like the reference's outputs) when it is a tensor, or a tuple or list of tensors, of
+    exactly their shapes and dtypes; returns its kind (SLOT_KINDS), or None when it is not
+    (nothing is copied: the caller describes it as it is, so the judge sees what it got).
+    A copy is queued on the current stream; the caller syncs before answering."""
+    if not slots:
+        return None
+    if isinstance(out, torch.Tensor):
+        kind, tensors = "tensor", [out]
+    elif isinstance(out, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in out):
+        kind, tensors = ("tuple" if isinstance(out, tuple) else "list"), list(out)
+    else:
+        return None
+    if len(tensors) != len(slots) or any(
+            t.shape != s.shape or t.dtype != s.dtype or t.device != s.device
+            for t, s in zip(tensors, slots)):
+        return None
+    for t, s in zip(tensors, slots):
+        s.copy_(t)
+    return kind
+
+
+def from_slots(kind, slots):
+    """The output the runner reported as written into `slots` (the judge's own views), in the
+    container it reported; TransportError for a kind no honest runner sends."""
+    if kind not in SLOT_KINDS or (kind == "tensor" and len(slots) != 1):
+        raise TransportError(f"bad output slot kind {str(kind)[:40]!r}")
+    if kind == "tensor":
+        return slots[0]
+    return tuple(slots) if kind == "tuple" else list(slots)

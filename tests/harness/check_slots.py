@@ -1,0 +1,73 @@
+"""The timed calls' output slots (gpu-worker/harness/transport.py: copy_into_slots, from_slots;
+judge_performance.py: poison_slots), on the CPU: an output of the reference's shapes and dtypes
+is copied and its container named, anything else is left to be described as it is; a kind no
+honest runner sends is refused; poisoned slots differ from the expected output everywhere.
+Run by scripts/test.sh; exit 1 on the first failure."""
+import importlib.util
+import os
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HARNESS = os.path.join(REPO, "gpu-worker", "harness", "harness.py")
+
+# Loading the entry point registers every harness module as crucible_<name>.
+entry = importlib.util.spec_from_file_location("crucible_harness_entry", HARNESS)
+entry.loader.exec_module(importlib.util.module_from_spec(entry))
+import torch  # noqa: E402
+
+import crucible_transport as transport  # noqa: E402
+from crucible_judge_performance import poison_slots  # noqa: E402
+from crucible_trusted import capture_trusted  # noqa: E402
+
+capture_trusted(torch)
+checks = 0
+
+
+def check(cond, what):
+    global checks
+    assert cond, what
+    checks += 1
+
+
+def slots_like(*tensors):
+    return [torch.empty_like(t) for t in tensors]
+
+
+a, b = torch.randn(4, 5), torch.randn(3)
+one = slots_like(a)
+check(transport.copy_into_slots(torch, a, one) == "tensor" and torch.equal(one[0], a),
+      "a tensor of the slot's shape is copied")
+two = slots_like(a, b)
+check(transport.copy_into_slots(torch, (a, b), two) == "tuple"
+      and torch.equal(two[0], a) and torch.equal(two[1], b), "a tuple of tensors")
+check(transport.copy_into_slots(torch, [a, b], two) == "list", "a list keeps its kind")
+for name, out, slots in (
+        ("another shape", a.t(), one),
+        ("another dtype", a.double(), one),
+        ("fewer tensors", (a,), two),
+        ("a non-tensor in the tuple", (a, 3), two),
+        ("not a tensor at all", 3.0, one),
+        ("no slots", a, [])):
+    before = [s.clone() for s in slots]
+    check(transport.copy_into_slots(torch, out, slots) is None, f"{name}: not copied")
+    check(all(torch.equal(s, t) for s, t in zip(slots, before)), f"{name}: slots untouched")
+
+check(transport.from_slots("tensor", one) is one[0], "a tensor is the slot itself")
+check(transport.from_slots("tuple", two) == tuple(two), "a tuple of the slots")
+check(isinstance(transport.from_slots("list", two), list), "a list")
+for bad, slots in (("dict", one), ("tensor", two), (None, one), (["tensor"], one)):
+    try:
+        transport.from_slots(bad, slots)
+        check(False, f"kind {bad!r} with {len(slots)} slots accepted")
+    except transport.TransportError:
+        check(True, "refused")
+
+expected = [torch.randn(6), torch.randint(-5, 5, (6,)), torch.tensor([True, False, True]),
+            torch.randint(0, 256, (6,), dtype=torch.uint8), torch.randn(2, dtype=torch.complex64)]
+slots = [e.clone() for e in expected]   # as a runner that wrote the right answer last time left them
+poison_slots(slots, expected)
+for s, e in zip(slots, expected):
+    differs = s != e if not (s.is_floating_point() or s.is_complex()) else ~torch.isclose(
+        s, e, equal_nan=False)
+    check(bool(differs.all()), f"{e.dtype}: every element of a poisoned slot differs")
+
+print(f"slots: {checks} checks passed")
