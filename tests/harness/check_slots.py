@@ -1,7 +1,8 @@
 """The timed calls' output slots (gpu-worker/harness/transport.py: copy_into_slots, from_slots;
 judge_performance.py: poison_slots), on the CPU: an output of the reference's shapes and dtypes
 is copied and its container named, anything else is left to be described as it is; a kind no
-honest runner sends is refused; poisoned slots differ from the expected output everywhere.
+honest runner sends is refused; poisoned slots differ from the expected output everywhere;
+the timing check reuses its shared slots only for sets of the same signature.
 Run by scripts/test.sh; exit 1 on the first failure."""
 import importlib.util
 import os
@@ -15,7 +16,7 @@ entry.loader.exec_module(importlib.util.module_from_spec(entry))
 import torch  # noqa: E402
 
 import crucible_transport as transport  # noqa: E402
-from crucible_judge_performance import poison_slots  # noqa: E402
+from crucible_judge_performance import poison_slots, set_signature  # noqa: E402
 from crucible_trusted import capture_trusted  # noqa: E402
 
 capture_trusted(torch)
@@ -69,5 +70,17 @@ for s, e in zip(slots, expected):
     differs = s != e if not (s.is_floating_point() or s.is_complex()) else ~torch.isclose(
         s, e, equal_nan=False)
     check(bool(differs.all()), f"{e.dtype}: every element of a poisoned slot differs")
+
+# The timing check's slots are reused by a batch only when its sets fit them exactly.
+x, y = torch.randn(4, 5), torch.randn(4, 5)
+same = set_signature(([x, 3], [y]))
+check(set_signature(([torch.randn(4, 5), 3], [torch.randn(4, 5)])) == same,
+      "fresh content of the same shapes, dtypes and values: the same signature")
+for other, what in [(([torch.randn(4, 6), 3], [y]), "an input's shape"),
+                    (([x.double(), 3], [y]), "an input's dtype"),
+                    (([x, 4], [y]), "a value sent by value"),
+                    (([x, 3], [y.half()]), "an output's dtype"),
+                    (([x, 3], [y, y]), "the number of outputs")]:
+    check(set_signature(other) != same, f"{what} changes the signature")
 
 print(f"slots: {checks} checks passed")
