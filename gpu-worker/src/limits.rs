@@ -15,8 +15,9 @@ pub struct ChildLimits {
     pub max_processes: u64,
     /// RLIMIT_FSIZE: largest file the child may write.
     pub max_file_bytes: u64,
-    /// Resident memory of the child's whole process group, enforced by the watchdog (not
-    /// RLIMIT_AS: CUDA reserves huge virtual ranges).
+    /// Memory of the child's whole process group, enforced by the watchdog (not RLIMIT_AS:
+    /// CUDA reserves huge virtual ranges): resident, with pages forks share counted once
+    /// ([`crate::watchdog::charged_bytes`]).
     pub max_memory_bytes: u64,
     /// stdout + stderr bytes before the child is killed for flooding.
     pub max_output_bytes: u64,

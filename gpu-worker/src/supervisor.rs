@@ -96,7 +96,8 @@ pub struct ChildOutcome {
     pub output_bytes: u64,
     /// How long it ran, from the spawn to its end.
     pub wall: Duration,
-    /// Largest resident memory of its processes together, as the watchdog sampled it.
+    /// Largest memory charged to its processes together, as the watchdog sampled it
+    /// ([`watchdog::charged_bytes`]: resident, or proportional where the resident sum is over).
     pub peak_rss_bytes: u64,
     /// Most processes it had at once, as the watchdog sampled them.
     pub peak_processes: u64,
@@ -250,16 +251,19 @@ pub async fn run_child(
             }
             _ = tick.tick() => {
                 let limits = spec.limits.clone();
-                let usage = tokio::task::spawn_blocking(move || {
-                    watchdog::usage(&watchdog::members(&watchdog::read_table(), pid), page)
+                let limit = limits.max_memory_bytes;
+                let (usage, charged) = tokio::task::spawn_blocking(move || {
+                    let members = watchdog::members(&watchdog::read_table(), pid);
+                    let usage = watchdog::usage(&members, page);
+                    (usage, watchdog::charged_bytes(&members, usage, limit))
                 }).await.unwrap_or_default();
-                peak_rss = peak_rss.max(usage.rss_bytes);
+                peak_rss = peak_rss.max(charged);
                 peak_procs = peak_procs.max(usage.processes);
                 if killed_for.is_some() {
                     None
                 } else if usage.processes > limits.max_processes {
                     Some(KillReason::Processes)
-                } else if usage.rss_bytes > limits.max_memory_bytes {
+                } else if charged > limits.max_memory_bytes {
                     Some(KillReason::Memory)
                 } else {
                     None

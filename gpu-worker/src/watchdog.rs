@@ -77,6 +77,41 @@ pub(crate) fn usage(members: &[ProcStat], page_size: u64) -> GroupUsage {
     }
 }
 
+/// The memory charged to a group: its resident sum where that is within `limit` (cheap:
+/// `stat`), else its proportional set size (`smaps_rollup`, slower), in which a page shared by
+/// several processes counts its share in each. A fork shares its parent's pages copy-on-write,
+/// so a resident sum counts them once per fork: a candidate that forks a few helpers from a
+/// process that imported torch would be charged gigabytes it never used. The proportional
+/// size is what they add; where it cannot be read, the resident sum stands.
+pub(crate) fn charged_bytes(members: &[ProcStat], usage: GroupUsage, limit: u64) -> u64 {
+    if usage.rss_bytes <= limit {
+        return usage.rss_bytes;
+    }
+    let mut total = 0u64;
+    for p in members {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{}/smaps_rollup", p.pid)) else {
+            continue; // gone since the scan: it holds nothing now
+        };
+        match parse_pss(&text) {
+            Some(bytes) => total += bytes,
+            None => return usage.rss_bytes,
+        }
+    }
+    total
+}
+
+/// The `Pss:` line of a `/proc/<pid>/smaps_rollup` text, in bytes.
+fn parse_pss(smaps_rollup: &str) -> Option<u64> {
+    let kib: u64 = smaps_rollup
+        .lines()
+        .find_map(|l| l.strip_prefix("Pss:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kib << 10)
+}
+
 /// Reads the whole process table. Processes that vanish mid-scan are skipped.
 pub fn read_table() -> Vec<ProcStat> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -161,6 +196,29 @@ mod tests {
                 processes: 3,
                 rss_bytes: 1120 * 4096
             }
+        );
+    }
+
+    #[test]
+    fn the_proportional_size_is_read_from_smaps_rollup() {
+        let text = "55d0a000-7ffd1000 ---p 00000000 00:00 0 [rollup]\nRss: 1200 kB\nPss: 300 kB\nPss_Anon: 100 kB\n";
+        assert_eq!(parse_pss(text), Some(300 << 10));
+        assert_eq!(parse_pss("Rss: 1 kB\n"), None);
+    }
+
+    #[test]
+    fn a_group_within_its_limit_is_charged_its_resident_sum_and_one_over_it_its_share() {
+        let me = std::process::id() as i32;
+        let m: Vec<ProcStat> = read_table().into_iter().filter(|p| p.pid == me).collect();
+        let u = usage(&m, page_size());
+        assert_eq!(charged_bytes(&m, u, u64::MAX), u.rss_bytes);
+        // Over the limit the share is read: never more than the resident size, and this
+        // process holds pages of its own.
+        let share = charged_bytes(&m, u, 0);
+        assert!(
+            share > 0 && share <= u.rss_bytes + (64 << 10),
+            "{share} vs {}",
+            u.rss_bytes
         );
     }
 
