@@ -68,6 +68,11 @@ pub struct WorkerConfig {
     pub build_cache_dir: PathBuf,
     /// Entries the build cache keeps (least recently used go first).
     pub build_cache_entries: usize,
+    /// Precompiled headers of torch/extension.h for the candidates' load_inline builds
+    /// ([`crate::pch`]; `CRUCIBLE_PCH=1`, where the compile pool is). Off by default until a
+    /// GPU run through the service shows it: measured beside torch's builds, it halves
+    /// main.cpp but not a CUDA build's wall time, which nvcc's translation unit decides.
+    pub pch: bool,
     /// Tasks a worker claims ahead of the one on its device, so that their CPU stages run
     /// while the device is busy.
     pub prefetch: u32,
@@ -212,6 +217,7 @@ impl WorkerConfig {
             compile_jobs,
             build_cache_dir,
             build_cache_entries,
+            pch: compile_pool && switch("CRUCIBLE_PCH").unwrap_or(false),
             prefetch,
             integrity_checks: switch("CRUCIBLE_INTEGRITY_CHECKS").unwrap_or(true),
             triton_precompile: switch("CRUCIBLE_TRITON_PRECOMPILE").unwrap_or(true),
@@ -223,12 +229,22 @@ impl WorkerConfig {
         Ok(cfg)
     }
 
-    /// The task children this worker runs at once: its device slots, and the CPU stages its
-    /// compile pool runs beside them.
+    /// The node's precompiled headers ([`crate::pch`]), where this worker builds CUDA
+    /// extensions and uses them.
+    pub fn pch_dir(&self) -> Option<PathBuf> {
+        (self.pch && self.device.index().is_some()).then(|| crate::pch::dir(&self.build_cache_dir))
+    }
+
+    /// The task children this worker runs at once: one per task it holds (a task's CPU stage
+    /// and device stage run one after the other), and it holds at most its device slots and
+    /// the tasks it claims ahead for their CPU stages (`prefetch`). Not the compile pool's
+    /// `compile_jobs`: those slots are the node's, shared by every worker, and only gate
+    /// builds of the tasks the workers hold. (Counting them per worker gave a 4×H200 node of
+    /// 512 GiB 144 children and 2.6 GiB a task, which no CUDA build fits in.)
     pub fn concurrent_children(&self) -> u64 {
         u64::from(self.device_slots)
             + if self.compile_pool {
-                self.compile_jobs as u64
+                u64::from(self.prefetch)
             } else {
                 0
             }
@@ -472,6 +488,32 @@ mod tests {
         assert_eq!(default_compile_jobs(2, gib(24)), 1);
         assert_eq!(default_compile_jobs(64, None), 32, "memory unknown");
         assert_eq!(default_compile_jobs(8, gib(2)), 1, "at least one");
+    }
+
+    #[test]
+    fn a_task_has_room_for_a_build_on_a_node_of_many_gpus() {
+        let gpu = DeviceSlot::Gpu {
+            index: 0,
+            name: "H200".into(),
+        };
+        let cfg = WorkerConfig::from_lookup(gpu, |k| {
+            match k {
+                "CRUCIBLE_DEVICE_SLOTS" => Some("4"),
+                "CRUCIBLE_COMPILE_JOBS" => Some("32"),
+                "CRUCIBLE_PREFETCH" => Some("4"),
+                _ => None,
+            }
+            .map(str::to_owned)
+        })
+        .unwrap();
+        // One child per task held: the device slots and the tasks claimed ahead; the node's
+        // 32 compile slots are not the worker's children.
+        assert_eq!(cfg.concurrent_children(), 8);
+        // Four such workers on a 4×H200 node of 512 GiB: each task gets 12 GiB, a build's
+        // 3 GiB with room (it was 2.6 GiB when the compile slots counted per worker).
+        let per_task = task_memory_bound(512 << 30, cfg.concurrent_children() * 4);
+        assert_eq!(per_task, 12 << 30);
+        assert!(per_task >= MEMORY_PER_BUILD);
     }
 
     #[test]
