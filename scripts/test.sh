@@ -32,6 +32,8 @@ fi
 "$CRUCIBLE_PYTHON" tests/harness/check_errors.py
 # A CUDA candidate's lazily built extensions are built by the CPU stage's dry run (C++ here).
 "$CRUCIBLE_PYTHON" tests/harness/check_builds.py
+# The node's precompiled header of torch/extension.h is the one GCC takes for main.cpp.
+"$CRUCIBLE_PYTHON" tests/harness/check_pch.py
 # The output comparison's fast path (float32/float64) agrees with isclose and the exact path.
 "$CRUCIBLE_PYTHON" tests/harness/check_compare.py
 # The timed calls' outputs go into the judge's slots only when they fit; poison differs.

@@ -5,7 +5,8 @@ judge uses for the reference.
 
 Owns: import_file(), build_key() (what the worker's build cache is keyed on),
 ExtensionBuilds (the load_inline stand-in), ExtensionCalls (the wrapper that lets a profiled
-forward count calls into the candidate's extensions).
+forward count calls into the candidate's extensions), the use of the node's precompiled headers
+(pch_variants, with_pch; the worker makes them: pch.py).
 
 May import: trusted, errors, spec.
 """
@@ -13,6 +14,7 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import inspect
+import json
 import os
 import sys
 
@@ -26,6 +28,8 @@ CANDIDATE_MODULE = "crucible_candidate"
 BUILD_PROTOCOL = "build-v1"
 # load_inline arguments that do not change what is built.
 BUILD_ARGS_IGNORED = ("build_directory", "verbose", "keep_intermediates")
+# What pch.py writes in each variant's directory: the flags it was made for.
+PCH_VARIANT_FILE = "variant.json"
 
 
 def import_file(name, path):
@@ -51,6 +55,51 @@ def build_key(arguments, torch_version, cuda_arch):
     blob = json_dumps({"protocol": BUILD_PROTOCOL, "torch": torch_version, "arch": cuda_arch,
                         "args": material}, sort_keys=True, default=repr)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def pch_variants(pch_dir):
+    """The node's precompiled headers of torch/extension.h (pch.py): (extra_cflags, with_cuda,
+    directory) per variant; none where there is no such directory."""
+    variants = []
+    try:
+        names = sorted(os.listdir(pch_dir)) if pch_dir else []
+    except OSError:
+        return variants
+    for name in names:
+        if name.startswith("."):   # a variant still being made
+            continue
+        path = os.path.join(pch_dir, name)
+        try:
+            with open(os.path.join(path, PCH_VARIANT_FILE), encoding="utf-8") as f:
+                described = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(described, dict) and isinstance(described.get("cflags"), list):
+            variants.append((tuple(described["cflags"]), bool(described.get("with_cuda")), path))
+    return variants
+
+
+def with_pch(arguments, variants):
+    """Pure: load_inline's arguments with the directory of the variant made for the same
+    extra_cflags (torch strips each flag) and the same with_cuda (torch's default: whether
+    there are CUDA sources) first on the include path, as a copy; else the arguments as they
+    are. GCC uses the precompiled header only when its flags match the compile's, and goes on
+    to torch/extension.h itself otherwise, so nothing built changes meaning. A build that has
+    include directories of its own is left alone: one of them could hold headers torch's
+    would hide."""
+    if arguments.get("extra_include_paths"):
+        return arguments
+    cflags = arguments.get("extra_cflags") or []
+    if not isinstance(cflags, (list, tuple)) or not all(isinstance(f, str) for f in cflags):
+        return arguments
+    cflags = tuple(f.strip() for f in cflags)
+    with_cuda = arguments.get("with_cuda")
+    if with_cuda is None:
+        with_cuda = bool(arguments.get("cuda_sources"))
+    for variant_cflags, variant_cuda, path in variants:
+        if variant_cflags == cflags and variant_cuda == bool(with_cuda):
+            return dict(arguments, extra_include_paths=[path])
+    return arguments
 
 
 def load_extension_file(name, path, python_module):
@@ -106,8 +155,10 @@ class ExtensionBuilds:
     evaluate stage: a call whose key the worker prebuilt loads that file and skips the
     compiler; any other call builds as load_inline always does."""
 
-    def __init__(self, taskdir, torch_version, cuda_arch, prebuilt, building):
+    def __init__(self, taskdir, torch_version, cuda_arch, prebuilt, building, pch_dir=None):
         self.taskdir = taskdir
+        self.pch_dir = pch_dir
+        self._pch_variants = None
         self.torch_version = torch_version
         self.cuda_arch = cuda_arch
         self.building = building
@@ -157,12 +208,12 @@ class ExtensionBuilds:
             return ExtensionCalls.wrap(load_extension_file(
                 name, os.path.join(self.taskdir, entry["file"]), python_module), arguments)
         if not self.building or len(self.builds) >= MAX_BUILDS:
-            return ExtensionCalls.wrap(real(**arguments), arguments)
+            return ExtensionCalls.wrap(real(**self.with_pch(arguments)), arguments)
         build_dir = os.path.join(self.taskdir, "build", key[:32])
         os.makedirs(build_dir, exist_ok=True)
         arguments["build_directory"] = build_dir
         try:
-            result = real(**arguments)
+            result = real(**self.with_pch(arguments))
         except CAUGHT as e:
             if self.failure is None and "error building extension" in str(e).lower():
                 self.failure = e
@@ -173,3 +224,9 @@ class ExtensionBuilds:
         })
         return result
 
+    def with_pch(self, arguments):
+        """`arguments` with the node's matching precompiled header (with_pch); the variants
+        are listed once, at the first build."""
+        if self._pch_variants is None:
+            self._pch_variants = pch_variants(self.pch_dir)
+        return with_pch(arguments, self._pch_variants)

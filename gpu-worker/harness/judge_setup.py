@@ -229,7 +229,7 @@ class SetupStage:
             self.result["device"] = {"kind": "cpu", "name": cpu_model_name()}
             self.start_runner()
             self.ask("setup", device="cpu", backend=spec.backend, cuda_arch=spec.cuda_arch,
-                     prebuilt=[], building=True)
+                     prebuilt=[], building=True, pch_dir=spec.pch_dir)
             self.check_runner()
             return
         if spec.backend == "cuda" and self.device == "cpu":
@@ -241,7 +241,8 @@ class SetupStage:
         # The runner makes its CUDA context (and loads the prebuilt extensions) while the judge
         # makes its own: two contexts side by side instead of one after the other.
         self.ask("setup", device=self.device, backend=spec.backend,
-                 cuda_arch=spec.cuda_arch, prebuilt=spec.prebuilt, reply_later=True)
+                 cuda_arch=spec.cuda_arch, prebuilt=spec.prebuilt, pch_dir=spec.pch_dir,
+                 reply_later=True)
         self.exporter = transport.Exporter(torch, self.xfer_dir, "in")
         # The input seeds: drawn here, after the fork, never sent to the runner.
         import secrets

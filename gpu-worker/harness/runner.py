@@ -246,7 +246,8 @@ class Runner:
         self.exporter = transport.Exporter(torch, self.xfer_dir, "out")
         self.builds = ExtensionBuilds(self.taskdir, str(torch.__version__), msg.get("cuda_arch"),
                                       msg.get("prebuilt") or [],
-                                      building=bool(msg.get("building")))
+                                      building=bool(msg.get("building")),
+                                      pch_dir=msg.get("pch_dir"))
         self.current_frames = sys._current_frames
         return {}
 

@@ -28,7 +28,7 @@ TASK_FIELDS = ("backend", "device", "num_correct_trials", "num_perf_trials", "nu
 SPEC_DEFAULTS = {
     "reference_timing": None, "screening": {}, "stage": "evaluate", "cuda_arch": None,
     "prebuilt": [], "integrity_checks": True, "sandbox": None, "selftest": None,
-    "triton_precompile": None,
+    "triton_precompile": None, "pch_dir": None,
 }
 # The self-test runs no task: its spec names only the device and backend, and the task's
 # numbers are placeholders no stage of it reads.
@@ -80,6 +80,7 @@ class Spec:
     reference_backend: str
     integrity_checks: bool
     triton_precompile: Optional[int]
+    pch_dir: Optional[str]
     sandbox: Optional[dict]
     selftest: Optional[dict]
 
@@ -143,8 +144,9 @@ def parse_spec(raw):
     spec["screening"] = screening
     if spec["stage"] not in STAGES:
         raise SetupError(f"spec.stage must be one of {', '.join(STAGES)}")
-    if spec["cuda_arch"] is not None and not isinstance(spec["cuda_arch"], str):
-        raise SetupError("spec.cuda_arch must be a string or null")
+    for key in ("cuda_arch", "pch_dir"):
+        if spec[key] is not None and not isinstance(spec[key], str):
+            raise SetupError(f"spec.{key} must be a string or null")
     spec["prebuilt"] = prebuilt_from_spec(spec["prebuilt"])
     return Spec(**{field.name: spec[field.name] for field in dataclasses.fields(Spec)})
 

@@ -111,6 +111,12 @@ fn task_stage_dir(
         harness.triton_precompile = inputs
             .triton_precompile
             .then(|| dry_run_seconds(stage_deadline(spec, inputs), spec.request.backend));
+        if spec.request.backend == Backend::Cuda {
+            harness.pch_dir = cfg
+                .pch_dir()
+                .filter(|d| d.is_dir())
+                .map(|d| d.to_string_lossy().into_owned());
+        }
         serde_json::to_value(harness).map_err(std::io::Error::other)
     };
     // A CPU stage never runs on the cores a device child times on (crate::cores).

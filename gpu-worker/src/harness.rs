@@ -13,6 +13,13 @@ pub const TEMPLATE_SOURCE: &str = include_str!("../harness/template.py");
 /// The file name the template gets inside its directory.
 pub const TEMPLATE_FILE: &str = "template.py";
 
+/// Source of `gpu-worker/harness/pch.py`, which builds the node's precompiled headers
+/// ([`crate::pch`]); run by the worker, never inside a task.
+pub const PCH_SOURCE: &str = include_str!("../harness/pch.py");
+
+/// Its file name in the harness directory.
+pub const PCH_FILE: &str = "pch.py";
+
 /// The harness's own modules, written next to `harness.py`, which loads them from its own
 /// directory (its `MODULES`), bottom layer first as `tests/harness/check_layers.py` declares:
 /// `trusted.py` (functions captured before any candidate code runs), `errors.py`,
@@ -70,7 +77,9 @@ mod tests {
         let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
             .expect("harness dir")
             .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".py") && n != HARNESS_FILE && n != TEMPLATE_FILE)
+            .filter(|n| {
+                n.ends_with(".py") && n != HARNESS_FILE && n != TEMPLATE_FILE && n != PCH_FILE
+            })
             .collect();
         on_disk.sort();
         let mut embedded: Vec<String> =

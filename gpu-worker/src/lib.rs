@@ -21,6 +21,7 @@ pub mod harness;
 mod isolation;
 pub mod limits;
 pub mod metrics;
+pub mod pch;
 pub mod prepare;
 pub mod probe;
 pub mod protocol;

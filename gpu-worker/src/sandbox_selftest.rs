@@ -242,6 +242,7 @@ pub async fn establish(
         &cfg.python,
         &cfg.work_root,
         cfg.device.index().is_some(),
+        cfg.pch_dir().into_iter().collect(),
     )
     .await?;
     let mut notes: BTreeMap<SandboxLayer, String> = host.unavailable.clone();

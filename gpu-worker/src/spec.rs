@@ -63,6 +63,10 @@ pub struct HarnessSpec<'a> {
     /// every other spec keeps its shape.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub triton_precompile: Option<u64>,
+    /// The node's precompiled headers of torch/extension.h ([`crate::pch`]), for a CUDA
+    /// candidate's builds; written only when the worker has them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pch_dir: Option<String>,
     /// How many timed calls each model gets (the request's `timing`).
     pub timing: HarnessTiming,
     /// `fp32`, `fp16` or `bf16`: what floating inputs and both models are cast to.
@@ -120,6 +124,7 @@ pub fn harness_spec<'a>(
         max_speedup: r.max_speedup,
         integrity_checks,
         triton_precompile: None,
+        pch_dir: None,
         timing: HarnessTiming {
             mode: r.timing.mode,
             target_rel_error: r.timing.target_rel_error,

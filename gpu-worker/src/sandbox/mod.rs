@@ -184,12 +184,14 @@ fn b64(programs: Vec<Vec<u8>>) -> Vec<String> {
 impl Host {
     /// Examines the host: users, cgroups, the directories of `python` (the children's
     /// interpreter), Landlock and seccomp, whether it may mount bounded task spaces under
-    /// `work_root`; `gpu`: children get the GPU's device files.
+    /// `work_root`; `gpu`: children get the GPU's device files; `shared_read_only`: the
+    /// worker's own directories every child may read (the node's precompiled headers).
     pub async fn detect(
         settings: &SandboxSettings,
         python: &Path,
         work_root: &Path,
         gpu: bool,
+        shared_read_only: Vec<PathBuf>,
     ) -> Result<Host, SandboxError> {
         let root = nix::unistd::geteuid().is_root();
         let identities = if root {
@@ -219,6 +221,7 @@ impl Host {
             paths::SYSTEM_READ_ONLY.iter().map(PathBuf::from).collect();
         read_only.extend(paths::python_dirs(python).await?);
         read_only.extend(paths::toolchain_dirs(|k| std::env::var(k).ok()));
+        read_only.extend(shared_read_only);
         let mut devices: Vec<PathBuf> = paths::COMMON_DEVICES.iter().map(PathBuf::from).collect();
         if gpu {
             devices.extend(paths::gpu_devices());

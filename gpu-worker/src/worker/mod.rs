@@ -106,6 +106,13 @@ impl Worker {
                 .ok()
             })
             .flatten();
+        // The precompiled headers' directory exists before the sandbox lists what children
+        // may read; the headers themselves are made in the background (run).
+        if let Some(dir) = cfg.pch_dir().filter(|_| build_cache.is_some())
+            && let Err(e) = crate::pch::prepare(&dir)
+        {
+            tracing::warn!(dir = %dir.display(), error = %e, "precompiled headers unavailable");
+        }
         metrics.worker_started(&cfg.node, &cfg.device, &cfg.device_class);
         Self {
             broker,

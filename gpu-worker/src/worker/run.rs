@@ -98,6 +98,13 @@ impl Worker {
         // The end of every task still in flight: the caller's shutdown, or a drain's bound.
         let shutdown = shutdown.child_token();
         self.sweep_leftovers().await;
+        // Dropped, and its compiler killed, when the worker stops.
+        let _pch = match (self.cfg.pch_dir(), &self.build_cache) {
+            (Some(dir), Some(_)) => Some(tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
+                crate::pch::build(self.cfg.python.clone(), dir),
+            ))),
+            _ => None,
+        };
         let registry = {
             let me = self.clone();
             let stop = shutdown.clone();
