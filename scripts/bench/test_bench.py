@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Unit tests of the GPU benchmark's pure functions (report.py, bench.py's workload expansion,
-scale.py's table).
+scale.py's table, builds.py's side-by-side summary and service check).
 Run: python3 scripts/bench/test_bench.py (scripts/test.sh does). Standard library only."""
 import io
 import json
@@ -13,6 +13,7 @@ from contextlib import redirect_stdout
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
+import builds  # noqa: E402
 import report  # noqa: E402
 import scale  # noqa: E402
 
@@ -218,6 +219,75 @@ class Scale(unittest.TestCase):
         self.assertEqual(lines[2].split()[:2], ["2", "400"])
         self.assertIn("n/a", lines[1], "a stage no task reported")
 
+
+
+class Builds(unittest.TestCase):
+    def test_ninja_log_gives_each_targets_time(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, ".ninja_log")
+            with open(path, "w") as f:
+                f.write("# ninja log v5\n0\t21000\t1\tmain.o\tab\n5\t30005\t1\tcuda.cuda.o\tcd\n"
+                        "30010\t30300\t1\text.so\tef\n")
+            self.assertEqual(builds.ninja_targets(path),
+                             {"main.o": 21000, "cuda.cuda.o": 30000, "ext.so": 290})
+            self.assertEqual(builds.ninja_targets(os.path.join(d, "none")), {})
+
+    def test_summary_compares_the_p50s_and_each_unit(self):
+        rows = [{"torch": t, "crucible": c, "pch": True,
+                 "torch_targets": {"main.o": 20000, "cuda.cuda.o": 30000},
+                 "crucible_targets": {"main.o": 5000, "cuda.cuda.o": 30000}}
+                for t, c in [(30.0, 30.0), (40.0, 31.0), (50.0, 32.0)]]
+        s = builds.summarize(rows, {"": 40.0})
+        self.assertEqual((s["torch"]["p50"], s["crucible"]["p50"]), (40.0, 31.0))
+        self.assertAlmostEqual(s["ratio_p50"], 31.0 / 40.0)
+        self.assertEqual((s["torch"]["main.cpp"], s["crucible"]["main.cpp"]), (20.0, 5.0))
+        self.assertEqual(s["with_pch"], 3)
+
+    def test_compiler_error_lines_are_recognised(self):
+        for line in ['build/x/cuda.cu(138): error: identifier "AT_CUDA_CHECK" is undefined',
+                     "main.cpp:3:12: error: expected ';' before '}' token",
+                     "cuda.cu:7:1: fatal error: missing.h: No such file or directory"]:
+            self.assertTrue(builds.COMPILER_ERROR.search(line), line)
+        for line in ["ninja: build stopped: subcommand failed.",
+                     "[1/3] /usr/local/cuda/bin/nvcc -c cuda.cu -o cuda.cuda.o"]:
+            self.assertFalse(builds.COMPILER_ERROR.search(line), line)
+
+    def test_check_fails_a_wrong_verdict_a_device_build_and_a_hidden_compiler_error(self):
+        with tempfile.TemporaryDirectory() as d:
+            cands = os.path.join(d, "candidates", "cuda")
+            os.makedirs(cands)
+            entries = []
+            for name, expect in [("a", "correct"), ("b", "correct"), ("c", "COMPILATION")]:
+                open(os.path.join(cands, name + ".py"), "w").close()
+                entries.append({"problem": "p.py", "candidate": os.path.join(cands, name + ".py"),
+                                "backend": "cuda", "expect": expect, "style": "init"})
+            workload = os.path.join(d, "w.json")
+            with open(workload, "w") as f:
+                json.dump({"problems_root": d, "entries": entries}, f)
+
+            def results(b_build, c_error):
+                tasks = [
+                    {"label": "p|cuda/a", "expect": "correct", "got": "correct",
+                     "build": "compile_pool", "stage_ms": {"device_stage": 3000}},
+                    {"label": "p|cuda/b", "expect": "correct", "got": "correct",
+                     "build": b_build, "stage_ms": {"device_stage": 40000}},
+                    {"label": "p|cuda/c", "expect": "COMPILATION", "got": "COMPILATION",
+                     "build": None, "error": c_error, "stage_ms": {}}]
+                path = os.path.join(d, "r.json")
+                with open(path, "w") as f:
+                    json.dump({"runs": [{"label": "x", "tasks": tasks}]}, f)
+                return argparse_namespace(results=path, label=None, workload=workload)
+
+            good = "load_inline failed to build: compiler errors:\ncuda.cu(12): error: identifier"
+            with redirect_stdout(io.StringIO()):
+                self.assertEqual(builds.check(results("compile_pool", good)), 0)
+                self.assertEqual(builds.check(results("device", good)), 1)
+                self.assertEqual(builds.check(results("compile_pool", "ninja: build stopped")), 1)
+
+
+def argparse_namespace(**kw):
+    import argparse
+    return argparse.Namespace(**kw)
 
 if __name__ == "__main__":
     unittest.main()
