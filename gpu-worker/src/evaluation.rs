@@ -11,7 +11,7 @@ use crate::sandbox::Ready;
 use crate::sandbox_selftest;
 use crate::spec::{HarnessStage, harness_spec};
 use crate::stage::{StageDir, child_env, harness_child, stage_dir};
-use crate::supervisor::{ChildOutcome, GateChild, Launcher, run_child};
+use crate::supervisor::{ChildOutcome, GateChild, KillReason, Launcher, run_child};
 use crate::task_dir::TaskDir;
 use crate::verdict::{Classified, VerdictContext, classify, over_space};
 use crucible_shared::{Backend, BuildSource, EvalResult, RuntimeStats, SandboxLayer, TaskSpec};
@@ -72,6 +72,9 @@ pub struct Evaluated {
     /// The software versions the harness reported with its result (when it reported one
     /// without a protocol violation).
     pub software: Option<SoftwareReport>,
+    /// Why the worker killed the child, if it did: a kill for the child's own memory or
+    /// processes is its own doing whoever was beside it.
+    pub killed_for: Option<KillReason>,
 }
 
 /// The stage directory of a task: its reference, candidate and prebuilt extensions.
@@ -282,6 +285,7 @@ pub async fn run_evaluation_gated(
     Ok(Evaluated {
         classified,
         software,
+        killed_for: outcome.killed_for,
     })
 }
 

@@ -5,6 +5,7 @@
 //! verdict; the first child to fail that way keeps its own verdict.
 
 use super::pipeline::DeviceTiming;
+use crate::supervisor::KillReason;
 use crucible_shared::{EvalResult, VerdictCode};
 use std::time::Instant;
 
@@ -53,7 +54,18 @@ impl Neighbours {
         &mut self,
         result: &EvalResult,
         timing: &DeviceTiming,
+        killed_for: Option<KillReason>,
     ) -> Option<String> {
+        // The worker killed it for its own group's memory or processes: nothing a neighbour
+        // does counts there (seen: a candidate's forks retried beside another's). Its failure
+        // is remembered for the children beside it all the same.
+        if matches!(killed_for, Some(KillReason::Memory | KillReason::Processes)) {
+            self.remember(
+                result.error_code,
+                timing.result.unwrap_or_else(Instant::now),
+            );
+            return None;
+        }
         if timing.crowded && out_of_device_memory(result.error_message.as_deref()) {
             return Some(
                 "out of device memory beside other tasks on the device: retried alone".to_owned(),
@@ -84,13 +96,18 @@ impl Neighbours {
         if CASUALTY.contains(&code) && self.failures.iter().any(|at| *at >= started) {
             return true;
         }
-        if SPILLS_OVER.contains(&code) {
+        self.remember(Some(code), ended);
+        false
+    }
+
+    /// Records a failure that ended at `ended` and may spill over to the children beside it.
+    fn remember(&mut self, code: Option<VerdictCode>, ended: Instant) {
+        if self.shared_gpu && code.is_some_and(|c| SPILLS_OVER.contains(&c)) {
             if self.failures.len() == REMEMBERED {
                 self.failures.remove(0);
             }
             self.failures.push(ended);
         }
-        false
     }
 }
 
@@ -138,6 +155,51 @@ mod tests {
         let mut cpu = Neighbours::new(false);
         assert!(!cpu.is_casualty(Some(VerdictCode::Timeout), at(0), at(100)));
         assert!(!cpu.is_casualty(Some(VerdictCode::Timeout), at(50), at(120)));
+    }
+
+    #[test]
+    fn a_kill_for_its_own_memory_is_never_retried_but_is_remembered() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let resource = |message: &str| {
+            EvalResult::failed_before_trials(
+                VerdictCode::Resource,
+                message,
+                true,
+                1,
+                crucible_shared::DeviceInfo {
+                    kind: crucible_shared::DeviceKind::Cuda,
+                    name: "H200".into(),
+                    class: None,
+                },
+            )
+        };
+        let timing = |forked, ended| DeviceTiming {
+            forked: Some(forked),
+            result: Some(ended),
+            ..DeviceTiming::default()
+        };
+        let mut device = Neighbours::new(true);
+        // A neighbour fails first; this child, beside it, is killed for its own memory.
+        assert!(!device.is_casualty(Some(VerdictCode::Timeout), at(0), at(100)));
+        let own = resource("used more than 2686 MiB of host memory (stage: correctness)");
+        assert_eq!(
+            device.retry_reason(&own, &timing(at(50), at(150)), Some(KillReason::Memory)),
+            None
+        );
+        // Without the kill (a shortage of the device's), the same end beside it is retried.
+        assert!(
+            device
+                .retry_reason(&resource("device busy"), &timing(at(60), at(160)), None)
+                .is_some()
+        );
+        // And the own kill spills over: a child beside it that timed out is retried.
+        let mut fresh = Neighbours::new(true);
+        assert_eq!(
+            fresh.retry_reason(&own, &timing(at(0), at(100)), Some(KillReason::Processes)),
+            None
+        );
+        assert!(fresh.is_casualty(Some(VerdictCode::Timeout), at(50), at(120)));
     }
 
     #[test]

@@ -375,9 +375,10 @@ impl Worker {
             Ok(Evaluated {
                 mut classified,
                 software,
+                killed_for,
             }) => {
                 if let Classified::Verdict(result) = &classified
-                    && let Some(reason) = neighbours.retry_reason(result, &timing)
+                    && let Some(reason) = neighbours.retry_reason(result, &timing, killed_for)
                 {
                     tracing::warn!(worker_id = %self.id, task_id = %lease.task_id, reason, "a neighbour on the device may have caused the failure, retrying");
                     self.finish(&ready.task, Ok(Classified::ServiceFault(reason)))
