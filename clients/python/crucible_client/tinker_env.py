@@ -1,5 +1,6 @@
 """A multi-turn kernel-writing environment in the shape of tinker_cookbook's RL protocol, as
-kernel_rl uses it: ``KernelEnv`` is an ``Env`` (``await initial_observation()`` → the
+kernel_rl uses it, without depending on tinker (on the cookbook's own types, with its
+renderers and rollout code: ``crucible_client.cookbook``): ``KernelEnv`` is an ``Env`` (``await initial_observation()`` → the
 observation and stop condition; ``await step(action)`` → a ``StepResult`` with ``reward``,
 ``episode_done``, ``next_observation``, ``next_stop_condition`` and ``metrics``), and
 ``KernelEnvGroupBuilder`` an ``EnvGroupBuilder`` (``await make_envs()`` → one env per rollout
@@ -88,13 +89,15 @@ def _identity(value: Any) -> Any:
 
 @dataclass
 class StepResult:
-    """What ``Env.step`` returns in tinker_cookbook's protocol, field for field."""
+    """What ``Env.step`` returns in tinker_cookbook's protocol (``logs``: text for display,
+    not aggregated). On the cookbook's own types: ``crucible_client.cookbook``."""
 
     reward: float
     episode_done: bool
     next_observation: Any
     next_stop_condition: Any
     metrics: Metrics = field(default_factory=dict)
+    logs: dict[str, str | int | float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -227,10 +230,11 @@ class KernelEnv:
             return None
         return result
 
-    async def step(self, action: Any) -> StepResult:
+    async def step(self, action: Any, *, extra: Any = None) -> StepResult:
         """Scores the action's completion; the reward is its rollout's. The episode ends at a
         correct kernel (``stop_on_correct``), after ``max_turns`` steps, or at a step the
-        service could not evaluate (under ``on_failure`` ``zero``/``nan``)."""
+        service could not evaluate (under ``on_failure`` ``zero``/``nan``). ``extra`` (the
+        cookbook's sampling metadata) is accepted and not needed."""
         if self.done:
             raise RuntimeError(f"episode {self.episode_id} is over")
         completion = self.parse(action)
@@ -254,6 +258,7 @@ class KernelEnv:
             next_observation=next_observation,
             next_stop_condition=self.stop_condition,
             metrics=_metrics(len(self.turns) - 1, result, solved, self.done),
+            logs={"feedback": str(result.get("feedback") or "")} if result is not None else {},
         )
 
 
@@ -301,6 +306,9 @@ class KernelEnvGroupBuilder:
         """No reward on top of the steps' (tinker_cookbook adds these to each trajectory's
         sum of step rewards)."""
         return [(0.0, {}) for _ in trajectory_group]
+
+    async def cleanup(self) -> None:
+        """Nothing to release: the client is the caller's (or the event loop's shared one)."""
 
     def logging_tags(self) -> list[str]:
         if self.problem is not None:
