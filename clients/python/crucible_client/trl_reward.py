@@ -8,12 +8,17 @@ of its own), so the async one lets a step's other async rewards run while Crucib
 each call scores the process's whole batch (every completion of every group) in one
 ``POST /rollouts``.
 
+Where TRL passes its loggers (``log_metric(name, value)`` and ``log_extra(column, values)``,
+TRL 0.24 and later), a batch logs the means of its outcomes (``crucible/evaluated``,
+``format_ok``, ``compiled``, ``correct``, ``speedup``: the mean over the correct ones) and adds
+``crucible_verdict`` and ``crucible_speedup`` columns to TRL's completions table.
+
 A completion the service could not evaluate gets ``None`` by default (``on_failure="none"``).
 TRL turns ``None`` into NaN and sums the reward functions with ``nansum``, so the sample's
-reward is that of the other reward functions alone; when Crucible's is the only one the sum of
-nothing is 0, which then counts in the group's mean and standard deviation like any other
-reward (TRL warns that every reward function returned None). ``on_failure="raise"`` stops the
-step instead; ``"zero"`` and ``"nan"`` return those.
+reward is that of the other reward functions alone; when Crucible's is the only one, TRL 1.x
+calls the sample unscorable, leaves it out of its group's baseline and gives it no advantage
+(before 1.0 the sum of nothing was 0, and counted). ``on_failure="raise"`` stops the step
+instead; ``"zero"`` and ``"nan"`` return those.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from crucible_client.scoring import (
     check_verdicts,
     completion_rollouts,
     failure_value,
+    outcome_metrics,
     plain,
     reraise_unless_tolerated,
     reward_or_failure,
@@ -56,6 +62,32 @@ def _completion_text(completion: Any) -> str:
 def _rewards(results: list[RolloutResult], on_failure: str) -> Rewards:
     check_verdicts(results, on_failure)
     return [reward_or_failure(r, on_failure) for r in results]
+
+
+def batch_metrics(results: Sequence[RolloutResult | None]) -> dict[str, float]:
+    """Pure: a batch's outcomes as TRL metrics: the mean of each of ``outcome_metrics``' keys,
+    ``speedup`` over the correct ones only (0 when none is)."""
+    rows = [outcome_metrics(r) for r in results]
+    if not rows:
+        return {}
+    means = {f"crucible/{k}": sum(r[k] for r in rows) / len(rows) for k in rows[0] if k != "speedup"}
+    fast = [r["speedup"] for r in rows if r["correct"]]
+    means["crucible/speedup"] = sum(fast) / len(fast) if fast else 0.0
+    return means
+
+
+def log_to_trl(results: Sequence[RolloutResult | None], kwargs: dict[str, Any]) -> None:
+    """Hands a batch's outcomes to TRL's ``log_metric`` and ``log_extra`` when it passed them
+    (older TRL does not: nothing is logged)."""
+    log_metric, log_extra = kwargs.get("log_metric"), kwargs.get("log_extra")
+    if callable(log_metric):
+        for name, value in batch_metrics(results).items():
+            log_metric(name, value)
+    if callable(log_extra):
+        evaluations = [((r or {}).get("result") or {}) for r in results]
+        log_extra("crucible_verdict", [e.get("verdict") or (r or {}).get("status", "failed")
+                                       for e, r in zip(evaluations, results)])
+        log_extra("crucible_speedup", [e.get("speedup") for e in evaluations])
 
 
 class _Settings:
@@ -120,7 +152,9 @@ def make_async_trl_reward(
             )
         except SCORING_ERRORS as error:
             reraise_unless_tolerated(error, settings.on_failure)
+            log_to_trl([None] * len(rollouts), kwargs)
             return [failure_value(settings.on_failure)] * len(rollouts)
+        log_to_trl(results, kwargs)
         return _rewards(results, settings.on_failure)
 
     settings.name(reward)
@@ -148,7 +182,9 @@ def make_trl_reward(
             results = score(sync_client(url, client), rollouts, settings.eval, settings.timeout)
         except SCORING_ERRORS as error:
             reraise_unless_tolerated(error, settings.on_failure)
+            log_to_trl([None] * len(rollouts), kwargs)
             return [failure_value(settings.on_failure)] * len(rollouts)
+        log_to_trl(results, kwargs)
         return _rewards(results, settings.on_failure)
 
     settings.name(reward)

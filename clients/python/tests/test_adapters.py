@@ -85,6 +85,8 @@ def test_verl_async_batch_scores_the_same(server: Server):
 
 def test_trl_async_reward_as_trl_calls_it(server: Server):
     reward = make_async_trl_reward(url=server.url, eval=FAST_EVAL, timeout=TIMEOUT_S)
+    metrics: dict[str, list[float]] = {}
+    columns: dict[str, list[Any]] = {}
 
     async def step() -> list[float | None]:
         # TRL gathers every async reward function of a step on its own loop.
@@ -98,11 +100,18 @@ def test_trl_async_reward_as_trl_calls_it(server: Server):
                 completion_ids=[[1], [2]],
                 ground_truth=[RELU_PROBLEM, RELU_PROBLEM],
                 trainer_state=None,
+                # TRL's loggers (GRPOTrainer._log_metric, _log_completion_extra).
+                log_metric=lambda name, value: metrics.setdefault(name, []).append(value),
+                log_extra=lambda column, values: columns.setdefault(column, []).extend(values),
             )
         )
         return rewards
 
     assert asyncio.run(step()) == pytest.approx([CORRECT_REWARD + 0.1, WRONG_REWARD])
+    assert metrics["crucible/correct"] == [0.5] and metrics["crucible/compiled"] == [1.0]
+    assert metrics["crucible/evaluated"] == [1.0] and metrics["crucible/speedup"][0] > 0
+    assert columns["crucible_verdict"] == ["ok", "incorrect"]
+    assert columns["crucible_speedup"][0] > 0 and columns["crucible_speedup"][1] is None
 
 
 async def run_episode(env: KernelEnv, script: list[str]) -> tuple[list[Any], list[Any]]:

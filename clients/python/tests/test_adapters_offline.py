@@ -30,6 +30,7 @@ from crucible_client import (
     problem_target,
 )
 from crucible_client.tinker_env import without_thinking
+from crucible_client.trl_reward import batch_metrics, log_to_trl
 
 FAST = RetryPolicy(max_attempts=3, base_delay_s=0.001, max_delay_s=0.01, deadline_s=5.0)
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -292,6 +293,26 @@ def test_trl_rewards_read_the_column_and_give_none_without_a_verdict():
             )
 
     assert asyncio.run(main()) == [1.35]
+
+
+def test_trl_batch_metrics_average_outcomes_and_speedup_over_the_correct():
+    def rollout(verdict, speedup=None, compiled=True):
+        return {"reward": 1.0, "format_ok": True, "status": "done",
+                "result": {"verdict": verdict, "compiled": compiled, "speedup": speedup}}
+
+    results = [rollout("ok", 2.0), rollout("ok", 4.0), rollout("incorrect"), None]
+    assert batch_metrics(results) == {
+        "crucible/evaluated": 0.75, "crucible/format_ok": 0.75, "crucible/compiled": 0.75,
+        "crucible/correct": 0.5, "crucible/speedup": 3.0}
+    assert batch_metrics([rollout("incorrect")])["crucible/speedup"] == 0.0
+    assert batch_metrics([]) == {}
+    logged: dict[str, Any] = {}
+    log_to_trl(results, {"log_metric": lambda n, v: logged.setdefault(n, v),
+                         "log_extra": lambda c, vs: logged.setdefault(c, vs)})
+    assert logged["crucible/correct"] == 0.5
+    assert logged["crucible_verdict"] == ["ok", "ok", "incorrect", "failed"]
+    assert logged["crucible_speedup"] == [2.0, 4.0, None, None]
+    log_to_trl(results, {"trainer_state": None})  # an older TRL passes no loggers
 
 
 def test_thinking_sections_are_dropped_from_the_next_prompt():
