@@ -11,20 +11,26 @@ address, a tokenizer) lands in ``**kwargs`` and is ignored. The dataset's
 ``reward_model.ground_truth`` names the problem (``scoring.problem_target``); ``data_source``
 and ``extra_info`` are not used.
 
-Current VERL's reward section::
+Current VERL's reward loop (0.9: its managers are naive, dapo, gdpo, rate_limited, remote; none
+takes a batch function) awaits one ``compute_score_async`` per sample, all of a step at once;
+at most ``max_concurrency`` (64) of one event loop's are being scored together, the rest
+wait their turn here::
 
-    reward.reward_manager.name=batch
+    reward.reward_manager.name=naive
     reward.custom_reward_function.path=<this file>
-    reward.custom_reward_function.name=compute_scores
+    reward.custom_reward_function.name=compute_score_async
     +reward.custom_reward_function.reward_kwargs.profile=kernel_rl
 
-Older VERL: ``reward_model.reward_manager=batch``, ``custom_reward_function.path`` and
-``.name``, ``+custom_reward_function.reward_kwargs.*``. VERL loads this file by path, outside
-its package, so the imports here are absolute and need the package installed.
+Older VERL (no reward loop): ``reward_model.reward_manager=batch`` with ``compute_scores``,
+``custom_reward_function.path`` and ``.name``, ``+custom_reward_function.reward_kwargs.*``.
+VERL loads this file by path, outside its package, so the imports here are absolute and need
+the package installed.
 """
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -171,6 +177,22 @@ def compute_score(
     )[0]
 
 
+#: How many of one event loop's ``compute_score_async`` calls are scored at once by default:
+#: a step's thousands of samples wait here instead of opening as many requests.
+DEFAULT_MAX_CONCURRENCY = 64
+_limits: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, asyncio.Semaphore]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _concurrency_limit(bound: int) -> asyncio.Semaphore:
+    """The running event loop's semaphore of ``bound`` (one per loop and bound)."""
+    if bound < 1:
+        raise ValueError("max_concurrency must be at least 1")
+    per_loop = _limits.setdefault(asyncio.get_running_loop(), {})
+    return per_loop.setdefault(bound, asyncio.Semaphore(bound))
+
+
 async def compute_score_async(
     data_source: str,
     solution_str: str,
@@ -185,22 +207,25 @@ async def compute_score_async(
     details: bool = True,
     on_failure: str = "raise",
     timeout: float | None = None,
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
     **kwargs: Any,
 ) -> Score:
     """``compute_score`` as a coroutine: VERL's reward loop runs many at once, each its own
-    ``POST /rollouts`` of one (the server evaluates identical kernels of a group once)."""
-    scores = await compute_scores_async(
-        [data_source],
-        [solution_str],
-        [ground_truth],
-        [extra_info],
-        url=url,
-        client=client,
-        profile=profile,
-        backend=backend,
-        eval=eval,
-        details=details,
-        on_failure=on_failure,
-        timeout=timeout,
-    )
+    ``POST /rollouts`` of one (the server evaluates identical kernels of a group once), at
+    most ``max_concurrency`` of this event loop's at a time."""
+    async with _concurrency_limit(max_concurrency):
+        scores = await compute_scores_async(
+            [data_source],
+            [solution_str],
+            [ground_truth],
+            [extra_info],
+            url=url,
+            client=client,
+            profile=profile,
+            backend=backend,
+            eval=eval,
+            details=details,
+            on_failure=on_failure,
+            timeout=timeout,
+        )
     return scores[0]

@@ -200,6 +200,32 @@ def test_verl_async_forms_score_the_same():
     assert one == DETAILS and many == [DETAILS] * 3
 
 
+def test_verl_async_scores_at_most_max_concurrency_at_once(monkeypatch: pytest.MonkeyPatch):
+    import crucible_client.verl_reward as verl
+
+    in_flight, most = 0, 0
+
+    async def scores(*args: Any, **kwargs: Any) -> list[float]:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0.01)
+        in_flight -= 1
+        return [1.0]
+
+    monkeypatch.setattr(verl, "compute_scores_async", scores)
+
+    async def step(bound: int) -> list[Any]:
+        return await asyncio.gather(*[
+            verl.compute_score_async("d", "x", "src", max_concurrency=bound) for _ in range(20)])
+
+    assert asyncio.run(step(3)) == [1.0] * 20 and most == 3
+    most = 0
+    assert asyncio.run(step(verl.DEFAULT_MAX_CONCURRENCY)) == [1.0] * 20 and most == 20
+    with pytest.raises(ValueError, match="max_concurrency"):
+        asyncio.run(verl.compute_score_async("d", "x", "src", max_concurrency=0))
+
+
 def test_a_rollout_without_a_verdict_raises_or_scores_nan_or_zero():
     with sync(Server(reward=None)) as c:
         with pytest.raises(NotEvaluated) as e:
