@@ -19,23 +19,25 @@ apt_install() {
 # what it took when done).
 crucible_venv() { printf '%s' "${CRUCIBLE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/crucible/venv}"; }
 
-# The Python that tests crucible_client.cookbook against the real tinker-cookbook: a venv of
-# its own beside the main one (the package pulls transformers, datasets and the tinker SDK,
-# kept out of the harness's), that sees the main one's torch through a .pth file; made on first
-# use (~1 min), reused afterwards. Prints the interpreter's path; needs ensure_python first.
-ensure_cookbook_python() {
+# The Python that tests the trainer adapters against the real upstream packages
+# (crucible_client.cookbook: tinker-cookbook; crucible_client.skyrl: skyrl-gym): a venv of its
+# own beside the main one (they pull transformers, datasets and the tinker SDK, kept out of the
+# harness's), that sees the main one's torch through a .pth file; made on first use (~1 min),
+# reused afterwards. Prints the interpreter's path; needs ensure_python first.
+TRAINER_PACKAGES=('tinker-cookbook>=0.5' 'skyrl-gym>=0.4')
+ensure_trainers_python() {
   local venv torch_dir
-  venv="${CRUCIBLE_COOKBOOK_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/crucible/cookbook-venv}"
-  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import tinker_cookbook, torch, httpx, pytest' 2>/dev/null; then
+  venv="${CRUCIBLE_TRAINERS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/crucible/trainers-venv}"
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import tinker_cookbook, skyrl_gym, torch, httpx, pytest' 2>/dev/null; then
     printf '%s' "$venv/bin/python"; return 0
   fi
-  log "creating the tinker-cookbook test environment in $venv (first time only)"
+  log "creating the trainer packages' test environment in $venv (first time only)"
   rm -rf "$venv.partial"
   "$CRUCIBLE_PYTHON" -m venv "$venv.partial" >&2
   torch_dir=$("$CRUCIBLE_PYTHON" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
   "$venv.partial/bin/python" -c 'import site, sys; open(site.getsitepackages()[0] + "/crucible-torch.pth", "w").write(sys.argv[1] + "\n")' "$torch_dir"
-  "$venv.partial/bin/pip" install --quiet --disable-pip-version-check 'tinker-cookbook>=0.5' httpx pytest >&2
-  "$venv.partial/bin/python" -c 'import tinker_cookbook, torch' || { log "no working tinker-cookbook"; return 1; }
+  "$venv.partial/bin/pip" install --quiet --disable-pip-version-check "${TRAINER_PACKAGES[@]}" httpx pytest >&2
+  "$venv.partial/bin/python" -c 'import tinker_cookbook, skyrl_gym, torch' || { log "no working trainer packages"; return 1; }
   rm -rf "$venv" && mv "$venv.partial" "$venv"
   printf '%s' "$venv/bin/python"
 }

@@ -67,7 +67,7 @@ CRUCIBLE_BIN_DIR="$PWD/target/debug" bash scripts/chaos.sh --profile ci --log-di
 "$CRUCIBLE_PYTHON" -c 'import httpx, pytest' 2>/dev/null ||
   "$CRUCIBLE_PYTHON" -m pip install --quiet --disable-pip-version-check httpx pytest
 CRUCIBLE_BIN="$PWD/target/debug/crucible" "$CRUCIBLE_PYTHON" -m pytest -q -p no:cacheprovider clients/python/tests
-# The tinker_cookbook environment against the real tinker-cookbook (skipped above: not there).
-COOKBOOK_PYTHON=$(ensure_cookbook_python)
-CRUCIBLE_BIN="$PWD/target/debug/crucible" "$COOKBOOK_PYTHON" -m pytest -q -p no:cacheprovider \
-  clients/python/tests/test_cookbook.py
+# The adapters against the real trainer packages (skipped above, where they are not installed).
+TRAINERS_PYTHON=$(ensure_trainers_python)
+CRUCIBLE_BIN="$PWD/target/debug/crucible" "$TRAINERS_PYTHON" -m pytest -q -p no:cacheprovider \
+  clients/python/tests/test_cookbook.py clients/python/tests/test_skyrl.py

@@ -5,7 +5,7 @@ runs a group of two episodes through its ``EnvFromMessageEnv`` with a real rende
 policy that answers the problem with a wrong kernel and the server's feedback with a correct
 one; the builder pickles before and after, and its client is closed by the cookbook's
 ``cleanup`` call. Skipped where tinker-cookbook is not installed (scripts/test.sh installs it in
-a venv of its own and runs this file there)."""
+the trainers' venv and runs this file there)."""
 
 from __future__ import annotations
 
