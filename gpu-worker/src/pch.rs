@@ -1,5 +1,7 @@
-//! The node's precompiled headers of `torch/extension.h`, which make a candidate's
-//! `load_inline` builds faster without changing what they build.
+//! The node's precompiled headers of `torch/extension.h`, which halve the compile of a
+//! candidate's `load_inline` bindings file (`main.cpp`) without changing what it builds (a CUDA
+//! build's wall time is nvcc's `cuda.cu`, which no precompiled header reaches: docs/BENCHMARKS.md,
+//! "CUDA builds"). Off unless `CRUCIBLE_PCH=1`.
 //!
 //! torch starts every extension's `main.cpp` with `#include <torch/extension.h>`, and most of
 //! that translation unit's compile is the header. GCC looks for `torch/extension.h.gch` in each
@@ -34,8 +36,8 @@ pub fn prepare(dir: &Path) -> std::io::Result<()> {
 }
 
 /// Makes every variant of [`DEFAULT_VARIANTS`] missing under `dir` with the children's
-/// interpreter (minutes of one core each, once per node and torch; builds meanwhile compile
-/// the header themselves). Logs what it made; a failure only means slower builds.
+/// interpreter (about half a minute of one core each, 29 s on the 4×H200; once per node and
+/// torch; builds meanwhile compile the header themselves). Logs what it made; a failure only means slower builds.
 pub async fn build(python: PathBuf, dir: PathBuf) {
     let started = Instant::now();
     let mut command = tokio::process::Command::new(&python);
