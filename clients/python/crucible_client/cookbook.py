@@ -34,8 +34,8 @@ except ImportError as error:  # pragma: no cover - the message is the point
     ) from error
 
 from crucible_client.aio import AsyncClient
-from crucible_client.base import ProblemLike, problem_ref
-from crucible_client.tinker_env import KernelEnv
+from crucible_client.base import ProblemLike
+from crucible_client.tinker_env import KernelEnv, group_episodes, group_tags
 
 logger = logging.getLogger(__name__)
 
@@ -135,13 +135,13 @@ class KernelEnvGroupBuilder(EnvGroupBuilder):
     async def make_envs(self) -> Sequence[EnvFromMessageEnv]:
         if self._client is None:
             self._client = AsyncClient(self.url, token=self.token)
-        options = {**self.env_options, "client": self._client}
-        first = KernelEnv(self.problem, reference_code=self.reference_code, **options)
-        options["prompt"] = await first.first_prompt()
-        episodes = [first] + [
-            KernelEnv(self.problem, reference_code=self.reference_code, **options)
-            for _ in range(self.group_size - 1)
-        ]
+        episodes = await group_episodes(
+            self.problem,
+            self.reference_code,
+            self.group_size,
+            **self.env_options,
+            client=self._client,
+        )
         return [
             EnvFromMessageEnv(self.renderer, KernelMessageEnv(e), **self.message_env_options)
             for e in episodes
@@ -159,7 +159,4 @@ class KernelEnvGroupBuilder(EnvGroupBuilder):
             logger.warning("closing the group's Crucible client failed: %s", error)
 
     def logging_tags(self) -> list[str]:
-        if self.problem is not None:
-            ref = problem_ref(self.problem)
-            return [f"level_{ref['level']}", f"problem_{ref['id']}", "crucible", "multiturn"]
-        return ["reference", "crucible", "multiturn"]
+        return group_tags(self.problem)

@@ -32,7 +32,7 @@ except ImportError as error:  # pragma: no cover - the message is the point
     ) from error
 
 from crucible_client.aio import AsyncClient
-from crucible_client.scoring import problem_target
+from crucible_client.scoring import outcome_metrics, problem_target
 from crucible_client.tinker_env import KernelEnv
 
 #: The id ``register()`` gives the environment by default.
@@ -132,8 +132,7 @@ class KernelTextEnv(BaseTextEnv):
         if self.episode is None or not self.episode.turns:
             return {}
         scores = self.episode.step_scores
-        solved = any(t.result is not None and (t.result.get("result") or {}).get("verdict") == "ok"
-                     for t in self.episode.turns)
+        solved = any(outcome_metrics(t.result)["correct"] for t in self.episode.turns)
         return {"turns": len(scores), "solved": float(solved), "final_reward": scores[-1],
                 "best_reward": max(scores)}
 

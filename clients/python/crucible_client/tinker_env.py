@@ -292,13 +292,9 @@ class KernelEnvGroupBuilder:
         self.env_options = env_options
 
     async def make_envs(self) -> Sequence[KernelEnv]:
-        first = KernelEnv(self.problem, reference_code=self.reference_code, **self.env_options)
-        prompt = await first.first_prompt()
-        options = {**self.env_options, "prompt": prompt}
-        return [first] + [
-            KernelEnv(self.problem, reference_code=self.reference_code, **options)
-            for _ in range(self.group_size - 1)
-        ]
+        return await group_episodes(
+            self.problem, self.reference_code, self.group_size, **self.env_options
+        )
 
     async def compute_group_rewards(
         self, trajectory_group: list[Any], env_group: Sequence[Any] | None = None
@@ -311,7 +307,25 @@ class KernelEnvGroupBuilder:
         """Nothing to release: the client is the caller's (or the event loop's shared one)."""
 
     def logging_tags(self) -> list[str]:
-        if self.problem is not None:
-            ref = problem_ref(self.problem)
-            return [f"level_{ref['level']}", f"problem_{ref['id']}", "crucible", "multiturn"]
-        return ["reference", "crucible", "multiturn"]
+        return group_tags(self.problem)
+
+
+async def group_episodes(
+    problem: ProblemLike | None, reference_code: str | None, group_size: int, **options: Any
+) -> list[KernelEnv]:
+    """``group_size`` episodes on one problem, its first prompt built (the reference fetched)
+    once for all of them; ``options`` are ``KernelEnv``'s."""
+    first = KernelEnv(problem, reference_code=reference_code, **options)
+    options = {**options, "prompt": await first.first_prompt()}
+    return [first] + [
+        KernelEnv(problem, reference_code=reference_code, **options)
+        for _ in range(group_size - 1)
+    ]
+
+
+def group_tags(problem: ProblemLike | None) -> list[str]:
+    """A group's tags for a trainer's logs: the registry problem, or ``reference``."""
+    if problem is not None:
+        ref = problem_ref(problem)
+        return [f"level_{ref['level']}", f"problem_{ref['id']}", "crucible", "multiturn"]
+    return ["reference", "crucible", "multiturn"]
