@@ -20,15 +20,19 @@ apt_install() {
 crucible_venv() { printf '%s' "${CRUCIBLE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/crucible/venv}"; }
 
 # The Python that tests the trainer adapters against the real upstream packages
-# (crucible_client.cookbook: tinker-cookbook; crucible_client.skyrl: skyrl-gym): a venv of its
+# (crucible_client.cookbook: tinker-cookbook; crucible_client.skyrl: skyrl-gym;
+# crucible_client.openenv_env and the OpenEnv endpoint: openenv-core): a venv of its
 # own beside the main one (they pull transformers, datasets and the tinker SDK, kept out of the
 # harness's), that sees the main one's torch through a .pth file; made on first use (~1 min),
 # reused afterwards. Prints the interpreter's path; needs ensure_python first.
-TRAINER_PACKAGES=('tinker-cookbook>=0.5' 'skyrl-gym>=0.4')
+TRAINER_PACKAGES=('tinker-cookbook>=0.5' 'skyrl-gym>=0.4' 'openenv-core>=0.3')
+# What each of them is imported as: a cached venv that lacks one is made again.
+TRAINER_MODULES=(tinker_cookbook skyrl_gym openenv.core.env_client)
 ensure_trainers_python() {
-  local venv torch_dir
+  local venv torch_dir imports
   venv="${CRUCIBLE_TRAINERS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/crucible/trainers-venv}"
-  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import tinker_cookbook, skyrl_gym, torch, httpx, pytest' 2>/dev/null; then
+  imports="import torch, httpx, pytest; $(printf 'import %s; ' "${TRAINER_MODULES[@]}")"
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$imports" 2>/dev/null; then
     printf '%s' "$venv/bin/python"; return 0
   fi
   log "creating the trainer packages' test environment in $venv (first time only)"
@@ -37,7 +41,7 @@ ensure_trainers_python() {
   torch_dir=$("$CRUCIBLE_PYTHON" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
   "$venv.partial/bin/python" -c 'import site, sys; open(site.getsitepackages()[0] + "/crucible-torch.pth", "w").write(sys.argv[1] + "\n")' "$torch_dir"
   "$venv.partial/bin/pip" install --quiet --disable-pip-version-check "${TRAINER_PACKAGES[@]}" httpx pytest >&2
-  "$venv.partial/bin/python" -c 'import tinker_cookbook, skyrl_gym, torch' || { log "no working trainer packages"; return 1; }
+  "$venv.partial/bin/python" -c "$imports" || { log "no working trainer packages"; return 1; }
   rm -rf "$venv" && mv "$venv.partial" "$venv"
   printf '%s' "$venv/bin/python"
 }

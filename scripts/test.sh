@@ -70,4 +70,5 @@ CRUCIBLE_BIN="$PWD/target/debug/crucible" "$CRUCIBLE_PYTHON" -m pytest -q -p no:
 # The adapters against the real trainer packages (skipped above, where they are not installed).
 TRAINERS_PYTHON=$(ensure_trainers_python)
 CRUCIBLE_BIN="$PWD/target/debug/crucible" "$TRAINERS_PYTHON" -m pytest -q -p no:cacheprovider \
-  clients/python/tests/test_cookbook.py clients/python/tests/test_skyrl.py
+  clients/python/tests/test_cookbook.py clients/python/tests/test_skyrl.py \
+  clients/python/tests/test_openenv.py

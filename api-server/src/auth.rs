@@ -22,8 +22,9 @@ use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
 use subtle::ConstantTimeEq;
 
-/// Paths every caller may read without a token: health checks and scrapes, and the contract.
-pub const PUBLIC_PATHS: [&str; 3] = ["/health", "/metrics", "/openapi.json"];
+/// Paths every caller may read without a token: health checks (the service's and OpenEnv's)
+/// and scrapes, and the contract.
+pub const PUBLIC_PATHS: [&str; 4] = ["/health", "/metrics", "/openapi.json", "/openenv/health"];
 /// Swagger UI's pages (which only render the public `/openapi.json`); public so a browser,
 /// which sends no bearer token, can open them.
 pub const DOCS_PATH: &str = "/docs";

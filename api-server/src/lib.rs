@@ -2,7 +2,7 @@
 //! metrics, the health check, the problem registry and the rollout endpoints that turn
 //! model completions into rewards, authentication of tenants (`auth`) and their admin
 //! endpoints (`admin`), the status page (`status_page`), and where a submission's tasks may
-//! run (`placement`: device classes). Stateless: everything another replica would need lives in the broker,
+//! run (`placement`: device classes), and OpenEnv's reset/step/state over episodes (`openenv`). Stateless: everything another replica would need lives in the broker,
 //! so any number of replicas can serve the same queue.
 
 pub mod access;
@@ -17,6 +17,7 @@ pub mod heap;
 pub mod limits;
 pub mod metrics;
 pub mod openapi;
+pub mod openenv;
 pub mod placement;
 pub mod problem_sets;
 pub mod problems;

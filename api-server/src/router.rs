@@ -6,7 +6,7 @@ use crate::auth::{PAGE_PATH, SCRIPT_PATH, STYLE_PATH};
 use crate::error::not_found;
 use crate::state::AppState;
 use crate::status_page::{self, JSON_PATH};
-use crate::{admin, episodes, problem_sets, prompts, report, rollouts, routes};
+use crate::{admin, episodes, openenv, problem_sets, prompts, report, rollouts, routes};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
@@ -89,7 +89,21 @@ pub fn router(state: AppState) -> Router {
             "/episodes/{id}/turns",
             post(episodes::post_turn).layer(DefaultBodyLimit::max(EVALUATE_BODY_LIMIT)),
         )
-        .route("/episodes/{id}/turns/{turn}", get(episodes::get_turn));
+        .route("/episodes/{id}/turns/{turn}", get(episodes::get_turn))
+        // OpenEnv sessions over episodes: `base_url` `…/openenv` for OpenEnv's clients.
+        .route(
+            "/openenv/reset",
+            post(openenv::http_reset).layer(DefaultBodyLimit::max(EVALUATE_BODY_LIMIT)),
+        )
+        .route(
+            "/openenv/step",
+            post(openenv::http_step).layer(DefaultBodyLimit::max(EVALUATE_BODY_LIMIT)),
+        )
+        .route("/openenv/state", get(openenv::http_state))
+        .route("/openenv/health", get(openenv::health))
+        .route("/openenv/metadata", get(openenv::metadata))
+        .route("/openenv/schema", get(openenv::schema))
+        .route("/openenv/ws", get(openenv::ws::websocket));
     Router::new()
         .merge(api)
         .merge(SwaggerUi::new(crate::auth::DOCS_PATH).url("/openapi.json", crate::openapi::doc()))

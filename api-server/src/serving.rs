@@ -283,7 +283,11 @@ pub async fn serve_connections(
             inner: app.clone(),
             activity: open.activity.clone(),
         };
-        let conn = http.serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
+        // With upgrades, for the OpenEnv WebSocket sessions (`openenv/ws.rs`): an upgraded
+        // connection leaves this loop's tracking and is bounded there.
+        let conn = http
+            .serve_connection(TokioIo::new(io), TowerToHyperService::new(service))
+            .with_upgrades();
         tracker.spawn(async move {
             let _registered = registered;
             let mut conn = std::pin::pin!(conn);

@@ -9,6 +9,7 @@ use crate::problems::ProblemRegistry;
 use crate::prompts::config::PromptConfig;
 use crucible_task_manager::Broker;
 use std::sync::Arc;
+use tokio::sync::Semaphore;
 
 /// The handles every handler gets (cloned per request: all behind `Arc`).
 #[derive(Clone)]
@@ -27,6 +28,9 @@ pub struct AppState {
     pub prompts: Arc<PromptConfig>,
     /// Finished tasks answered to clients while this process drains (`deliveries`).
     pub deliveries: Arc<Deliveries>,
+    /// This replica's open OpenEnv WebSocket sessions, at most `OPENENV_SESSIONS` (an
+    /// upgraded connection leaves the accept loop's connection cap).
+    pub openenv_sessions: Arc<Semaphore>,
 }
 
 impl AppState {
@@ -40,6 +44,7 @@ impl AppState {
             limits: Arc::new(ServeLimits::default()),
             prompts: Arc::new(PromptConfig::default()),
             deliveries: Arc::new(Deliveries::default()),
+            openenv_sessions: Arc::new(Semaphore::new(crucible_shared::bounds::OPENENV_SESSIONS)),
         }
     }
 

@@ -442,3 +442,36 @@ pub(crate) fn episode_group_size_schema() -> utoipa::openapi::Object {
          first prompt and a `group_id`.",
     )
 }
+
+// OpenEnv sessions (`openenv`): one episode a session, over HTTP or a WebSocket.
+
+/// `timeout_s` of `POST /openenv/step`: seconds the answer waits for the turn's score (at most
+/// `?wait=`'s longest, within the request timeout); unscored by then, 202 and the turn pending.
+pub const OPENENV_HTTP_STEP_WAIT_S: Bounds<f64> = Bounds {
+    default: 60.0,
+    min: 0.0,
+    max: 60.0,
+};
+/// Longest a WebSocket `step` waits for its turn's score, in seconds: longer than any task's
+/// `timeout_s` and a queue's wait, so a client sees a score, not a pending turn, unless the
+/// service is stuck. (OpenEnv's client gives up after its `message_timeout_s`, 60 s by default:
+/// raise it for GPU evaluations.)
+pub const OPENENV_WS_STEP_WAIT_S: u64 = 2 * 3600;
+/// Times a step evaluates its completion again after a service failure (a lost worker, an
+/// outage: never the model's fault) before it answers an error.
+pub const OPENENV_STEP_RETRIES: u32 = 2;
+/// Open WebSocket sessions per API replica; one more is refused with `CAPACITY_REACHED`.
+/// Each holds a connection and, while stepping, one long-poll at a time.
+pub const OPENENV_SESSIONS: usize = 1024;
+/// A WebSocket session that sends nothing for this long is closed (seconds).
+pub const OPENENV_SESSION_IDLE_S: u64 = 30 * 60;
+/// Largest WebSocket message a session reads: a completion at its limit, JSON-escaped.
+pub const OPENENV_MESSAGE_BYTES: usize = 4 << 20;
+
+pub(crate) fn openenv_step_wait_schema() -> utoipa::openapi::Object {
+    OPENENV_HTTP_STEP_WAIT_S.schema(
+        false,
+        "Seconds to wait for the turn's score; unscored by then, 202 with the turn pending \
+         (post the same step again to go on waiting).",
+    )
+}

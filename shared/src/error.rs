@@ -43,6 +43,8 @@ pub enum ApiErrorCode {
     /// The broker's store is at its memory limit (Redis `maxmemory`) and refuses writes until
     /// tasks finish or expire; retry later.
     BrokerOutOfMemory,
+    /// A WebSocket route (`GET /openenv/ws`) asked without a WebSocket handshake.
+    UpgradeRequired,
 }
 
 impl ApiErrorCode {
@@ -63,6 +65,7 @@ impl ApiErrorCode {
             | ApiErrorCode::BrokerOutOfMemory => 503,
             ApiErrorCode::Internal => 500,
             ApiErrorCode::RequestTimeout => 408,
+            ApiErrorCode::UpgradeRequired => 426,
         }
     }
 }
