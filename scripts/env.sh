@@ -21,28 +21,39 @@ crucible_venv() { printf '%s' "${CRUCIBLE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/
 
 # The Python that tests the trainer adapters against the real upstream packages
 # (crucible_client.cookbook: tinker-cookbook; crucible_client.skyrl: skyrl-gym;
-# crucible_client.openenv_env and the OpenEnv endpoint: openenv-core): a venv of its
-# own beside the main one (they pull transformers, datasets and the tinker SDK, kept out of the
-# harness's), that sees the main one's torch through a .pth file; made on first use (~1 min),
-# reused afterwards. Prints the interpreter's path; needs ensure_python first.
-TRAINER_PACKAGES=('tinker-cookbook>=0.5' 'skyrl-gym>=0.4' 'openenv-core>=0.3')
-# What each of them is imported as: a cached venv that lacks one is made again.
-TRAINER_MODULES=(tinker_cookbook skyrl_gym openenv.core.env_client)
+# crucible_client.openenv_env and the OpenEnv endpoint: openenv-core;
+# crucible_client.verifiers_env: verifiers, whose chat harness runs as a uv script, so uv too;
+# crucible_client/openrlhf_reward.py: openrlhf's reward loader, installed without its
+# dependencies, since they are GPU-only builds (deepspeed, flash-attn, vllm, ray), with the two
+# its loader imports): a venv of its own beside the main one (they pull transformers, datasets
+# and the tinker SDK, kept out of the harness's), that sees the main one's torch through a .pth
+# file; made on first use (~2 min), reused afterwards, and made again when it cannot import
+# every package below (a venv made before one was added). Prints the interpreter's path;
+# needs ensure_python first.
+TRAINER_PACKAGES=('tinker-cookbook>=0.5' 'skyrl-gym>=0.4' 'openenv-core>=0.3' 'verifiers>=0.4'
+  uv aiohttp pylatexenc)
+TRAINER_NO_DEPS_PACKAGES=('openrlhf==0.11.2')
+# What each of those is imported as: a cached venv that lacks one is made again.
+TRAINER_MODULES=(tinker_cookbook skyrl_gym openenv.core.env_client verifiers.v1 aiohttp pylatexenc
+  openrlhf.utils.agent torch httpx pytest)
 ensure_trainers_python() {
   local venv torch_dir imports
   venv="${CRUCIBLE_TRAINERS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/crucible/trainers-venv}"
-  imports="import torch, httpx, pytest; $(printf 'import %s; ' "${TRAINER_MODULES[@]}")"
-  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$imports" 2>/dev/null; then
+  imports="$(printf 'import %s; ' "${TRAINER_MODULES[@]}")"
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$imports" 2>/dev/null &&
+    [ -x "$venv/bin/uv" ]; then
     printf '%s' "$venv/bin/python"; return 0
   fi
   log "creating the trainer packages' test environment in $venv (first time only)"
-  rm -rf "$venv.partial"
-  "$CRUCIBLE_PYTHON" -m venv "$venv.partial" >&2
+  # Made in place, not renamed into it: a venv's scripts (uv, vf-eval) name its path in their
+  # first line. One left half-made fails the import check above and is made again.
+  rm -rf "$venv"
+  "$CRUCIBLE_PYTHON" -m venv "$venv" >&2
   torch_dir=$("$CRUCIBLE_PYTHON" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
-  "$venv.partial/bin/python" -c 'import site, sys; open(site.getsitepackages()[0] + "/crucible-torch.pth", "w").write(sys.argv[1] + "\n")' "$torch_dir"
-  "$venv.partial/bin/pip" install --quiet --disable-pip-version-check "${TRAINER_PACKAGES[@]}" httpx pytest >&2
-  "$venv.partial/bin/python" -c "$imports" || { log "no working trainer packages"; return 1; }
-  rm -rf "$venv" && mv "$venv.partial" "$venv"
+  "$venv/bin/python" -c 'import site, sys; open(site.getsitepackages()[0] + "/crucible-torch.pth", "w").write(sys.argv[1] + "\n")' "$torch_dir"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "${TRAINER_PACKAGES[@]}" httpx pytest >&2
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps "${TRAINER_NO_DEPS_PACKAGES[@]}" >&2
+  "$venv/bin/python" -c "$imports" || { log "no working trainer packages"; return 1; }
   printf '%s' "$venv/bin/python"
 }
 

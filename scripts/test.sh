@@ -67,8 +67,10 @@ CRUCIBLE_BIN_DIR="$PWD/target/debug" bash scripts/chaos.sh --profile ci --log-di
 "$CRUCIBLE_PYTHON" -c 'import httpx, pytest' 2>/dev/null ||
   "$CRUCIBLE_PYTHON" -m pip install --quiet --disable-pip-version-check httpx pytest
 CRUCIBLE_BIN="$PWD/target/debug/crucible" "$CRUCIBLE_PYTHON" -m pytest -q -p no:cacheprovider clients/python/tests
-# The adapters against the real trainer packages (skipped above, where they are not installed).
+# The adapters against the real trainer packages (skipped above, where they are not installed;
+# test_verifiers.py's harness program installs its few packages with uv from PyPI on first use).
 TRAINERS_PYTHON=$(ensure_trainers_python)
 CRUCIBLE_BIN="$PWD/target/debug/crucible" "$TRAINERS_PYTHON" -m pytest -q -p no:cacheprovider \
   clients/python/tests/test_cookbook.py clients/python/tests/test_skyrl.py \
-  clients/python/tests/test_openenv.py
+  clients/python/tests/test_openenv.py clients/python/tests/test_verifiers.py \
+  clients/python/tests/test_openrlhf.py

@@ -14,6 +14,7 @@ import pickle
 
 import pytest
 from conftest import Server
+from offline_tokenizer import offline_tokenizer as make_tokenizer
 from test_adapters import CORRECT, CORRECT_REWARD, FAST_EVAL, RELU_PROBLEM, TIMEOUT_S, WRONG
 from test_adapters import WRONG_REWARD, tagged
 
@@ -28,21 +29,7 @@ from crucible_client.cookbook import KernelEnvGroupBuilder, message_text  # noqa
 
 
 def offline_tokenizer():
-    """A real Hugging Face fast tokenizer (byte-level BPE, lossless on any text), trained on
-    a few strings here instead of downloaded."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=600,
-        special_tokens=["<bos>", "<eos>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tokenizer.train_from_iterator(["User: Assistant: System:", CORRECT, WRONG], trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<bos>", eos_token="<eos>")
+    return make_tokenizer(["User: Assistant: System:", CORRECT, WRONG])
 
 
 class FeedbackPolicy(TokenCompleter):
