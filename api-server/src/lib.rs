@@ -2,7 +2,8 @@
 //! metrics, the health check, the problem registry and the rollout endpoints that turn
 //! model completions into rewards, authentication of tenants (`auth`) and their admin
 //! endpoints (`admin`), the status page (`status_page`), and where a submission's tasks may
-//! run (`placement`: device classes), and OpenEnv's reset/step/state over episodes (`openenv`). Stateless: everything another replica would need lives in the broker,
+//! run (`placement`: device classes), OpenEnv's reset/step/state over episodes (`openenv`), and KernelGYM's evaluation API
+//! (`kernelgym`). Stateless: everything another replica would need lives in the broker,
 //! so any number of replicas can serve the same queue.
 
 pub mod access;
@@ -14,6 +15,7 @@ pub mod episodes;
 pub mod error;
 pub mod extract;
 pub mod heap;
+pub mod kernelgym;
 pub mod limits;
 pub mod metrics;
 pub mod openapi;

@@ -56,6 +56,10 @@ pub const BEARER_SCHEME: &str = "bearer";
         crate::openenv::metadata,
         crate::openenv::schema,
         crate::openenv::ws::websocket,
+        // KernelGYM's evaluation API.
+        crate::kernelgym::evaluate,
+        crate::kernelgym::status,
+        crate::kernelgym::results,
     ),
     components(schemas(
         crucible_shared::DrainRequested,
@@ -150,26 +154,16 @@ pub const BEARER_SCHEME: &str = "bearer";
         crucible_shared::openenv::OpenEnvState,
         crucible_shared::openenv::OpenEnvMetadata,
         crucible_shared::openenv::OpenEnvHealth,
+        // KernelGYM's evaluation API.
+        crucible_shared::kernelgym::KernelGymRequest,
+        crucible_shared::kernelgym::KernelGymResult,
+        crucible_shared::kernelgym::KernelGymStatus,
     )),
-    tags((name = "tasks", description = "Submit, follow and cancel evaluations"), (name = "rollouts", description = "Model completions in, rewards and next-turn feedback out"), (name = "episodes", description = "Multi-turn episodes: a first prompt, turns scored as rollouts, next prompts with feedback, discounted returns"), (name = "openenv", description = "OpenEnv's reset/step/state over episodes, over HTTP and a WebSocket session (docs/TRAINERS.md)"), (name = "problems", description = "The problem registry requests may name by level and id"), (name = "status", description = "Workers, queue, recent activity, the status page, health, metrics"), (name = "admin", description = "Tenants and their tokens, worker drains (admin token only)"))
+    tags((name = "tasks", description = "Submit, follow and cancel evaluations"), (name = "rollouts", description = "Model completions in, rewards and next-turn feedback out"), (name = "episodes", description = "Multi-turn episodes: a first prompt, turns scored as rollouts, next prompts with feedback, discounted returns"), (name = "openenv", description = "OpenEnv's reset/step/state over episodes, over HTTP and a WebSocket session (docs/TRAINERS.md)"), (name = "kernelgym", description = "KernelGYM's /evaluate, /status and /results, for its reward clients (docs/MIGRATION-KERNELGYM.md)"), (name = "problems", description = "The problem registry requests may name by level and id"), (name = "status", description = "Workers, queue, recent activity, the status page, health, metrics"), (name = "admin", description = "Tenants and their tokens, worker drains (admin token only)"))
 )]
 /// The OpenAPI document of every route and schema, derived from the handlers' annotations
 /// and the wire types' doc comments.
 pub struct ApiDoc;
-
-/// `GET /openenv/schema`: OpenEnv's `{action, observation, state}` JSON schemas, taken from
-/// this document (so they are the routes' own), with its `components` beside them so that
-/// their `#/components/schemas/...` references resolve within the answer.
-pub fn openenv_schemas() -> serde_json::Value {
-    let doc = serde_json::to_value(doc()).expect("the document serializes");
-    let schemas = &doc["components"]["schemas"];
-    serde_json::json!({
-        "action": schemas["OpenEnvAction"],
-        "observation": schemas["OpenEnvObservation"],
-        "state": schemas["OpenEnvState"],
-        "components": {"schemas": schemas},
-    })
-}
 
 /// Which operations a status of [`COMMON_STATUSES`] is added to.
 #[derive(Debug, Clone, Copy)]

@@ -205,7 +205,7 @@ pub async fn metadata() -> Json<OpenEnvMetadata> {
     responses((status = 200, description = "`{action, observation, state}` JSON schemas", body = Object))
 )]
 pub async fn schema() -> Json<serde_json::Value> {
-    Json(crate::openapi::openenv_schemas())
+    Json(crucible_shared::openenv::schemas())
 }
 
 /// Starts an episode (or attaches to one) and answers its first observation. Over HTTP the

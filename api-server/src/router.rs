@@ -6,7 +6,7 @@ use crate::auth::{PAGE_PATH, SCRIPT_PATH, STYLE_PATH};
 use crate::error::not_found;
 use crate::state::AppState;
 use crate::status_page::{self, JSON_PATH};
-use crate::{admin, episodes, openenv, problem_sets, prompts, report, rollouts, routes};
+use crate::{admin, episodes, kernelgym, openenv, problem_sets, prompts, report, rollouts, routes};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
@@ -103,7 +103,14 @@ pub fn router(state: AppState) -> Router {
         .route("/openenv/health", get(openenv::health))
         .route("/openenv/metadata", get(openenv::metadata))
         .route("/openenv/schema", get(openenv::schema))
-        .route("/openenv/ws", get(openenv::ws::websocket));
+        .route("/openenv/ws", get(openenv::ws::websocket))
+        // KernelGYM's evaluation API: its clients' server URL `…/kernelgym`.
+        .route(
+            "/kernelgym/evaluate",
+            post(kernelgym::evaluate).layer(DefaultBodyLimit::max(EVALUATE_BODY_LIMIT)),
+        )
+        .route("/kernelgym/status/{task_id}", get(kernelgym::status))
+        .route("/kernelgym/results/{task_id}", get(kernelgym::results));
     Router::new()
         .merge(api)
         .merge(SwaggerUi::new(crate::auth::DOCS_PATH).url("/openapi.json", crate::openapi::doc()))

@@ -41,12 +41,38 @@ pub async fn evaluate(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     ApiQuery(query): ApiQuery<WaitQuery>,
-    ApiJson(mut request): ApiJson<EvaluateRequest>,
+    ApiJson(request): ApiJson<EvaluateRequest>,
 ) -> Result<Response, HttpError> {
+    let wait = wait_duration(query.wait)?;
+    let submitted = submit_evaluation(&state, &caller, request).await?;
+    if let Some(wait) = wait
+        && let Some(view) = state.broker.wait_terminal(&submitted.task_id, wait).await?
+        && view.status.is_terminal()
+    {
+        state.deliveries.served(&view.task_id, view.status);
+        return Ok((StatusCode::OK, Json(view)).into_response());
+    }
+    let body = SubmitResponse {
+        task_id: submitted.task_id,
+        status: submitted.status,
+        deduplicated: submitted.deduplicated,
+        coalesced: submitted.coalesced,
+        cached: submitted.cached,
+    };
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+}
+
+/// What every single submission does: the problem resolved, the request validated and placed,
+/// the task submitted under the caller's tenant and counted (`POST /evaluate`, and KernelGYM's
+/// `POST /kernelgym/evaluate`).
+pub(crate) async fn submit_evaluation(
+    state: &AppState,
+    caller: &Caller,
+    mut request: EvaluateRequest,
+) -> Result<crucible_task_manager::Submitted, HttpError> {
     resolve_request(&mut request, &state.problems, "")?;
     request.validate()?;
-    let wait = wait_duration(query.wait)?;
-    placement::check(&state, &request).await?;
+    placement::check(state, &request).await?;
     let labels = [
         serde_json::to_value(request.backend)
             .ok()
@@ -56,7 +82,7 @@ pub async fn evaluate(
     ];
     let submitted = state
         .broker
-        .submit(caller.tenant_id(), spec_of(request, &caller))
+        .submit(caller.tenant_id(), spec_of(request, caller))
         .await?;
     // Only a new task counts; a cached answer is one (already done), a joined task is not.
     if !submitted.deduplicated && !submitted.coalesced {
@@ -74,21 +100,7 @@ pub async fn evaluate(
         cached = submitted.cached,
         "task submitted"
     );
-    if let Some(wait) = wait
-        && let Some(view) = state.broker.wait_terminal(&submitted.task_id, wait).await?
-        && view.status.is_terminal()
-    {
-        state.deliveries.served(&view.task_id, view.status);
-        return Ok((StatusCode::OK, Json(view)).into_response());
-    }
-    let body = SubmitResponse {
-        task_id: submitted.task_id,
-        status: submitted.status,
-        deduplicated: submitted.deduplicated,
-        coalesced: submitted.coalesced,
-        cached: submitted.cached,
-    };
-    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+    Ok(submitted)
 }
 
 /// Answer to `POST /evaluate/batch`.

@@ -1,6 +1,6 @@
 //! Wire types shared by every Crucible process: requests, task views, results, cancel answers,
 //! worker and queue views, device classes and where tasks may run, recent activity and the
-//! status page's view, tenants, problems, rollouts and rewards, OpenEnv sessions over episodes, the measurement options
+//! status page's view, tenants, problems, rollouts and rewards, OpenEnv sessions over episodes, KernelGYM's evaluation API, the measurement options
 //! (`parity`) (all serde + utoipa schemas), the API error codes with their one HTTP mapping,
 //! request validation and configuration parsing. Nothing here does I/O.
 
@@ -12,6 +12,7 @@ pub mod device;
 pub mod episode;
 pub mod error;
 pub mod ids;
+pub mod kernelgym;
 pub mod openenv;
 pub mod parity;
 pub mod placement;

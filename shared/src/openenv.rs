@@ -231,6 +231,34 @@ pub struct OpenEnvHealth {
     pub status: String,
 }
 
+/// `GET /openenv/schema`: OpenEnv's `{action, observation, state}` JSON schemas, from the
+/// types the routes read and write, with the schemas they reference under
+/// `components.schemas` so that their `#/components/schemas/...` references resolve within
+/// the answer (as in the OpenAPI document).
+pub fn schemas() -> serde_json::Value {
+    use utoipa::{PartialSchema, ToSchema};
+    let mut components = Vec::new();
+    OpenEnvAction::schemas(&mut components);
+    OpenEnvObservation::schemas(&mut components);
+    OpenEnvState::schemas(&mut components);
+    let components: serde_json::Map<String, serde_json::Value> = components
+        .into_iter()
+        .map(|(name, schema)| {
+            (
+                name,
+                serde_json::to_value(schema).expect("schemas serialize"),
+            )
+        })
+        .collect();
+    let json = |schema| serde_json::to_value(schema).expect("schemas serialize");
+    serde_json::json!({
+        "action": json(OpenEnvAction::schema()),
+        "observation": json(OpenEnvObservation::schema()),
+        "state": json(OpenEnvState::schema()),
+        "components": {"schemas": components},
+    })
+}
+
 /// The observation after `reset` started `started`'s first episode.
 pub fn started_observation(
     started: &EpisodesStarted,

@@ -18,16 +18,20 @@ pub enum KvNamespace {
     RolloutBatchKeys,
     /// Episodes and their turns, by episode id and `{episode}:{turn}` (the API's `episodes`).
     Episodes,
+    /// KernelGYM clients' own task ids, by tenant and id; the value names our task (the API's
+    /// `kernelgym`).
+    KernelGym,
 }
 
 impl KvNamespace {
     /// Every namespace, in [`KvNamespace::index`] order (the stats report each).
-    pub const ALL: [KvNamespace; 5] = [
+    pub const ALL: [KvNamespace; 6] = [
         KvNamespace::Ref,
         KvNamespace::Build,
         KvNamespace::Rollouts,
         KvNamespace::RolloutBatchKeys,
         KvNamespace::Episodes,
+        KvNamespace::KernelGym,
     ];
 
     /// The name in keys and counters.
@@ -38,6 +42,7 @@ impl KvNamespace {
             KvNamespace::Rollouts => "rollouts",
             KvNamespace::RolloutBatchKeys => "rollout-batch-keys",
             KvNamespace::Episodes => "episodes",
+            KvNamespace::KernelGym => "kernelgym",
         }
     }
 
@@ -81,7 +86,14 @@ mod tests {
         let names: Vec<&str> = KvNamespace::ALL.iter().map(|n| n.as_str()).collect();
         assert_eq!(
             names,
-            ["ref", "build", "rollouts", "rollout-batch-keys", "episodes"]
+            [
+                "ref",
+                "build",
+                "rollouts",
+                "rollout-batch-keys",
+                "episodes",
+                "kernelgym"
+            ]
         );
         for (i, ns) in KvNamespace::ALL.into_iter().enumerate() {
             assert_eq!(ns.index(), i);

@@ -339,6 +339,7 @@ async fn each_role_does_its_whole_job_with_nothing_refused() {
         KvNamespace::Rollouts,
         KvNamespace::RolloutBatchKeys,
         KvNamespace::Episodes,
+        KvNamespace::KernelGym,
     ] {
         api.kv_put(ns, "k", "v", ttl).await.unwrap();
         assert_eq!(api.kv_get(ns, "k").await.unwrap().as_deref(), Some("v"));

@@ -235,3 +235,23 @@ fn websocket_messages_and_replies_have_openenvs_shapes() {
         ("EXECUTION_ERROR", Some("NOT_FOUND"))
     );
 }
+
+#[test]
+fn the_schemas_are_the_types_own_and_their_references_resolve() {
+    let schemas = schemas();
+    assert_eq!(schemas["action"]["required"], json!(["completion"]));
+    let refs = schemas.to_string();
+    let components = schemas["components"]["schemas"].as_object().unwrap();
+    for part in refs.split("#/components/schemas/").skip(1) {
+        let name = part.split('"').next().unwrap();
+        assert!(
+            components.contains_key(name),
+            "{name} is referenced but not given"
+        );
+    }
+    assert!(
+        components.contains_key("TurnView"),
+        "{:?}",
+        components.keys()
+    );
+}
