@@ -12,11 +12,12 @@
 
 use crate::auth::Caller;
 use crate::error::HttpError;
-use crate::extract::ApiJson;
+use crate::extract::{ApiJson, ApiQuery, WaitQuery, wait_duration};
 use crate::routes::submit_evaluation;
 use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::{Extension, Json};
+use crucible_shared::bounds::WAIT_S;
 use crucible_shared::kernelgym::{
     KernelGymRequest, KernelGymResult, KernelGymStatus, result_of, status_of,
 };
@@ -28,10 +29,10 @@ use std::time::Duration;
 
 /// Key-value namespace of the clients' task ids.
 const NAMESPACE: KvNamespace = KvNamespace::KernelGym;
-/// How long `POST /kernelgym/evaluate` waits for the verdict before it answers with the task
-/// still `pending`/`processing` (KernelGYM's clients then poll `/status`): inside the request
-/// timeout, with room for the answer.
-const EVALUATE_WAIT: Duration = Duration::from_secs(80);
+/// How long `POST /kernelgym/evaluate` waits for the verdict by default before it answers with
+/// the task still `pending`/`processing` (KernelGYM's clients then poll `/status`): `?wait=`'s
+/// longest, since KernelGYM's own `/evaluate` answers only once finished.
+const EVALUATE_WAIT: Duration = Duration::from_secs(WAIT_S.max as u64);
 /// The names outlive the result TTL by this factor, as episode records do.
 const TTL_FACTOR: u32 = 2;
 
@@ -78,12 +79,14 @@ async fn task(state: &AppState, named: &Named, task_id: &str) -> Result<TaskView
 }
 
 /// KernelGYM's `POST /evaluate`: submits the evaluation (or finds the one this `task_id`
-/// already names) and answers its result once finished, or within 80 s with its status.
+/// already names) and answers its result once finished, or after `wait` (default 60 s) with
+/// its status.
 #[utoipa::path(
     post, path = "/kernelgym/evaluate", tag = "kernelgym",
     request_body = KernelGymRequest,
+    params(WaitQuery),
     responses(
-        (status = 200, description = "The evaluation: finished (`completed`, `failed`, `timeout`) or still `pending`/`processing` after 80 s (poll `/kernelgym/status/{task_id}`)", body = KernelGymResult),
+        (status = 200, description = "The evaluation: finished (`completed`, `failed`, `timeout`) or still `pending`/`processing` after `wait` (left out, 60 s; then poll `/kernelgym/status/{task_id}`)", body = KernelGymResult),
         (status = 409, description = "`task_id` names another request of this tenant (`CONFLICT`): use a new id", body = ApiError),
         (status = 422, description = "A field Crucible cannot honour or out of range, named in `field` (`VALIDATION`)", body = ApiError),
         (status = 429, description = "Queue full (`QUEUE_FULL`) or the tenant's `max_queued` reached (`QUOTA_EXCEEDED`)", body = ApiError),
@@ -92,8 +95,10 @@ async fn task(state: &AppState, named: &Named, task_id: &str) -> Result<TaskView
 pub async fn evaluate(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
+    ApiQuery(query): ApiQuery<WaitQuery>,
     ApiJson(body): ApiJson<KernelGymRequest>,
 ) -> Result<Json<KernelGymResult>, HttpError> {
+    let wait = wait_duration(query.wait)?.unwrap_or(EVALUATE_WAIT);
     let mut request = body.to_evaluate_request()?;
     let request_digest = digest(&body);
     let name = key(&caller, &body.task_id);
@@ -134,7 +139,7 @@ pub async fn evaluate(
             submitted.task_id
         }
     };
-    let view = match state.broker.wait_terminal(&task_id, EVALUATE_WAIT).await? {
+    let view = match state.broker.wait_terminal(&task_id, wait).await? {
         Some(view) => view,
         None => state
             .broker
