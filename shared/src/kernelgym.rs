@@ -23,41 +23,78 @@ use utoipa::ToSchema;
 pub const MAX_TASK_ID_CHARS: usize = 100;
 /// Warm-up calls before the timed ones: KernelGYM's default and Crucible's protocol.
 pub const WARMUP_CALLS: u32 = 3;
-/// The one toolkit, backend adapter and workflow Crucible is.
-const KERNELBENCH: &str = "kernelbench";
 
-/// `POST /kernelgym/evaluate`: KernelGYM's `EvaluationRequest`, field for field.
+/// `kernelbench`: the one toolkit, backend adapter and workflow Crucible is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum KernelBench {
+    /// KernelBench's problems and protocol.
+    Kernelbench,
+}
+
+/// The reference's class: `Model` (the candidate's is `ModelNew`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub enum EntryPoint {
+    /// `class Model`.
+    Model,
+}
+
+/// How the reference is timed, in KernelGYM's words and ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelGymReferenceBackend {
+    /// As written (ours `eager`).
+    Pytorch,
+    /// Ours.
+    Eager,
+    /// Under `torch.compile` (ours `compile`).
+    TorchCompile,
+    /// Ours.
+    Compile,
+}
+
+/// `POST /kernelgym/evaluate`: KernelGYM's `EvaluationRequest`, field for field. A value it
+/// allows and Crucible does not serve (another backend, workflow or entry point) is refused by
+/// its type; one that would skip what Crucible always does is refused by name.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KernelGymRequest {
-    /// The client's own id of the evaluation (1-100 characters): what `/status` and
-    /// `/results` name. The same id with the same request is the same evaluation.
+    /// The client's own id of the evaluation: what `/status` and `/results` name. The same id
+    /// with the same request is the same evaluation.
+    #[schema(schema_with = kernelgym_task_id_schema)]
     pub task_id: String,
-    /// The PyTorch reference (`class Model`, `get_inputs`, `get_init_inputs`).
+    /// The PyTorch reference (`class Model`, `get_inputs`, `get_init_inputs`); required.
     #[serde(default)]
+    #[schema(schema_with = kernelgym_reference_schema)]
     pub reference_code: Option<String>,
     /// The candidate (`class ModelNew`).
+    #[schema(schema_with = crate::bounds::kernel_code_schema)]
     pub kernel_code: String,
     /// `kernelbench` only.
     #[serde(default)]
-    pub toolkit: Option<String>,
+    pub toolkit: Option<KernelBench>,
     /// `kernelbench` only.
     #[serde(default)]
-    pub backend_adapter: Option<String>,
-    /// `triton` or `cuda` (KernelGYM's `tilelang`, `cuda_agent`, `tvm_ffi`, `auto` are refused).
+    pub backend_adapter: Option<KernelBench>,
+    /// `triton` or `cuda` (KernelGYM's `tilelang`, `cuda_agent`, `tvm_ffi`, `auto` are not
+    /// served).
     #[serde(default)]
-    pub backend: Option<String>,
+    pub backend: Option<Backend>,
     /// As ours.
     #[serde(default)]
+    #[schema(schema_with = crate::bounds::correct_trials_schema)]
     pub num_correct_trials: Option<u32>,
     /// As ours.
     #[serde(default)]
+    #[schema(schema_with = crate::bounds::perf_trials_schema)]
     pub num_perf_trials: Option<u32>,
     /// 3 only: Crucible's protocol warms up three times.
     #[serde(default)]
+    #[schema(minimum = 3, maximum = 3)]
     pub num_warmup: Option<u32>,
     /// Seconds: ours `timeout_s`.
     #[serde(default)]
+    #[schema(schema_with = crate::bounds::timeout_s_schema)]
     pub timeout: Option<u32>,
     /// `low`, `normal` or `high`.
     #[serde(default)]
@@ -68,13 +105,13 @@ pub struct KernelGymRequest {
     /// Evaluate again rather than answer from the result cache.
     #[serde(default)]
     pub force_refresh: bool,
-    /// `Model` only (the candidate's class is `ModelNew`).
+    /// `Model` only.
     #[serde(default)]
-    pub entry_point: Option<String>,
+    pub entry_point: Option<EntryPoint>,
     /// `pytorch` (or `eager`) times the reference as written, `torch_compile` (or `compile`)
     /// under `torch.compile`.
     #[serde(default)]
-    pub reference_backend: Option<String>,
+    pub reference_backend: Option<KernelGymReferenceBackend>,
     /// Accepted, not read: the reference-timing cache is always on, keyed by the problem's
     /// content, the device and the software (never by a client's uuid).
     #[serde(default)]
@@ -105,38 +142,84 @@ pub struct KernelGymRequest {
     pub measure_performance: Option<bool>,
     /// `true` only: correctness is always checked.
     #[serde(default)]
+    #[schema(schema_with = true_only_schema)]
     pub run_correctness: Option<bool>,
     /// Overrides `measure_performance`, as in KernelGYM.
     #[serde(default)]
     pub run_performance: Option<bool>,
-    /// Refused: the `kernel_simple` workflow is not Crucible's.
+    /// `null` only: the `kernel_simple` workflow's cases are not Crucible's.
     #[serde(default)]
-    #[schema(value_type = Option<String>)]
+    #[schema(schema_with = null_only_schema)]
     pub cases_code: Option<serde_json::Value>,
-    /// Refused (as `cases_code`).
+    /// `null` only (as `cases_code`).
     #[serde(default)]
-    #[schema(value_type = Option<Vec<Object>>)]
+    #[schema(schema_with = null_only_schema)]
     pub cases: Option<serde_json::Value>,
     /// `kernelbench` only.
     #[serde(default)]
-    pub workflow: Option<String>,
+    pub workflow: Option<KernelBench>,
     /// `{"gpus": 1}` at most: one evaluation runs on one GPU.
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
+    #[schema(schema_with = resources_schema)]
     pub resources: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
-fn only(field: &str, value: Option<&str>, allowed: &[&str]) -> Result<(), ApiError> {
-    match value {
-        Some(v) if !allowed.contains(&v) => Err(ApiError::invalid(
-            field,
-            format!(
-                "{v:?} is not served here; Crucible is KernelGYM's {}",
-                allowed.join(" / ")
-            ),
-        )),
-        _ => Ok(()),
-    }
+fn kernelgym_task_id_schema() -> utoipa::openapi::Object {
+    crate::bounds::bounded_string(
+        MAX_TASK_ID_CHARS,
+        false,
+        format!("The client's id: 1-{MAX_TASK_ID_CHARS} characters, no control characters."),
+    )
+    .pattern(Some(crate::bounds::IDEMPOTENCY_KEY_PATTERN))
+    .build()
+}
+
+fn kernelgym_reference_schema() -> utoipa::openapi::Object {
+    crate::bounds::bounded_string(
+        crate::bounds::MAX_CODE_BYTES,
+        true,
+        "The PyTorch reference: `class Model`, `get_inputs()`, `get_init_inputs()` \
+         (required: KernelGYM's kernelbench workflow)."
+            .into(),
+    )
+    .pattern(Some(r"\S"))
+    .build()
+}
+
+fn true_only_schema() -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Boolean, Type::Null]))
+        .enum_values(Some([serde_json::json!(true), serde_json::Value::Null]))
+        .description(Some("`true` only: Crucible always checks correctness."))
+        .build()
+}
+
+fn null_only_schema() -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    ObjectBuilder::new()
+        .schema_type(SchemaType::Type(Type::Null))
+        .description(Some(
+            "KernelGYM's kernel_simple workflow, not served: leave it out (or null).",
+        ))
+        .build()
+}
+
+fn resources_schema() -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Object, Type::Null]))
+        .property(
+            "gpus",
+            ObjectBuilder::new()
+                .schema_type(SchemaType::Type(Type::Integer))
+                .minimum(Some(1))
+                .maximum(Some(1)),
+        )
+        .description(Some(
+            "`{\"gpus\": 1}` at most: one evaluation runs on one GPU.",
+        ))
+        .build()
 }
 
 impl KernelGymRequest {
@@ -149,14 +232,6 @@ impl KernelGymRequest {
                 format!("must be 1-{MAX_TASK_ID_CHARS} characters without control characters"),
             ));
         }
-        only("workflow", self.workflow.as_deref(), &[KERNELBENCH])?;
-        only("toolkit", self.toolkit.as_deref(), &[KERNELBENCH])?;
-        only(
-            "backend_adapter",
-            self.backend_adapter.as_deref(),
-            &[KERNELBENCH],
-        )?;
-        only("entry_point", self.entry_point.as_deref(), &["Model"])?;
         if self.cases_code.is_some() || self.cases.is_some() {
             let field = if self.cases_code.is_some() {
                 "cases_code"
@@ -181,7 +256,8 @@ impl KernelGymRequest {
             return Err(ApiError::invalid(
                 "num_warmup",
                 format!(
-                    "Crucible's protocol warms up {WARMUP_CALLS} times; leave it out or send {WARMUP_CALLS}"
+                    "Crucible's protocol warms up {WARMUP_CALLS} times; leave it out or send \
+                     {WARMUP_CALLS}"
                 ),
             ));
         }
@@ -200,28 +276,15 @@ impl KernelGymRequest {
             .ok_or_else(|| {
                 ApiError::invalid("reference_code", "is required (the kernelbench workflow)")
             })?;
-        let backend = match self.backend.as_deref() {
-            None | Some("triton") => Backend::Triton,
-            Some("cuda") => Backend::Cuda,
-            Some(other) => {
-                return Err(ApiError::invalid(
-                    "backend",
-                    format!("{other:?} is not served here: triton or cuda"),
-                ));
-            }
-        };
-        let reference_backend = match self.reference_backend.as_deref() {
-            None | Some("pytorch") | Some("eager") => ReferenceBackend::Eager,
-            Some("torch_compile") | Some("compile") => ReferenceBackend::Compile,
-            Some(other) => {
-                return Err(ApiError::invalid(
-                    "reference_backend",
-                    format!("{other:?}: pytorch or torch_compile"),
-                ));
-            }
+        let reference_backend = match self.reference_backend {
+            None
+            | Some(KernelGymReferenceBackend::Pytorch)
+            | Some(KernelGymReferenceBackend::Eager) => ReferenceBackend::Eager,
+            Some(KernelGymReferenceBackend::TorchCompile)
+            | Some(KernelGymReferenceBackend::Compile) => ReferenceBackend::Compile,
         };
         let mut request = EvaluateRequest::new(reference_code, self.kernel_code.clone());
-        request.backend = backend;
+        request.backend = self.backend.unwrap_or_default();
         request.num_correct_trials = self.num_correct_trials.unwrap_or(CORRECT_TRIALS.default);
         request.num_perf_trials = self.num_perf_trials.unwrap_or(PERF_TRIALS.default);
         request.timeout_s = self.timeout.unwrap_or(TIMEOUT_S.default);

@@ -1,6 +1,6 @@
 """Makes what the fuzzed operations that take an id need, on the server scripts/fuzz-api.sh
-started: a task, an evaluation batch, a rollout batch, a tenant and two episodes (one with no
-turn yet, one whose first turn is posted) (stdlib only; the admin token
+started: a task, an evaluation batch, a rollout batch, a tenant, two episodes (one with no
+turn yet, one whose first turn is posted) and a KernelGYM task id (stdlib only; the admin token
 in $CRUCIBLE_FUZZ_TOKEN). Prints Schemathesis ``[[operations]]`` tables that give each such
 operation a real id, so it is fuzzed past the 404 of an unknown one: its query parameters,
 cancelling (200, then 409) and deleting (200, then 404)."""
@@ -74,7 +74,12 @@ def main(url: str) -> None:
         f"/episodes/{posted['episode_id']}/turns",
         {"completion": f"<KERNEL>\n```python\n{kernel(4)}```"},
     )
+    # KernelGYM's client names its tasks; `?wait=0` answers at once (no worker runs it).
+    named = post(url, "/kernelgym/evaluate?wait=0", {
+        "task_id": "fuzz-kernelgym", "reference_code": REFERENCE, "kernel_code": kernel(5)})
     print(operation("/tasks/{id}", {"id": task["task_id"]}), end="")
+    print(operation("/kernelgym/status/{task_id}", {"task_id": named["task_id"]}), end="")
+    print(operation("/kernelgym/results/{task_id}", {"task_id": named["task_id"]}), end="")
     print(operation("/batches/{id}", {"id": batch["batch_id"]}), end="")
     print(operation("/batches/{id}/results", {"id": rollouts["batch_id"]}), end="")
     print(operation("/problems/{level}/{id}", {"level": 1, "id": 1}), end="")
