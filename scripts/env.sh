@@ -21,13 +21,18 @@ crucible_venv() { printf '%s' "${CRUCIBLE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/
 
 # The Python that tests the trainer adapters against the real upstream packages
 # (crucible_client.cookbook: tinker-cookbook; crucible_client.skyrl: skyrl-gym;
-# crucible_client.openenv_env and the OpenEnv endpoint: openenv-core): a venv of its
+# crucible_client.openenv_env and the OpenEnv endpoint: openenv-core; crucible_client.verl_agent_loop:
+# verl; crucible_client.trl_env and the TRL reward functions: trl): a venv of its
 # own beside the main one (they pull transformers, datasets and the tinker SDK, kept out of the
 # harness's), that sees the main one's torch through a .pth file; made on first use (~1 min),
 # reused afterwards. Prints the interpreter's path; needs ensure_python first.
-TRAINER_PACKAGES=('tinker-cookbook>=0.5' 'skyrl-gym>=0.4' 'openenv-core>=0.3')
+# verl 0.9.1's agent loop imports cachetools, uvicorn and fastapi without declaring them; TRL's
+# tool calling needs jmespath below transformers 5.13 (verl caps transformers under 5.11).
+TRAINER_PACKAGES=('tinker-cookbook>=0.5' 'skyrl-gym>=0.4' 'openenv-core>=0.3'
+  'verl>=0.9.1,<0.10' cachetools uvicorn fastapi 'trl>=1.16,<2' jmespath)
 # What each of them is imported as: a cached venv that lacks one is made again.
-TRAINER_MODULES=(tinker_cookbook skyrl_gym openenv.core.env_client)
+TRAINER_MODULES=(tinker_cookbook skyrl_gym openenv.core.env_client
+  verl.experimental.agent_loop trl jmespath)
 ensure_trainers_python() {
   local venv torch_dir imports
   venv="${CRUCIBLE_TRAINERS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/crucible/trainers-venv}"

@@ -71,4 +71,5 @@ CRUCIBLE_BIN="$PWD/target/debug/crucible" "$CRUCIBLE_PYTHON" -m pytest -q -p no:
 TRAINERS_PYTHON=$(ensure_trainers_python)
 CRUCIBLE_BIN="$PWD/target/debug/crucible" "$TRAINERS_PYTHON" -m pytest -q -p no:cacheprovider \
   clients/python/tests/test_cookbook.py clients/python/tests/test_skyrl.py \
-  clients/python/tests/test_openenv.py
+  clients/python/tests/test_openenv.py clients/python/tests/test_verl_agent_loop.py \
+  clients/python/tests/test_trl.py
