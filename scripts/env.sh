@@ -25,17 +25,20 @@ crucible_venv() { printf '%s' "${CRUCIBLE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/
 # crucible_client.verifiers_env: verifiers, whose chat harness runs as a uv script, so uv too;
 # crucible_client/openrlhf_reward.py: openrlhf's reward loader, installed without its
 # dependencies, since they are GPU-only builds (deepspeed, flash-attn, vllm, ray), with the two
-# its loader imports): a venv of its own beside the main one (they pull transformers, datasets
-# and the tinker SDK, kept out of the harness's), that sees the main one's torch through a .pth
-# file; made on first use (~2 min), reused afterwards, and made again when it cannot import
-# every package below (a venv made before one was added). Prints the interpreter's path;
-# needs ensure_python first.
+# its loader imports; crucible_client.verl_agent_loop: verl; crucible_client.trl_env and the TRL
+# reward functions: trl): a venv of its own beside the main one (they pull transformers,
+# datasets and the tinker SDK, kept out of the harness's), that sees the main one's torch
+# through a .pth file; made on first use (a few minutes), reused afterwards, and made again when
+# it cannot import every package below (a venv made before one was added). Prints the
+# interpreter's path; needs ensure_python first.
+# verl 0.9.1's agent loop imports cachetools, uvicorn and fastapi without declaring them; TRL's
+# tool calling needs jmespath below transformers 5.13 (verl caps transformers under 5.11).
 TRAINER_PACKAGES=('tinker-cookbook>=0.5' 'skyrl-gym>=0.4' 'openenv-core>=0.3' 'verifiers>=0.4'
-  uv aiohttp pylatexenc)
+  uv aiohttp pylatexenc 'verl>=0.9.1,<0.10' cachetools uvicorn fastapi 'trl>=1.16,<2' jmespath)
 TRAINER_NO_DEPS_PACKAGES=('openrlhf==0.11.2')
 # What each of those is imported as: a cached venv that lacks one is made again.
 TRAINER_MODULES=(tinker_cookbook skyrl_gym openenv.core.env_client verifiers.v1 aiohttp pylatexenc
-  openrlhf.utils.agent torch httpx pytest)
+  openrlhf.utils.agent verl.experimental.agent_loop trl jmespath torch httpx pytest)
 ensure_trainers_python() {
   local venv torch_dir imports
   venv="${CRUCIBLE_TRAINERS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/crucible/trainers-venv}"

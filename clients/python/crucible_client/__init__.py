@@ -4,7 +4,9 @@
 stream their rewards; cancel tasks and batches); ``episodes`` drives server-side multi-turn episodes (``Episode``, ``EpisodeGroup`` and their
 asyncio twins); ``returns`` has the multi-turn helpers; the
 trainer adapters are ``verl_reward`` (VERL's custom reward function), ``trl_reward`` (TRL's
-``reward_funcs``) and ``tinker_env`` (a tinker_cookbook-style multi-turn environment); ``kernelbench`` has
+``reward_funcs``) and ``tinker_env`` (a tinker_cookbook-style multi-turn environment); imported on
+their own, with their trainer installed: ``verl_agent_loop`` (VERL's multi-turn agent loop),
+``trl_env`` (TRL's ``environment_factory``), ``skyrl``, ``cookbook``, ``openenv_env``; ``kernelbench`` has
 KernelBench's ``eval_kernel_against_ref``, answered by the service.
 """
 
