@@ -42,6 +42,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -403,6 +404,17 @@ def block_env(binary: str, url: str, tmp: str, need_venv: bool) -> dict:
     return env
 
 
+#: What `pip install ./clients/python` writes into the tree (setuptools builds in place).
+BUILD_LEFTOVERS = ["clients/python/build", "clients/python/crucible_client.egg-info"]
+
+
+def remove_build_leftovers(paths: list[str]) -> None:
+    """Removes those of the paths a block made (they were absent before), so a check leaves the
+    working tree as it found it; ones that were there already are the developer's."""
+    for rel in paths:
+        shutil.rmtree(os.path.join(REPO, rel), ignore_errors=True)
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--run-python"]:
         run_python_child(argv[1], int(argv[2]), argv[3].split())
@@ -434,6 +446,7 @@ def main(argv: list[str]) -> int:
             print(f"no crucible binary at {binary}: cargo build --bins, or set CRUCIBLE_BIN",
                   file=sys.stderr)
             return 1
+        leftovers = [p for p in BUILD_LEFTOVERS if not os.path.exists(os.path.join(REPO, p))]
         with tempfile.TemporaryDirectory(prefix="crucible-doc-examples-") as tmp:
             proc, url, log = start_server(binary, tmp)
             try:
@@ -445,6 +458,7 @@ def main(argv: list[str]) -> int:
                     outcomes.append(o)
             finally:
                 stop_server(proc)
+                remove_build_leftovers(leftovers)
             if any(o.status == "FAILED" for o in outcomes):
                 print(f"server log (tail):\n{tail(log)}")
     return report(outcomes)
