@@ -136,6 +136,18 @@ ensure_cxx() {
   command -v c++ >/dev/null 2>&1
 }
 
+# curl and jq: the README's examples that scripts/check_doc_examples.py runs call them (jq builds
+# the request's JSON and reads the task id back).
+ensure_doc_tools() {
+  local missing=()
+  command -v curl >/dev/null 2>&1 || missing+=(curl)
+  command -v jq >/dev/null 2>&1 || missing+=(jq)
+  [ "${#missing[@]}" -eq 0 ] && return 0
+  log "installing ${missing[*]} from Debian"
+  apt_install "${missing[@]}"
+  command -v curl >/dev/null 2>&1 && command -v jq >/dev/null 2>&1
+}
+
 # redis-server for the tests and for REDIS_URL deployments on this node.
 ensure_redis() {
   if ! command -v redis-server >/dev/null 2>&1; then

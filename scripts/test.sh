@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need when missing (redis-server, openssl, the Python venv with torch and
-# triton, chromium for the status page's browser test, Schemathesis in a venv of its own),
+# triton, chromium for the status page's browser test, Schemathesis in a venv of its own, curl
+# and jq for the README's examples),
 # builds every binary, and runs the whole
 # suite: unit tests, broker contract tests against a real redis-server, the harness checks and
 # the end-to-end tests that start real API and worker processes (and a headless browser), the
@@ -14,6 +15,7 @@ ensure_tls_tools
 ensure_python
 ensure_cxx
 ensure_chromium
+ensure_doc_tools
 log "python: $CRUCIBLE_PYTHON ($("$CRUCIBLE_PYTHON" -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'))"
 log "redis: $(redis-server --version | cut -d' ' -f3)"
 export CRUCIBLE_PYTHON
@@ -54,6 +56,8 @@ fi
 bash scripts/check_deploy.sh
 # The GPU benchmark's report and workload expansion (stdlib only; the small batch's shape).
 "$CRUCIBLE_PYTHON" scripts/bench/test_bench.py
+# The docs' examples checker's parsing and runner (stdlib only; a deliberately broken block fails).
+"$CRUCIBLE_PYTHON" scripts/test_doc_examples.py
 # The harness modules' layering: no module imports one above it, judge and runner apart.
 "$CRUCIBLE_PYTHON" tests/harness/check_layers.py
 # The HTTP API against its own OpenAPI document: Schemathesis on a live crucible-api (0 5xx,
@@ -67,6 +71,9 @@ CRUCIBLE_BIN_DIR="$PWD/target/debug" bash scripts/chaos.sh --profile ci --log-di
 "$CRUCIBLE_PYTHON" -c 'import httpx, pytest' 2>/dev/null ||
   "$CRUCIBLE_PYTHON" -m pip install --quiet --disable-pip-version-check httpx pytest
 CRUCIBLE_BIN="$PWD/target/debug/crucible" "$CRUCIBLE_PYTHON" -m pytest -q -p no:cacheprovider clients/python/tests
+# The README's and docs' examples marked `<!-- example: run -->`, as written, against a live
+# `crucible up --cpu` (about 1.5 min); those needing a trainer package are skipped here.
+CRUCIBLE_BIN="$PWD/target/debug/crucible" "$CRUCIBLE_PYTHON" scripts/check_doc_examples.py
 # The adapters against the real trainer packages (skipped above, where they are not installed;
 # test_verifiers.py's harness program installs its few packages with uv from PyPI on first use).
 TRAINERS_PYTHON=$(ensure_trainers_python)
@@ -75,3 +82,5 @@ CRUCIBLE_BIN="$PWD/target/debug/crucible" "$TRAINERS_PYTHON" -m pytest -q -p no:
   clients/python/tests/test_openenv.py clients/python/tests/test_verifiers.py \
   clients/python/tests/test_openrlhf.py clients/python/tests/test_verl_agent_loop.py \
   clients/python/tests/test_trl.py
+# ... and the docs' examples that need one of those packages (`needs=`), in the same venv.
+CRUCIBLE_BIN="$PWD/target/debug/crucible" "$TRAINERS_PYTHON" scripts/check_doc_examples.py --needs-only
