@@ -26,19 +26,28 @@ crucible_venv() { printf '%s' "${CRUCIBLE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/
 # crucible_client/openrlhf_reward.py: openrlhf's reward loader, installed without its
 # dependencies, since they are GPU-only builds (deepspeed, flash-attn, vllm, ray), with the two
 # its loader imports; crucible_client.verl_agent_loop: verl; crucible_client.trl_env and the TRL
-# reward functions: trl): a venv of its own beside the main one (they pull transformers,
-# datasets and the tinker SDK, kept out of the harness's), that sees the main one's torch
-# through a .pth file; made on first use (a few minutes), reused afterwards, and made again when
-# it cannot import every package below (a venv made before one was added). Prints the
-# interpreter's path; needs ensure_python first.
+# reward functions: trl; crucible_client.nemo_gym_server: nemo-gym's resources-server base and
+# models (nemo_gym.base_resources_server, resources_servers.gymnasium), installed without its
+# dependencies and with --ignore-requires-python: it declares Python >= 3.12, which Debian 12
+# and CI lack, yet its code is 3.11 syntax and those modules run on 3.11 (its tests pass here);
+# its dependencies would pin openai <= 2.7.2 against verifiers' >= 2.54 (those modules work
+# with verifiers' openai) and pull mlflow, mcp and anthropic, which those modules do not
+# import, so only what they import is installed (ray, wandb, hydra-core, yappi, gprof2dot,
+# pydot, orjson, itsdangerous, fastapi, uvicorn, openai, pandas)): a venv of its own beside the
+# main one (they pull transformers, datasets and the tinker SDK, kept out of the harness's),
+# that sees the main one's torch through a .pth file; made on first use (about six minutes),
+# reused afterwards, and made again when it cannot import every package below (a venv made
+# before one was added). Prints the interpreter's path; needs ensure_python first.
 # verl 0.9.1's agent loop imports cachetools, uvicorn and fastapi without declaring them; TRL's
 # tool calling needs jmespath below transformers 5.13 (verl caps transformers under 5.11).
 TRAINER_PACKAGES=('tinker-cookbook>=0.5' 'skyrl-gym>=0.4' 'openenv-core>=0.3' 'verifiers>=0.4'
-  uv aiohttp pylatexenc 'verl>=0.9.1,<0.10' cachetools uvicorn fastapi 'trl>=1.16,<2' jmespath)
-TRAINER_NO_DEPS_PACKAGES=('openrlhf==0.11.2')
+  uv aiohttp pylatexenc 'verl>=0.9.1,<0.10' cachetools uvicorn fastapi 'trl>=1.16,<2' jmespath
+  ray wandb hydra-core yappi gprof2dot pydot orjson itsdangerous openai pandas)
+TRAINER_NO_DEPS_PACKAGES=('openrlhf==0.11.2' 'nemo-gym==0.4.0')
 # What each of those is imported as: a cached venv that lacks one is made again.
 TRAINER_MODULES=(tinker_cookbook skyrl_gym openenv.core.env_client verifiers.v1 aiohttp pylatexenc
-  openrlhf.utils.agent verl.experimental.agent_loop trl jmespath torch httpx pytest)
+  openrlhf.utils.agent verl.experimental.agent_loop trl jmespath nemo_gym.base_resources_server
+  resources_servers.gymnasium torch httpx pytest)
 ensure_trainers_python() {
   local venv torch_dir imports
   venv="${CRUCIBLE_TRAINERS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/crucible/trainers-venv}"
@@ -55,7 +64,9 @@ ensure_trainers_python() {
   torch_dir=$("$CRUCIBLE_PYTHON" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
   "$venv/bin/python" -c 'import site, sys; open(site.getsitepackages()[0] + "/crucible-torch.pth", "w").write(sys.argv[1] + "\n")' "$torch_dir"
   "$venv/bin/pip" install --quiet --disable-pip-version-check "${TRAINER_PACKAGES[@]}" httpx pytest >&2
-  "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps "${TRAINER_NO_DEPS_PACKAGES[@]}" >&2
+  # --ignore-requires-python for nemo-gym alone among these (see above).
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --ignore-requires-python \
+    "${TRAINER_NO_DEPS_PACKAGES[@]}" >&2
   "$venv/bin/python" -c "$imports" || { log "no working trainer packages"; return 1; }
   printf '%s' "$venv/bin/python"
 }
