@@ -136,14 +136,16 @@ fn parquet_rows(
             continue;
         };
         let fits = field.is_primitive()
-            && match (column.kind, field.get_physical_type()) {
-                (Kind::Text, Physical::BYTE_ARRAY) => true,
-                (Kind::Int, Physical::INT32 | Physical::INT64) => true,
-                (Kind::Bool, Physical::BOOLEAN) => true,
-                (Kind::Float, Physical::FLOAT | Physical::DOUBLE | Physical::INT32) => true,
-                (Kind::Float, Physical::INT64) => true,
-                _ => false,
-            };
+            && matches!(
+                (column.kind, field.get_physical_type()),
+                (Kind::Text, Physical::BYTE_ARRAY)
+                    | (Kind::Int, Physical::INT32 | Physical::INT64)
+                    | (Kind::Bool, Physical::BOOLEAN)
+                    | (
+                        Kind::Float,
+                        Physical::FLOAT | Physical::DOUBLE | Physical::INT32 | Physical::INT64
+                    )
+            );
         if !fits {
             let found = if field.is_primitive() {
                 format!("{}", field.get_physical_type())
