@@ -7,12 +7,16 @@
 //! - `query`: what a problem is searched by: the torch operators its `Model` calls and the
 //!   words of its source (pure).
 //! - `index`: building the directory (all or nothing) and searching it.
+//! - `import`: KernelBook's and the Sakana AI CUDA Engineer archive's published files, in
+//!   their own schemas (parquet or JSON), mapped onto corpus entries.
 
 pub mod entry;
+pub mod import;
 pub mod index;
 pub mod query;
 
 pub use entry::{CorpusEntry, parse_jsonl};
+pub use import::{Dataset, FileReport, ImportOptions, Skip, import_files};
 pub use index::{BuildSummary, Corpus, Hit, build_index};
 pub use query::{ProblemQuery, torch_ops};
 
@@ -42,6 +46,19 @@ pub enum CorpusError {
     /// The corpus file holds no entry.
     #[error("{0}: no corpus entries")]
     Empty(PathBuf),
+    /// A dataset file that cannot be read as its format says, or a row of it that cannot be
+    /// an entry: the file, and where known the row (or line) and the column.
+    #[error("{path}{}{}: {message}", .row.as_ref().map(|r| format!(" {r}")).unwrap_or_default(), .column.as_ref().map(|c| format!(" column {c}")).unwrap_or_default())]
+    Import {
+        /// The dataset file.
+        path: PathBuf,
+        /// `row N` (parquet, a JSON array; from 1) or `line N` (JSON lines).
+        row: Option<String>,
+        /// The column.
+        column: Option<String>,
+        /// What is wrong.
+        message: String,
+    },
     /// The output directory exists already (nothing was written).
     #[error("{0} exists already (remove it, or pass --force to replace it)")]
     Exists(PathBuf),
