@@ -73,4 +73,4 @@ TRAINERS_PYTHON=$(ensure_trainers_python)
 CRUCIBLE_BIN="$PWD/target/debug/crucible" "$TRAINERS_PYTHON" -m pytest -q -p no:cacheprovider \
   clients/python/tests/test_cookbook.py clients/python/tests/test_skyrl.py \
   clients/python/tests/test_openenv.py clients/python/tests/test_verifiers.py \
-  clients/python/tests/test_openrlhf.py
+  clients/python/tests/test_openrlhf.py clients/python/tests/test_openrlhf_agent.py
