@@ -68,6 +68,17 @@ def _not_evaluated(view: TurnView) -> NotEvaluated:
     )
 
 
+def feedback_message(first_prompt: str, view: TurnView | dict[str, Any]) -> str:
+    """What to tell a model that keeps the conversation after a scored turn: the server's next
+    prompt without the first prompt it starts with (the conversation holds that already), else
+    the turn's feedback. Shared by the chat adapters (verifiers, OpenRLHF's agent)."""
+    next_prompt = (view.get("next_prompt") or {}).get("text")
+    if not next_prompt:
+        return str(view.get("feedback") or "")
+    head = first_prompt.rstrip()
+    return next_prompt[len(head):].strip() if next_prompt.startswith(head) else next_prompt
+
+
 class Episode(_State):
     """One episode, driven with a ``Client``."""
 

@@ -50,7 +50,12 @@ except ImportError as error:  # pragma: no cover - the message is the point
 
 from crucible_client.aio import AsyncClient
 from crucible_client.client import Client
-from crucible_client.episodes import DEFAULT_RETRIES, DEFAULT_TURN_TIMEOUT_S, AsyncEpisode
+from crucible_client.episodes import (
+    DEFAULT_RETRIES,
+    DEFAULT_TURN_TIMEOUT_S,
+    AsyncEpisode,
+    feedback_message,
+)
 from crucible_client.returns import discounted_returns
 from crucible_client.scoring import outcome_metrics, plain, problem_target, server_url
 
@@ -153,16 +158,6 @@ def _metrics(info: dict[str, Any]) -> dict[str, float]:
     return {**last, "turns": float(len(turns)),
             "solved": float(any(t["outcome"]["correct"] for t in turns)),
             "best_reward": max(rewards, default=0.0)}
-
-
-def feedback_message(first_prompt: str, view: dict[str, Any]) -> str:
-    """The user's answer to a scored turn: the server's next prompt without the first
-    prompt it starts with (the conversation holds that already), else the turn's feedback."""
-    next_prompt = (view.get("next_prompt") or {}).get("text")
-    if not next_prompt:
-        return str(view.get("feedback") or "")
-    head = first_prompt.rstrip()
-    return next_prompt[len(head):].strip() if next_prompt.startswith(head) else next_prompt
 
 
 def _turn_record(view: dict[str, Any]) -> dict[str, Any]:
