@@ -69,6 +69,18 @@ for name in ["httpx", "httpcore", "h11", "anyio", "sniffio", "idna", "certifi"]:
         continue  # not every httpx version needs every one of these
     shutil.copytree(src, pathlib.Path(sys.argv[1]) / name, ignore=shutil.ignore_patterns("__pycache__"))
 PYEOF
+# BUNDLE_WEBSOCKETS=1: the `websockets` package for the GPU machine's Python (3.12 there, which
+# has none), for scripts/gpu-trainers.sh's OpenEnv session: its wheel from PyPI, unpacked.
+if [[ "${BUNDLE_WEBSOCKETS:-0}" == 1 ]]; then
+  wheels=$(mktemp -d)
+  "$CRUCIBLE_PYTHON" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d "$wheels" 'websockets>=13'
+  mkdir -p .gpu-run/pylib-ws
+  "$CRUCIBLE_PYTHON" -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]' \
+    .gpu-run/pylib-ws "$wheels"/*.whl
+  rm -rf "$wheels"
+fi
 strip .gpu-run/bin/crucible* .gpu-run/bin/deps/* .gpu-run/bin-old/crucible-worker 2>/dev/null || true
 rm .gpu-run/corpus.jsonl
 du -sh --apparent-size .gpu-run

@@ -78,6 +78,14 @@ elif [[ "${SUITE:-smoke}" == episodes ]]; then
       --url "http://127.0.0.1:$API_PORT" --json "$OUT/report-cli.json" | tee "$OUT/report-cli.txt"
   fi
   exit $rc
+elif [[ "${SUITE:-smoke}" == trainers ]]; then
+  # scripts/gpu-trainers.sh: GRPO groups of episodes through the OpenEnv WebSocket session and
+  # the episodes API, their completions through the TRL and VERL adapters and POST /rollouts,
+  # every path's reward compared (httpx and websockets from the bundle).
+  PYTHONPATH="$BUNDLE/pylib:$BUNDLE/pylib-ws:clients/python" "$PY" scripts/gpu-trainers/trainers.py \
+    --api "http://127.0.0.1:$API_PORT" --manifest scripts/gpu-smoke/candidates/manifest.json \
+    --candidates scripts/gpu-smoke/candidates --out "$OUT" "$@" | tee "$OUT/trainers.txt"
+  exit "${PIPESTATUS[0]}"
 elif [[ "${SUITE:-smoke}" == parity ]]; then
   # scripts/gpu-parity.sh: the measurement options (precision, timing_method,
   # reference_backend) on real problems with our Triton candidates.
