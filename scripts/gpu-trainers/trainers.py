@@ -7,8 +7,12 @@ turn) and one through the episodes API (`AsyncEpisode`), with the same scripted 
 (wrong, then uncompilable, then correct); then every turn's completion scored again through the
 TRL adapter (`make_async_trl_reward`, called as GRPOTrainer calls a reward function), the VERL
 adapter (`compute_score_async`, as VERL's reward loop calls it) and the direct rollouts API
-(`POST /rollouts`). Checks that every path gives the same reward for the same completion, and
-prints one table, the comparison last.
+(`POST /rollouts`); and a third episode per problem played through the TRL environment
+(`crucible_client.trl_env.KernelEnvironment`, what `GRPOTrainer(environment_factory=...)` makes:
+`reset(**row)`, the `submit_kernel` tool, `get_reward`) with the same kernels, its turns checked
+against `POST /rollouts` of the same answers and its reward against the episode's return.
+Checks that every path gives the same reward for the same completion, and prints the tables,
+the count of checks last.
 
 Needs: the bundle's httpx (`pylib`) and a `websockets` package (the bundle's `pylib-ws`); the
 OpenEnv session is driven with websockets directly, since the GPU machine has no openenv-core
@@ -29,6 +33,7 @@ from run import problems_of, verdict  # noqa: E402  (scripts/gpu-episodes/run.py
 from websockets.asyncio.client import connect  # noqa: E402
 
 from crucible_client import AsyncClient, AsyncEpisode, compute_score_async, make_async_trl_reward  # noqa: E402
+from crucible_client.trl_env import KernelEnvironment, kernel_answer  # noqa: E402
 
 #: Rewards equal to this many places: every path reads the one result of one evaluation.
 PLACES = 9
@@ -115,6 +120,39 @@ async def group(client, api, level, pid, source, args):
             "episode_s": episode_s}
 
 
+def trl_env_episode(api, problem, codes, args):
+    """One episode as TRL's environment_factory plays it (synchronously, as TRL calls it)."""
+    env = KernelEnvironment(url=api, profile=args.profile, eval=args.eval, max_turns=3,
+                            prompt="server", turn_timeout=args.turn_timeout)
+    prompt = env.reset(ground_truth=json.dumps(problem), prompt="the row's prompt")
+    assert prompt, "prompt=server gives the episode's first prompt"
+    answers = [env.submit_kernel(code) for code in codes]
+    return env.episode_id, env.get_reward(), answers
+
+
+async def trl_env_rows(client, api, level, pid, source, args):
+    problem = {"level": level, "id": pid}
+    codes = [scripted.wrong(source), scripted.uncompilable(source), source]
+    episode_id, reward, answers = await asyncio.to_thread(trl_env_episode, api, problem, codes,
+                                                          args)
+    episode = await client.episode(episode_id)
+    played = [kernel_answer(c) for c in codes[: len(episode["turns"])]]
+    direct = await client.score_rollouts(
+        [{"id": f"env-{level}-{pid}-{t}", "problem": problem, "completion": c,
+          "backend": "triton", "turn": t, "profile": args.profile} for t, c in enumerate(played)],
+        eval=args.eval, timeout=args.turn_timeout,
+    )
+    return {
+        "problem": f"{level}/{pid}",
+        "turns": [t["reward"] for t in episode["turns"]],
+        "rollouts": [d["reward"] for d in direct],
+        "verdicts": [verdict(t) for t in episode["turns"]],
+        "reward": reward,
+        "return0": (episode.get("returns") or [None])[0],
+        "after_done": answers[len(played):],
+    }
+
+
 def equal(values):
     known = [v for v in values if v is not None]
     return len(known) == len(values) and all(round(v - known[0], PLACES) == 0 for v in known)
@@ -136,8 +174,11 @@ async def main():
     async with AsyncClient(args.api, timeout=args.turn_timeout) as client:
         groups = await asyncio.gather(*(group(client, args.api, lv, pid, src, args)
                                         for lv, pid, src in chosen))
+        envs = await asyncio.gather(*(trl_env_rows(client, args.api, lv, pid, src, args)
+                                      for lv, pid, src in chosen))
     rows = [r for g in groups for r in g["rows"]]
-    pathlib.Path(args.out, "trainers.json").write_text(json.dumps(groups, indent=1))
+    pathlib.Path(args.out, "trainers.json").write_text(
+        json.dumps({"groups": groups, "trl_environment": envs}, indent=1))
     cols = ["openenv", "episodes", "openenv_episode", "trl", "verl", "rollouts"]
     print(f"{'problem':8} {'turn':>4} {'verdict':22} " + " ".join(f"{c:>15}" for c in cols) + "  equal")
     # One check a turn (every path's reward the same) and one a group (the two episodes'
@@ -154,6 +195,15 @@ async def main():
         print(f"{g['rows'][0]['problem']:8} returns api {g['returns']} openenv {g['openenv_returns']}"
               f" turns {g['api_turns']}/{g['openenv_turns']} {g['episode_s']:.1f} s"
               f" {'same' if same else 'DIFFER'}")
+    print(f"{'problem':8} TRL environment: turn rewards (= POST /rollouts of its answers), reward = R_0")
+    for e in envs:
+        same = (len(e["turns"]) == len(e["rollouts"])
+                and all(equal([a, b]) for a, b in zip(e["turns"], e["rollouts"]))
+                and e["reward"] is not None and equal([e["reward"], e["return0"]]))
+        passed, failed = passed + same, failed + (not same)
+        print(f"{e['problem']:8} {e['verdicts']} turns {[round(r, 6) for r in e['turns']]}"
+              f" rollouts {[round(r, 6) for r in e['rollouts']]} reward {e['reward']:.6f}"
+              f" R_0 {e['return0']:.6f} {'same' if same else 'DIFFER'}")
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 
