@@ -81,7 +81,8 @@ CRUCIBLE_BIN="$PWD/target/debug/crucible" "$TRAINERS_PYTHON" -m pytest -q -p no:
   clients/python/tests/test_cookbook.py clients/python/tests/test_skyrl.py \
   clients/python/tests/test_openenv.py clients/python/tests/test_verifiers.py \
   clients/python/tests/test_openrlhf.py clients/python/tests/test_openrlhf_agent.py \
-  clients/python/tests/test_verl_agent_loop.py clients/python/tests/test_trl.py \
+  clients/python/tests/test_verl_agent_loop.py clients/python/tests/test_verl_reward_loop.py \
+  clients/python/tests/test_trl.py \
   clients/python/tests/test_nemo_gym.py
 # ... and the docs' examples that need one of those packages (`needs=`), in the same venv.
 CRUCIBLE_BIN="$PWD/target/debug/crucible" "$TRAINERS_PYTHON" scripts/check_doc_examples.py --needs-only
