@@ -61,13 +61,28 @@ fn internal(what: &str, e: impl std::fmt::Display) -> HttpError {
     ApiError::new(ApiErrorCode::Internal, format!("{what}: {e}")).into()
 }
 
-async fn named(state: &AppState, caller: &Caller, task_id: &str) -> Result<Named, HttpError> {
-    let json = state
+/// What the caller's `task_id` names, if anything.
+async fn lookup(
+    state: &AppState,
+    caller: &Caller,
+    task_id: &str,
+) -> Result<Option<Named>, HttpError> {
+    match state
         .broker
         .kv_get(NAMESPACE, &key(caller, task_id))
         .await?
-        .ok_or_else(|| ApiError::not_found(format!("task {task_id}")))?;
-    serde_json::from_str(&json).map_err(|e| internal("stored kernelgym task", e))
+    {
+        Some(json) => serde_json::from_str(&json)
+            .map(Some)
+            .map_err(|e| internal("stored kernelgym task", e)),
+        None => Ok(None),
+    }
+}
+
+async fn named(state: &AppState, caller: &Caller, task_id: &str) -> Result<Named, HttpError> {
+    lookup(state, caller, task_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("task {task_id}")).into())
 }
 
 async fn task(state: &AppState, named: &Named, task_id: &str) -> Result<TaskView, HttpError> {
@@ -102,13 +117,7 @@ pub async fn evaluate(
     let mut request = body.to_evaluate_request()?;
     let request_digest = digest(&body);
     let name = key(&caller, &body.task_id);
-    let known = match state.broker.kv_get(NAMESPACE, &name).await? {
-        Some(json) => Some(
-            serde_json::from_str::<Named>(&json)
-                .map_err(|e| internal("stored kernelgym task", e))?,
-        ),
-        None => None,
-    };
+    let known = lookup(&state, &caller, &body.task_id).await?;
     if let Some(known) = &known
         && known.request_digest != request_digest
     {

@@ -410,12 +410,10 @@ fn verdict_metadata(
     m
 }
 
-/// KernelGYM's answer for our task `view` under the client's `task_id`.
-pub fn result_of(task_id: &str, view: &TaskView) -> KernelGymResult {
-    let result = view.result.as_ref();
-    let finished = view.status == TaskStatus::Done;
-    let rfc3339 = |t: &chrono::DateTime<chrono::Utc>| t.to_rfc3339();
-    let error_message = match (view.status, result) {
+/// What went wrong with `view`, when something did: the verdict's message, or the service's
+/// reason for giving no verdict.
+fn error_message(view: &TaskView) -> Option<String> {
+    match (view.status, view.result.as_ref()) {
         (TaskStatus::Done, Some(r)) => r.error_message.clone(),
         (TaskStatus::Failed, _) => Some(
             view.error
@@ -424,7 +422,15 @@ pub fn result_of(task_id: &str, view: &TaskView) -> KernelGymResult {
         ),
         (TaskStatus::Cancelled, _) => Some("cancelled".into()),
         _ => None,
-    };
+    }
+}
+
+/// KernelGYM's answer for our task `view` under the client's `task_id`.
+pub fn result_of(task_id: &str, view: &TaskView) -> KernelGymResult {
+    let result = view.result.as_ref();
+    let finished = view.status == TaskStatus::Done;
+    let rfc3339 = |t: &chrono::DateTime<chrono::Utc>| t.to_rfc3339();
+    let error_message = error_message(view);
     KernelGymResult {
         task_id: task_id.to_owned(),
         status: status_name(view).to_owned(),
@@ -466,9 +472,7 @@ pub fn status_of(task_id: &str, view: &TaskView) -> KernelGymStatus {
         task_id: task_id.to_owned(),
         status: status_name(view).to_owned(),
         assigned_device: view.worker_id.as_ref().map(|w| w.to_string()),
-        error_message: result_of(task_id, view)
-            .error_message
-            .filter(|_| view.status != TaskStatus::Done),
+        error_message: error_message(view).filter(|_| view.status != TaskStatus::Done),
     }
 }
 
