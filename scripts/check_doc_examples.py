@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Run the README's and docs' examples as written, against a live `crucible up --cpu`.
 
-Which blocks: a fenced ```bash or ```python block of README.md, clients/python/README.md or
-docs/*.md whose line before the fence is an HTML comment (invisible in rendered Markdown):
+Which blocks: a fenced ```bash or ```python block of README.md, clients/python/README.md,
+docs/*.md or docs/trainers/*.md (one page per trainer) whose line before the fence is an HTML comment (invisible in rendered Markdown):
 
     <!-- example: run -->
     <!-- example: run, needs=openenv, given=policy, timeout=300 -->
@@ -167,7 +167,8 @@ def rewrite_port(source: str, port: int) -> str:
 
 def doc_files(repo: str) -> list[str]:
     names = ["README.md", "clients/python/README.md"]
-    names += sorted(os.path.relpath(p, repo) for p in glob.glob(os.path.join(repo, "docs", "*.md")))
+    for pattern in (("docs", "*.md"), ("docs", "trainers", "*.md")):
+        names += sorted(os.path.relpath(p, repo) for p in glob.glob(os.path.join(repo, *pattern)))
     return [n for n in names if os.path.exists(os.path.join(repo, n))]
 
 

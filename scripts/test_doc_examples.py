@@ -6,6 +6,7 @@ Run: python3 scripts/test_doc_examples.py (scripts/test.sh does). Standard libra
 import io
 import os
 import sys
+import tempfile
 import unittest
 
 sys.dont_write_bytecode = True
@@ -73,6 +74,17 @@ class Extract(unittest.TestCase):
             c.extract("<!-- example: run -->\n```json\n{}\n```\n", "d.md")
         with self.assertRaisesRegex(c.MarkerError, "not unlabelled"):
             c.extract("<!-- example: run -->\n```\nx\n```\n", "d.md")
+
+    def test_the_doc_files_are_the_readmes_the_docs_and_the_trainer_pages(self):
+        with tempfile.TemporaryDirectory() as repo:
+            for rel in ["README.md", "docs/B.md", "docs/A.md", "docs/notes.txt",
+                        "docs/trainers/verl.md", "docs/trainers/trl.md",
+                        "docs/gpu-runs/run/README.md"]:
+                os.makedirs(os.path.dirname(os.path.join(repo, rel)), exist_ok=True)
+                open(os.path.join(repo, rel), "w").close()
+            # clients/python/README.md is absent here: left out, not an error.
+            self.assertEqual(c.doc_files(repo), ["README.md", "docs/A.md", "docs/B.md",
+                                                 "docs/trainers/trl.md", "docs/trainers/verl.md"])
 
     def test_the_repository_docs_parse(self):
         # Every marker in the real docs is well formed (the checker would refuse to start).
