@@ -1,7 +1,7 @@
 """Crucible as an OpenEnv environment, on openenv-core's own ``EnvClient``
 (``pip install 'crucible-client[openenv]'``).
 
-The server speaks OpenEnv at ``/openenv`` (docs/TRAINERS.md, "OpenEnv"): a WebSocket session
+The server speaks OpenEnv at ``/openenv`` (docs/trainers/openenv.md): a WebSocket session
 ``/openenv/ws`` per environment, in which ``reset`` starts a Crucible episode (one kernel
 problem) and observes its first prompt, each ``step`` is one turn's completion, observed as
 the turn's reward, feedback and next prompt, and ``state`` is where the episode stands. Any

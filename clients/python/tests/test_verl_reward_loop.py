@@ -1,5 +1,5 @@
 """VERL's reward loop with crucible_client/verl_reward.py against the real verl package and a
-live Crucible (conftest.py's server), as the recipe in docs/TRAINERS.md sets it up
+live Crucible (conftest.py's server), as the recipe in docs/trainers/verl.md sets it up
 (`reward.reward_manager.name=naive`, `reward.custom_reward_function.path=.../verl_reward.py`,
 `.name=compute_score_async`, `.reward_kwargs`): VERL's own `get_custom_reward_fn` loads the
 function from its file, VERL's `resolve_reward_manager_cls` picks the `naive` manager, and its
