@@ -84,5 +84,6 @@ CRUCIBLE_BIN="$PWD/target/debug/crucible" "$TRAINERS_PYTHON" -m pytest -q -p no:
   clients/python/tests/test_verl_agent_loop.py clients/python/tests/test_verl_reward_loop.py \
   clients/python/tests/test_trl.py \
   clients/python/tests/test_nemo_gym.py
-# ... and the docs' examples that need one of those packages (`needs=`), in the same venv.
+# ... and the docs' examples that need one of those packages (`needs=`: every trainer page's
+# snippets, docs/trainers/*.md, about 2 min), in the same venv.
 CRUCIBLE_BIN="$PWD/target/debug/crucible" "$TRAINERS_PYTHON" scripts/check_doc_examples.py --needs-only
