@@ -86,6 +86,19 @@ class Extract(unittest.TestCase):
             self.assertEqual(c.doc_files(repo), ["README.md", "docs/A.md", "docs/B.md",
                                                  "docs/trainers/trl.md", "docs/trainers/verl.md"])
 
+    def test_every_trainer_page_runs_a_snippet_and_is_in_the_index(self):
+        # One page per trainer (docs/TRAINERS.md is their index), each with a snippet the
+        # --needs-only pass runs in the trainers' venv.
+        pages = sorted(n for n in c.doc_files(c.REPO) if n.startswith("docs/trainers/"))
+        self.assertGreaterEqual(len(pages), 8)
+        with open(os.path.join(c.REPO, "docs", "TRAINERS.md")) as f:
+            index = f.read()
+        for name in pages:
+            with open(os.path.join(c.REPO, name)) as f:
+                blocks = c.extract(f.read(), name)
+            self.assertTrue(any(b.needs for b in blocks), f"{name}: no runnable needs= snippet")
+            self.assertIn(f"(trainers/{os.path.basename(name)})", index, name)
+
     def test_the_repository_docs_parse(self):
         # Every marker in the real docs is well formed (the checker would refuse to start).
         for name in c.doc_files(c.REPO):
