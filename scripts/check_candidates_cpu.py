@@ -5,9 +5,9 @@
   smoke  scripts/gpu-smoke/candidates/manifest.json: every entry whose backend is in --backends
          and that expects `correct`.
   bench  scripts/bench/workload.json: every entry whose backend is in --backends and that expects
-         `correct` or `incorrect`, expanded exactly as scripts/bench/bench.py expands it (its
-         expand_workload: GRPO samples with other BLOCK sizes included); byte-identical
-         duplicates are checked once.
+         `correct` or `incorrect`, expanded exactly as the benchmark expands it
+         (scripts/bench/workload.py's expand_workload: GRPO samples with other BLOCK sizes
+         included); byte-identical duplicates are checked once.
   small  scripts/bench/workload-small.json (the small-problem GRPO batch, its problems under
          scripts/bench/problems unless --problems): every entry, expanded the same way;
          `correct` and `incorrect` as above, `RUNTIME` passes when ModelNew's forward raises.
@@ -100,11 +100,12 @@ def smoke_entries(args):
             for e in manifest if e["backend"] in backends and e["expect"] == "correct"]
 
 
-def bench_module():
+def bench_module(name):
+    """A module of scripts/bench (stdlib only): `workload` expands the workload as the benchmark
+    submits it, `naive_mode` runs the harness as its naive mode does."""
     sys.path.insert(0, BENCH_DIR)
     sys.dont_write_bytecode = True  # no __pycache__ beside bench.py
-    import bench  # stdlib only: the workload's expansion, as the benchmark submits it
-    return bench
+    return importlib.import_module(name)
 
 
 def bench_entries(args, expects=("correct", "incorrect")):
@@ -115,7 +116,7 @@ def bench_entries(args, expects=("correct", "incorrect")):
              "expect": it["expect"],
              "code": it["kernel_code"],
              "item": it}
-            for it in bench_module().expand_workload(args.workload, args.kernelbench, REPO)
+            for it in bench_module("workload").expand_workload(args.workload, args.kernelbench, REPO)
             if it["backend"] in backends and it["expect"] in expects]
 
 
@@ -317,9 +318,9 @@ def check_one(idx, entry, cand_path, args):
 
 def check_by_harness(entry, args, work_root):
     """The harness's own verdict on the sample (one fresh interpreter on CPU)."""
-    bench = bench_module()
+    naive = bench_module("naive_mode")
     item = dict(entry["item"], num_perf_trials=args.harness_perf_trials)
-    _, _, got, result, tail = bench.run_harness_once(item, sys.executable, "cpu", 0, work_root)
+    _, _, got, result, tail = naive.run_harness_once(item, sys.executable, "cpu", 0, work_root)
     why = ((result or {}).get("error_message") or tail or "").strip().splitlines()
     detail = f"harness verdict {got}" + (f" ({why[0][:200]})" if why and got != "correct" else "")
     return got == entry["expect"], detail

@@ -37,7 +37,8 @@ _DIAGNOSTIC = re.compile(
 HARNESS_FILES = tuple(os.path.join(os.path.dirname(os.path.abspath(__file__)), name) for name in (
     "harness.py", "trusted.py", "errors.py", "channel.py", "spec.py", "tensors.py", "builds.py",
     "integrity.py", "judge.py", "judge_setup.py", "judge_load.py", "judge_correctness.py",
-    "judge_performance.py", "timing_check.py", "runner.py"))
+    "judge_performance.py", "judge_verify.py", "timing_check.py", "runner.py", "runner_checks.py",
+    "runner_profile.py"))
 
 
 # What the candidate (or reference) may raise that we turn into a verdict: everything except

@@ -27,7 +27,8 @@ import sys
 MODULES = (
     "trusted", "errors", "channel", "spec", "tensors", "transport", "sandbox", "screen",
     "selftest", "builds", "integrity", "triton_aot", "memory", "timing_check", "judge_setup",
-    "judge_load", "judge_correctness", "judge_performance", "runner", "judge",
+    "judge_load", "judge_correctness", "judge_verify", "judge_performance", "runner_checks",
+    "runner_profile", "runner", "judge",
 )
 
 
@@ -53,7 +54,7 @@ except Exception as e:   # a file the worker did not write: a fault of this node
 
 import crucible_judge as judge  # noqa: E402
 import crucible_runner as runner  # noqa: E402
-from crucible_runner import warm_dispatch_mode  # noqa: E402,F401  (template.py)
+from crucible_runner_profile import warm_dispatch_mode  # noqa: E402,F401  (template.py)
 from crucible_tensors import triton_version  # noqa: E402,F401  (template.py)
 from crucible_trusted import os_exit  # noqa: E402
 

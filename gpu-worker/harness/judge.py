@@ -4,7 +4,8 @@ reference and its outputs, and the protocol channel; the candidate runs only in 
 
 Owns: Evaluation (its bookkeeping, the requests to the runner, and the stages in protocol
 order: the stages themselves are in judge_setup.py, judge_load.py, judge_correctness.py and
-judge_performance.py) and main(), the judge's process from the sandbox to the exit status.
+judge_performance.py, the check of the claimed times in judge_verify.py) and main(), the
+judge's process from the sandbox to the exit status.
 
 May import: every module below it, but never runner.py (harness.py hands main() the runner's
 entry point; tests/harness/check_layers.py checks both).
@@ -26,6 +27,7 @@ from crucible_judge_correctness import CorrectnessStage
 from crucible_judge_load import LoadStage
 from crucible_judge_performance import PerformanceStage
 from crucible_judge_setup import RunnerGone, SetupStage
+from crucible_judge_verify import TimingVerification
 from crucible_spec import reference_timing_from_spec, sandbox_plan
 from crucible_timing_check import DeviceBusy
 from crucible_trusted import Trusted, flush_std, os_exit, perf_counter_ns, sync_device
@@ -33,7 +35,7 @@ from crucible_trusted import Trusted, flush_std, os_exit, perf_counter_ns, sync_
 RUNNER_VERDICTS = ("IMPORT", "COMPILATION", "INSTANTIATION", "RUNTIME", "CUDA_FAULT", "RESOURCE")
 
 
-class Evaluation(SetupStage, LoadStage, CorrectnessStage, PerformanceStage):
+class Evaluation(SetupStage, LoadStage, CorrectnessStage, PerformanceStage, TimingVerification):
     """The judge. Runs the stages in order; any stage may end the evaluation by raising
     Verdict."""
 

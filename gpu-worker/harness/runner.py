@@ -5,11 +5,13 @@ protocol channel and the gate, enters its own sandbox layer, then serves the jud
 over transport.py. Nothing it says is trusted by the judge: outputs are checked there; what the
 runner reports can only count against the candidate (findings, failure verdicts).
 
-Owns: runner_main(), Runner (one op_* method per request), the per-request integrity checks
-that must run beside the candidate, and the kernel counting of a profiled forward.
+Owns: runner_main(), Runner (one op_* method per request); the integrity checks it runs beside
+the candidate are runner_checks.py's, the kernel counting of a profiled forward
+runner_profile.py's (both parts of Runner).
 
 May import: trusted, errors, channel (only the gate's fd number, to close it), tensors,
-transport, sandbox, selftest, builds, integrity, memory, triton_aot. Never a judge module.
+transport, sandbox, selftest, builds, memory, triton_aot, runner_checks, runner_profile. Never a
+judge module.
 """
 import base64
 import os
@@ -20,18 +22,17 @@ import traceback
 import crucible_sandbox as sandbox
 import crucible_selftest as selftest
 import crucible_transport as transport
-from crucible_builds import CANDIDATE_MODULE, ExtensionBuilds, ExtensionCalls, import_file
+from crucible_builds import CANDIDATE_MODULE, ExtensionBuilds, import_file
 from crucible_channel import GATE_FD
-from crucible_errors import (CAUGHT, MAX_CAUGHT_NOTES, classify, format_error, note_caught,
-                             same_file)
-from crucible_integrity import (THREAD_STARTERS, WATCHED, lookup, overlaps, precision_state,
-                                storage_span)
+from crucible_errors import CAUGHT, classify, format_error
 from crucible_memory import poison_free_memory
+from crucible_runner_checks import CandidateChecks
+from crucible_runner_profile import KernelCounting
 from crucible_tensors import (FLUSH_BYTES, flatten, model_to_precision, seed_all, set_cpu_threads,
                               timed_call, to_device)
 from crucible_triton_aot import TritonPrecompile, bounded_call, meta_tensor
 from crucible_trusted import (PR_SET_PDEATHSIG, Trusted, capture_trusted, finite_or_none,
-                              flush_std, os_exit, perf_counter_ns, prctl, sync_device)
+                              flush_std, os_exit, prctl, sync_device)
 
 
 class RunnerVerdict(Exception):
@@ -40,106 +41,7 @@ class RunnerVerdict(Exception):
         self.code, self.message, self.compiled = code, message, compiled
 
 
-# Device operations that launch no kernel: views, metadata, allocation without a fill.
-_NO_KERNEL_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
-                  "detach", "lift_fresh", "_reshape_alias", "set_", "resize_", "_unsafe_view",
-                  "alias", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset",
-                  "is_same_size", "_local_scalar_dense"}
-
-
-class KernelCounter:
-    """A forward's work by who launched it: launches of the candidate's own Triton kernels
-    (by identity of the kernel objects its module defined) and calls into its own load_inline
-    extensions that define a __global__ kernel, each timed; every other device operation
-    dispatched through torch. CUPTI (torch.profiler) would name every kernel, but its
-    initialisation took 6.7 s per process on the H100 and slowed later event timings."""
-
-    def __init__(self, runner):
-        self.runner = runner
-        self.custom = 0
-        self.ops = 0
-        self.custom_names = set()
-        self.spans = []   # (start, end) events or perf_counter_ns pairs
-        self.inside_custom = 0
-        self.raised = []  # note_caught lines of the candidate's kernels that raised
-
-    def clock(self):
-        r = self.runner
-        if r.device == "cuda":
-            e = Trusted.Event(enable_timing=True)
-            Trusted.event_record(e)
-            return e
-        return perf_counter_ns()
-
-    def elapsed(self, a, b):
-        if self.runner.device == "cuda":
-            return Trusted.event_elapsed(a, b)
-        return (b - a) / 1e6
-
-    def custom_call(self, name, fn, args, kwargs):
-        """A call of the candidate's own kernel. One that raises ran no kernel: it is not
-        counted (a candidate that catches it and falls back to PyTorch is a decoy), and why
-        it raised is noted for the decoy's feedback."""
-        start = self.clock()
-        self.inside_custom += 1
-        try:
-            out = fn(*args, **kwargs)
-        except CAUGHT as e:
-            note_caught(self.raised, f"its kernel `{name}`", e)
-            raise
-        finally:
-            self.inside_custom -= 1
-        self.spans.append((start, self.clock()))
-        self.custom += 1
-        self.custom_names.add(name)
-        return out
-
-    def covered_ms(self):
-        if self.runner.device == "cuda":
-            Trusted.synchronize()
-        return sum(self.elapsed(a, b) for a, b in self.spans)
-
-
-def warm_dispatch_mode(torch):
-    """The first TorchDispatchMode entered in a process imports what it needs (~1 s); the
-    template does it once for every child, the runner before a profiled forward."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Passthrough(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            return func(*args, **(kwargs or {}))
-
-    with Passthrough():
-        torch.ones(2).add(1)
-
-
-def _dispatch_counter(counter):
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class OpCounter(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            name = func.overloadpacket.__name__
-            if not counter.inside_custom and name not in _NO_KERNEL_OPS \
-                    and not getattr(func, "is_view", False):
-                counter.ops += 1
-            return func(*args, **(kwargs or {}))
-
-    return OpCounter()
-
-
-def _triton_kernel_classes():
-    classes = []
-    for module, names in (("triton.runtime.jit", ("JITFunction",)),
-                          ("triton.runtime.interpreter", ("InterpretedFunction",))):
-        m = sys.modules.get(module)
-        for n in names:
-            c = getattr(m, n, None) if m is not None else None
-            if isinstance(c, type):
-                classes.append(c)
-    return classes
-
-
-class Runner:
+class Runner(CandidateChecks, KernelCounting):
     """Serves the judge's requests in the candidate's process. Nothing here is trusted by
     the judge: outputs are checked there; what the runner reports can only count against the
     candidate (findings, failure verdicts)."""
@@ -186,48 +88,6 @@ class Runner:
             if op == "finish":
                 return
 
-    # -- checks that run after every request ---------------------------------------------------
-
-    def integrity_findings(self):
-        if not self.loaded:
-            return []
-        found = []
-        changed = [".".join(p) for p in WATCHED if lookup(p) is not self.watched.get(p)]
-        if changed:
-            found.append({"rule": "timing-tampered",
-                          "detail": "replaced while the candidate ran: " + ", ".join(changed)})
-        now = precision_state(Trusted.torch)
-        diff = [f"{k} {self.precision[k]!r} -> {now[k]!r}" for k in now
-                if now[k] != self.precision[k]]
-        if diff:
-            found.append({"rule": "precision-toggle", "detail": "; ".join(diff)})
-        alive = len(self.current_frames()) - 1
-        if alive > 0 or self.thread_starts:
-            found.append({"rule": "threads-started", "detail": f"{self.thread_starts} "
-                          f"thread(s) started by the candidate, {alive} alive besides the "
-                          "main one after it returned"})
-        return found
-
-    def hook_thread_starts(self):
-        """Counts every thread the candidate's Python starts: threading and _thread both
-        end in these functions (the originals stay reachable only through the wrappers,
-        which WATCHED checks are still in place)."""
-        import _thread
-        import threading
-        self.thread_starts = 0
-        runner = self
-        for module in (_thread, threading):
-            for name in THREAD_STARTERS:
-                original = getattr(module, name, None)
-                if original is None:
-                    continue
-
-                def start(*args, _original=original, **kwargs):
-                    runner.thread_starts += 1
-                    return _original(*args, **kwargs)
-
-                setattr(module, name, start)
-
     # -- requests ------------------------------------------------------------------------------
 
     def op_setup(self, msg):
@@ -250,13 +110,6 @@ class Runner:
                                       pch_dir=msg.get("pch_dir"))
         self.current_frames = sys._current_frames
         return {}
-
-    def arm_checks(self):
-        """Captured just before the candidate's code first runs."""
-        self.hook_thread_starts()
-        self.watched = {p: lookup(p) for p in WATCHED}
-        self.precision = precision_state(Trusted.torch)
-        self.loaded = True
 
     def op_import(self, msg):
         self.arm_checks()
@@ -328,26 +181,6 @@ class Runner:
             t = transport.import_tensor(torch, desc, self.xfer_dir, torch.cuda.current_device())
             report["ipc_sum"] = float(t.sum().item())
         return {"report": report}
-
-    def find_kernels(self):
-        """The Triton kernels the candidate's file defines (unwrapping autotune/heuristics),
-        by object identity: a kernel counts when its code comes from candidate.py."""
-        found = set()
-        classes = tuple(_triton_kernel_classes())
-        if not classes:
-            return found
-        for value in list(vars(self.cand).values()):
-            for _ in range(8):
-                if isinstance(value, classes):
-                    fn = getattr(value, "fn", None)
-                    code = getattr(fn, "__code__", None)
-                    if code is not None and same_file(code.co_filename, self.cand_path):
-                        found.add(id(value))
-                    break
-                value = getattr(value, "fn", None)
-                if value is None:
-                    break
-        return found
 
     def op_instantiate(self, msg):
         torch = Trusted.torch
@@ -478,70 +311,7 @@ class Runner:
     def op_finish(self, msg):   # counted again: ModelNew may load prebuilt extensions lazily
         return {"builds_reused": self.builds.reused}
 
-    def op_profile(self, msg):
-        args = self.import_inputs(msg["inputs"])
-        warm_dispatch_mode(Trusted.torch)
-        counter = KernelCounter(self)
-        restore = self.instrument(counter)
-        try:
-            start = counter.clock()
-            with _dispatch_counter(counter):
-                out = self.call_model(args, "candidate forward raised (profiled)")
-            end = counter.clock()
-        finally:
-            restore()
-        self.sync()
-        forward_ms = counter.elapsed(start, end)
-        custom_ms = counter.covered_ms()
-        del out
-        return {"custom_kernel_count": counter.custom,
-                "total_kernel_count": counter.custom + counter.ops,
-                "custom_time_coverage": (min(custom_ms / forward_ms, 1.0)
-                                         if forward_ms > 0 else None),
-                "custom_kernels": sorted(counter.custom_names)[:32],
-                "caught": (counter.raised + self.builds.raised)[:MAX_CAUGHT_NOTES]}
-
-    def instrument(self, counter):
-        """Wraps Triton's launch path and the candidate's extension functions for one
-        forward; returns the function that undoes it."""
-        undo = []
-        kernels = self.kernels
-        for cls in _triton_kernel_classes():
-            original = cls.run
-
-            def run(self_, *args, _original=original, **kwargs):
-                if id(self_) in kernels:
-                    name = getattr(getattr(self_, "fn", None), "__name__", "kernel")
-                    return counter.custom_call(name, _original, (self_,) + args, kwargs)
-                return _original(self_, *args, **kwargs)
-
-            cls.run = run
-            undo.append((cls, "run", original))
-        ExtensionCalls.counter = counter
-
-        def restore():
-            ExtensionCalls.counter = None
-            for owner, attr, value in reversed(undo):
-                setattr(owner, attr, value)
-        return restore
-
     # -- outputs -------------------------------------------------------------------------------
-
-    def check_outputs(self, out, args, allow_alias):
-        """Plain tensors on the device, no memory shared with the inputs; reported as
-        findings (the judge compares the values)."""
-        torch = Trusted.torch
-        spans = [storage_span(a) for a in args if isinstance(a, torch.Tensor)]
-        found = []
-        for t in flatten(out):
-            if isinstance(t, torch.Tensor) and type(t) is not torch.Tensor:
-                found.append({"rule": "output-subclass", "detail": f"an output is a "
-                              f"{type(t).__name__}, not a plain torch.Tensor"})
-            elif isinstance(t, torch.Tensor) and not allow_alias and \
-                    any(overlaps(storage_span(t), s) for s in spans):
-                found.append({"rule": "output-aliases-input",
-                              "detail": "an output shares memory with an input"})
-        return found
 
     def export(self, node, depth=0):
         torch = Trusted.torch

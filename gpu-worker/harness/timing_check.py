@@ -22,7 +22,8 @@ checks the claim with what it measures itself:
   probe can only be its own runner's leftover work: the hack `work-in-flight`.
 
 Owns: the probe and its thresholds, the batch sizing (verify_plan), the floor and the check
-(timing_floor, timing_mismatch), and their constants.
+(timing_floor, timing_mismatch), and their constants; Lap, the judge's clock split into the
+named laps of a stage's wall time (stage_ms's timing_* and verify_* keys).
 
 May import: trusted, errors, tensors.
 """
@@ -190,3 +191,16 @@ def output_tensors(out):
     """The tensors of an output, flattened in order (what the verification slots hold)."""
     torch = Trusted.torch
     return [t for t in flatten(out) if isinstance(t, torch.Tensor)]
+
+
+class Lap:
+    """Splits a stage's wall time into named laps summed into `into` (milliseconds)."""
+
+    def __init__(self, into):
+        self.into = into
+        self.t = perf_counter_ns()
+
+    def __call__(self, name):
+        now = perf_counter_ns()
+        self.into[name] = self.into.get(name, 0.0) + (now - self.t) / 1e6
+        self.t = now

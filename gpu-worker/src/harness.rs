@@ -32,7 +32,7 @@ pub const PCH_FILE: &str = "pch.py";
 /// judge's own check of the candidate's claimed times and its quiet-device probe), the judge's stages
 /// (`judge_*.py`), `runner.py` (everything that runs in the candidate's process) and
 /// `judge.py`.
-pub const HARNESS_MODULES: [(&str, &str); 20] = [
+pub const HARNESS_MODULES: [(&str, &str); 23] = [
     ("trusted.py", include_str!("../harness/trusted.py")),
     ("errors.py", include_str!("../harness/errors.py")),
     ("channel.py", include_str!("../harness/channel.py")),
@@ -57,8 +57,20 @@ pub const HARNESS_MODULES: [(&str, &str); 20] = [
         include_str!("../harness/judge_correctness.py"),
     ),
     (
+        "judge_verify.py",
+        include_str!("../harness/judge_verify.py"),
+    ),
+    (
         "judge_performance.py",
         include_str!("../harness/judge_performance.py"),
+    ),
+    (
+        "runner_checks.py",
+        include_str!("../harness/runner_checks.py"),
+    ),
+    (
+        "runner_profile.py",
+        include_str!("../harness/runner_profile.py"),
     ),
     ("runner.py", include_str!("../harness/runner.py")),
     ("judge.py", include_str!("../harness/judge.py")),

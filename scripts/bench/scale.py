@@ -34,8 +34,9 @@ import threading
 import time
 import types
 
-from bench import REPO, call, expand_workload, run_crucible
+from crucible_mode import call, run_crucible
 from report import pct
+from workload import REPO, expand_workload
 
 MODES = (1, 2, 4, 8)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -14,6 +14,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
 import builds  # noqa: E402
+import crucible_mode  # noqa: E402
 import report  # noqa: E402
 import scale  # noqa: E402
 
@@ -121,8 +122,8 @@ class Workload(unittest.TestCase):
     def test_timing_field(self):
         it = {k: 1 for k in ("reference_code", "kernel_code", "backend", "num_correct_trials",
                              "num_perf_trials", "timeout_s")}
-        self.assertNotIn("timing", bench.request_body(it, True))
-        self.assertEqual(bench.request_body(it, True, "adaptive")["timing"], {"mode": "adaptive"})
+        self.assertNotIn("timing", crucible_mode.request_body(it, True))
+        self.assertEqual(crucible_mode.request_body(it, True, "adaptive")["timing"], {"mode": "adaptive"})
 
 
 def window_line(task_id, gpu, a_us, b_us):

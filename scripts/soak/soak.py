@@ -47,12 +47,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-# The cluster, its processes and the HTTP helper are chaos.py's: the soak must start the
-# services exactly as the chaos run does, so the two runs' results compare.
+# The cluster, its processes and the HTTP helper are the chaos run's (scripts/chaos/): the soak
+# must start the services exactly as the chaos run does, so the two runs' results compare.
 sys.dont_write_bytecode = True  # no __pycache__ beside chaos.py
 sys.path.insert(0, str(HERE.parent / "chaos"))
-import chaos  # noqa: E402
-from chaos import Cluster, call, wait_until  # noqa: E402
+from batch import fetch_tasks, pending  # noqa: E402
+from cluster import Cluster, call, wait_until  # noqa: E402
 
 TERMINAL = {"done", "failed", "cancelled"}
 # What a worker's sandbox must have before the hostile corpus is let loose on this machine
@@ -291,7 +291,7 @@ def main() -> int:
     problems = {e["problem"]: (REPO / f"tests/problems/{e['problem']}.py").read_text() for e in plan}
     bodies = [request(e, i, run_id, problems) for i, e in enumerate(plan)]
 
-    # chaos.py's Cluster, with the settings that are not the soak's business at their defaults
+    # The chaos run's Cluster, with the settings that are not the soak's business at their defaults
     # (one API, a 30 s lease, no GPU), and the soak's bounds added to each worker's environment.
     cluster = Cluster(
         argparse.Namespace(bin_dir=args.bin_dir, redis_server="redis-server", lease_ms=30_000,
@@ -344,10 +344,10 @@ def main() -> int:
                     print(f"[soak] {s.name} {crashes[s.name]}", flush=True)
             if not api.alive() or not any(w.alive() for w in cluster.workers):
                 break  # nothing will finish the rest
-            open_now = chaos.pending(cluster, ids)
+            open_now = pending(cluster, ids)
             if open_now == 0:
                 # The queue's counts say done; the tasks themselves must say so too.
-                views = chaos.fetch_tasks(cluster, ids)
+                views = fetch_tasks(cluster, ids)
                 if all(v and v["status"] in TERMINAL for v in views.values()) and len(views) == len(ids):
                     break
             if time.monotonic() - last_report >= 30:
@@ -356,7 +356,7 @@ def main() -> int:
             time.sleep(2)
         wall = time.monotonic() - t0
         if api.alive():
-            views = chaos.fetch_tasks(cluster, ids)
+            views = fetch_tasks(cluster, ids)
         health.stop.set()
         health.thread.join(timeout=5)
         for s in services:

@@ -30,16 +30,18 @@ LAYERS = (
     ("channel", "spec"),                            # the result channel, the typed spec
     ("tensors", "transport", "sandbox", "screen", "selftest"),
     ("builds", "integrity", "triton_aot", "memory", "timing_check"),
-    ("judge_setup", "judge_load", "judge_correctness", "judge_performance", "runner"),
-    ("judge",),
+    ("judge_setup", "judge_load", "judge_correctness", "judge_performance", "judge_verify",
+     "runner_checks", "runner_profile"),
+    ("judge", "runner"),
     ("harness",),                                   # the entry point
     ("template",),                                  # loads harness.py by path
     ("pch",),                                       # run by the worker, imports no module
 )
 # Neither side may import the other, whatever their layers.
 APART = (
-    ("judge", "judge_setup", "judge_load", "judge_correctness", "judge_performance"),
-    ("runner",),
+    ("judge", "judge_setup", "judge_load", "judge_correctness", "judge_performance",
+     "judge_verify"),
+    ("runner", "runner_checks", "runner_profile"),
 )
 
 

@@ -1,7 +1,8 @@
 """The timed calls' output slots (gpu-worker/harness/transport.py: copy_into_slots, from_slots;
-judge_performance.py: poison_slots), on the CPU: an output of the reference's shapes and dtypes
-is copied and its container named, anything else is left to be described as it is; a kind no
-honest runner sends is refused; poisoned slots differ from the expected output everywhere;
+judge_performance.py: poison_slots; judge_verify.py: set_signature), on the CPU: an output of
+the reference's shapes and dtypes is copied and its container named, anything else is left to
+be described as it is; a kind no honest runner sends is refused; poisoned slots differ from the
+expected output everywhere;
 the timing check reuses its shared slots only for sets of the same signature.
 Run by scripts/test.sh; exit 1 on the first failure."""
 import importlib.util
@@ -16,7 +17,8 @@ entry.loader.exec_module(importlib.util.module_from_spec(entry))
 import torch  # noqa: E402
 
 import crucible_transport as transport  # noqa: E402
-from crucible_judge_performance import poison_slots, set_signature  # noqa: E402
+from crucible_judge_performance import poison_slots  # noqa: E402
+from crucible_judge_verify import set_signature  # noqa: E402
 from crucible_trusted import capture_trusted  # noqa: E402
 
 capture_trusted(torch)
