@@ -1,9 +1,9 @@
 //! Worker settings, parsed from environment-style lookups by pure functions.
 
-use crate::cores::{CoreSettings, Cores};
 use crate::device::DeviceSlot;
-use crate::dir_owner::DirOwner;
-use crate::limits::{ChildLimits, node_memory, task_memory_bound};
+use crate::process::cores::{CoreSettings, Cores};
+use crate::process::dir_owner::DirOwner;
+use crate::process::limits::{ChildLimits, node_memory, task_memory_bound};
 use crate::sandbox::Sandbox;
 use crate::sandbox::config::SandboxSettings;
 use crucible_shared::{DeviceClass, DeviceInfo};
@@ -50,7 +50,7 @@ pub struct WorkerConfig {
     /// Threads a CPU child may use (torch.set_num_threads).
     pub cpu_threads: Option<u32>,
     /// The cores its device-stage and CPU-stage children are pinned to (`CRUCIBLE_CPUS`,
-    /// `CRUCIBLE_DEVICE_CPUS`, `CRUCIBLE_STAGE_CPUS`; see [`crate::cores`]). A process with
+    /// `CRUCIBLE_DEVICE_CPUS`, `CRUCIBLE_STAGE_CPUS`; see [`crate::process::cores`]). A process with
     /// several GPU workers replaces it with each one's slice ([`WorkerConfig::with_cores`]).
     pub cores: Cores,
     /// Command that checks a GPU in a separate process (`<exe> probe-gpu`).
@@ -69,7 +69,7 @@ pub struct WorkerConfig {
     /// Entries the build cache keeps (least recently used go first).
     pub build_cache_entries: usize,
     /// Precompiled headers of torch/extension.h for the candidates' load_inline builds
-    /// ([`crate::pch`]; `CRUCIBLE_PCH=1`, where the compile pool is). Off by default until a
+    /// ([`crate::cache::pch`]; `CRUCIBLE_PCH=1`, where the compile pool is). Off by default until a
     /// GPU run through the service shows it: measured beside torch's builds, it halves
     /// main.cpp but not a CUDA build's wall time, which nvcc's translation unit decides.
     pub pch: bool,
@@ -155,7 +155,7 @@ impl WorkerConfig {
             .map(|n| n.min(64) as u32)
             .unwrap_or(if compile_pool { 4 } else { 0 });
         let device_class = device_class(&device, lookup("CRUCIBLE_DEVICE_CLASS").as_deref())?;
-        let child_cores = CoreSettings::from_lookup(&lookup, crate::cores::available())?
+        let child_cores = CoreSettings::from_lookup(&lookup, crate::process::cores::available())?
             .cores_for(device.index().map(|_| 0), 1);
         let device_memory = gpu_memory_bytes(&device);
         let device_slots = match num("CRUCIBLE_DEVICE_SLOTS")? {
@@ -229,10 +229,11 @@ impl WorkerConfig {
         Ok(cfg)
     }
 
-    /// The node's precompiled headers ([`crate::pch`]), where this worker builds CUDA
+    /// The node's precompiled headers ([`crate::cache::pch`]), where this worker builds CUDA
     /// extensions and uses them.
     pub fn pch_dir(&self) -> Option<PathBuf> {
-        (self.pch && self.device.index().is_some()).then(|| crate::pch::dir(&self.build_cache_dir))
+        (self.pch && self.device.index().is_some())
+            .then(|| crate::cache::pch::dir(&self.build_cache_dir))
     }
 
     /// The task children this worker runs at once: one per task it holds (a task's CPU stage
@@ -277,7 +278,7 @@ impl WorkerConfig {
     }
 
     /// This configuration as GPU worker `index` of `gpu_workers` on the node: its own slice of
-    /// the device cores (see [`crate::cores`]; a CPU worker keeps every core), and its share of
+    /// the device cores (see [`crate::process::cores`]; a CPU worker keeps every core), and its share of
     /// the node's memory for each task ([`task_memory_bound`]).
     pub fn with_cores(
         mut self,
@@ -285,7 +286,7 @@ impl WorkerConfig {
         gpu_workers: usize,
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, String> {
-        self.cores = CoreSettings::from_lookup(lookup, crate::cores::available())?
+        self.cores = CoreSettings::from_lookup(lookup, crate::process::cores::available())?
             .cores_for(self.device.index().map(|_| index), gpu_workers);
         if self.device.index().is_some() {
             self.derive_task_memory(gpu_workers);

@@ -125,7 +125,7 @@ impl WorkerMetrics {
 
     fn collectors(&self) -> [Box<dyn Collector>; 8] {
         [
-            Box::new(crate::task_dir::LEFT_FOR_SWEEP.clone()),
+            Box::new(crate::process::task_dir::LEFT_FOR_SWEEP.clone()),
             Box::new(self.info.clone()),
             Box::new(self.healthy.clone()),
             Box::new(self.evaluations.clone()),

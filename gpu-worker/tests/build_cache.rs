@@ -9,11 +9,11 @@ mod common;
 
 use common::{gpu_config, repo};
 use crucible_gpu_worker::WorkerConfig;
-use crucible_gpu_worker::build_cache::BuildCache;
-use crucible_gpu_worker::prepare::{PrepareContext, PrepareEnd, prepare};
-use crucible_gpu_worker::reference_cache::SoftwareVersions;
-use crucible_gpu_worker::supervisor::Launcher;
-use crucible_gpu_worker::verdict::Classified;
+use crucible_gpu_worker::cache::build_cache::BuildCache;
+use crucible_gpu_worker::cache::reference_cache::SoftwareVersions;
+use crucible_gpu_worker::child::supervisor::Launcher;
+use crucible_gpu_worker::task::prepare::{PrepareContext, PrepareEnd, prepare};
+use crucible_gpu_worker::task::verdict::Classified;
 use crucible_shared::{Backend, BrokerConfig, BuildSource, EvaluateRequest, TaskSpec, VerdictCode};
 use crucible_task_manager::MemoryBroker;
 use std::path::Path;
@@ -102,7 +102,7 @@ async fn run_prepare(
         .unwrap()
 }
 
-fn ready(end: PrepareEnd) -> crucible_gpu_worker::prepare::Ready {
+fn ready(end: PrepareEnd) -> crucible_gpu_worker::task::prepare::Ready {
     match end {
         PrepareEnd::Ready(r) => *r,
         PrepareEnd::Final(c) => panic!("expected the task to go on to the device, got {c:?}"),

@@ -8,10 +8,10 @@ mod common;
 
 use common::{gpu_config, repo};
 use crucible_gpu_worker::WorkerConfig;
-use crucible_gpu_worker::build_cache::BuildCache;
-use crucible_gpu_worker::prepare::{PrepareContext, PrepareEnd, Ready, prepare};
-use crucible_gpu_worker::reference_cache::SoftwareVersions;
-use crucible_gpu_worker::supervisor::Launcher;
+use crucible_gpu_worker::cache::build_cache::BuildCache;
+use crucible_gpu_worker::cache::reference_cache::SoftwareVersions;
+use crucible_gpu_worker::child::supervisor::Launcher;
+use crucible_gpu_worker::task::prepare::{PrepareContext, PrepareEnd, Ready, prepare};
 use crucible_shared::{Backend, BrokerConfig, BuildSource, EvaluateRequest, TaskSpec};
 use crucible_task_manager::MemoryBroker;
 use std::path::Path;

@@ -14,7 +14,7 @@
 //! - [`seccomp`]: the filters, compiled here;
 //! - [`cgroup`]: a cgroup per task (limits, kill, OOM evidence) where the host allows;
 //! - [`plan`]: the plan the child enters, in spec.json;
-//! - the start-up proof, `crate::sandbox_selftest`: a child enters every layer and tries
+//! - the start-up proof, `crate::task::sandbox_selftest`: a child enters every layer and tries
 //!   what each must refuse; a layer that fails is dropped if optional, and the worker refuses
 //!   to serve if it was required. It runs a whole child, so it lives above this module and
 //!   hands its findings in through [`Sandbox::ready_with`];
@@ -29,7 +29,7 @@ pub mod plan;
 pub mod seccomp;
 pub mod verify;
 
-use crate::limits::ChildLimits;
+use crate::process::limits::ChildLimits;
 use base64::Engine;
 use cgroup::{Cgroups, TaskCgroup};
 use config::SandboxSettings;
@@ -131,7 +131,7 @@ impl Sandbox {
     }
 
     /// The layers in force (`None`: off), found by `establish` (the start-up self-test,
-    /// `crate::sandbox_selftest::ready`) on first use, at most once however many callers
+    /// `crate::task::sandbox_selftest::ready`) on first use, at most once however many callers
     /// race; later calls return what it found. An error means the worker must not serve: a
     /// required layer is missing or the host could not be examined (a later call tries again).
     pub async fn ready_with<F, Fut>(&self, establish: F) -> Result<Option<&Ready>, SandboxError>
@@ -214,7 +214,7 @@ impl Host {
                     .into(),
             );
         }
-        if let Err(why) = crate::task_dir::space::available(work_root) {
+        if let Err(why) = crate::process::task_dir::space::available(work_root) {
             unavailable.insert(SandboxLayer::Storage, why);
         }
         let mut read_only: Vec<PathBuf> =

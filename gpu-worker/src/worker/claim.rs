@@ -6,10 +6,10 @@
 
 use super::Worker;
 use super::ack::{HeldAt, backoff};
-use crate::budget::{remaining, task_budget};
-use crate::prepare::{PrepareContext, PrepareEnd, Ready, prepare};
-use crate::supervisor::Launcher;
-use crate::verdict::{Classified, VerdictContext, budget_spent};
+use crate::child::supervisor::Launcher;
+use crate::task::budget::{remaining, task_budget};
+use crate::task::prepare::{PrepareContext, PrepareEnd, Ready, prepare};
+use crate::task::verdict::{Classified, VerdictContext, budget_spent};
 use crucible_task_manager::{Lease, LeaseState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

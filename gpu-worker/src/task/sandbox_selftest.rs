@@ -9,14 +9,14 @@
 //! so the sandbox does not run it: [`ready`] hands [`establish`] to the sandbox's lazy
 //! initialisation, and every path that starts a child goes through [`ready`] first.
 
+use crate::child::protocol::SelftestReport;
+use crate::child::supervisor::run_child;
+use crate::child::template::Launcher;
 use crate::config::WorkerConfig;
-use crate::protocol::SelftestReport;
+use crate::process::task_dir::space::SpaceLimits;
 use crate::sandbox::config::SandboxSettings;
 use crate::sandbox::{Host, Ready, SandboxError, landlock};
-use crate::stage::{child_env, harness_child, stage_dir};
-use crate::supervisor::run_child;
-use crate::task_dir::space::SpaceLimits;
-use crate::template::Launcher;
+use crate::task::stage::{child_env, harness_child, stage_dir};
 use crucible_shared::{LayerState, LayerStatus, SandboxLayer, SandboxStatus};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -81,8 +81,8 @@ pub fn check_cores(report: &SelftestReport, targets: &Targets) -> Result<(), Str
     }
     Err(format!(
         "the runner runs on cores {} instead of {}",
-        crate::cores::format_list(&report.runner.cores),
-        crate::cores::format_list(&targets.cpus)
+        crate::process::cores::format_list(&report.runner.cores),
+        crate::process::cores::format_list(&targets.cpus)
     ))
 }
 

@@ -6,10 +6,10 @@
 //! Nothing is followed: entries are examined by `symlink_metadata`, owner files opened with
 //! `O_NOFOLLOW`, directories removed by [`remove_tree`].
 
-use crate::dir_owner::{
+use crate::process::dir_owner::{
     DirOwner, Judgement, MAX_OWNER_FILE_BYTES, OWNER_SUFFIX, judge, process_start_time,
 };
-use crate::task_dir::remove_tree;
+use crate::process::task_dir::remove_tree;
 use std::collections::HashSet;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Read};
@@ -116,7 +116,7 @@ fn read_owner(path: &Path) -> Option<DirOwner> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::task_dir::TaskDir;
+    use crate::process::task_dir::TaskDir;
 
     const ME: &str = "node-a/cpu";
     const DEAD_PID: u32 = 1_000_001;
@@ -202,7 +202,7 @@ mod tests {
 
     #[test]
     fn a_dead_owners_fifty_thousand_deep_chain_is_swept_on_a_small_stack() {
-        use crate::task_dir::removal::hostile::{chain_bottom_up, on_a_small_stack};
+        use crate::process::task_dir::removal::hostile::{chain_bottom_up, on_a_small_stack};
         let root = tempfile::tempdir().unwrap();
         let r = root.path().to_owned();
         let dir = leave(&r, "task-deep", ME, DEAD_PID);
@@ -216,7 +216,7 @@ mod tests {
     /// mounted with what its task filled it with, is detached and removed.
     #[test]
     fn a_dead_owners_mounted_space_is_detached_and_swept() {
-        use crate::task_dir::space::{SpaceLimits, available, is_mount_root, mount_space};
+        use crate::process::task_dir::space::{SpaceLimits, available, is_mount_root, mount_space};
         let root = tempfile::tempdir().unwrap();
         if let Err(why) = available(root.path()) {
             eprintln!("skipped: {why}");

@@ -2,7 +2,7 @@
 //! points (`standby`, `park`, `timing_gate`), whether the child is let through (its deadline
 //! runs only then), and the events its supervision reports as they are read.
 
-use crate::protocol::Stage;
+use crate::child::protocol::Stage;
 use std::os::fd::OwnedFd;
 use tokio::sync::watch;
 

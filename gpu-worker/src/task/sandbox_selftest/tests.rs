@@ -1,7 +1,7 @@
 //! Tests of [`super`], in a file of their own so that the module stays a readable length.
 
 use super::*;
-use crate::protocol::{Identity, RunnerReport, SpaceReport, StatusFields};
+use crate::child::protocol::{Identity, RunnerReport, SpaceReport, StatusFields};
 
 fn report() -> SelftestReport {
     let status = |uid: &str| -> StatusFields {

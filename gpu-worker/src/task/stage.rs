@@ -4,14 +4,14 @@
 //! environment (an allowlist, never a secret) and its command line. Below both the evaluation
 //! and the self-test, so that neither reaches into the other.
 
+use crate::child::harness::{HARNESS_FILE, HARNESS_MODULES, HARNESS_SOURCE};
+use crate::child::supervisor::{ChildSpec, GateChild};
 use crate::config::WorkerConfig;
 use crate::device::DeviceSlot;
-use crate::harness::{HARNESS_FILE, HARNESS_MODULES, HARNESS_SOURCE};
-use crate::limits::ChildLimits;
+use crate::process::limits::ChildLimits;
+use crate::process::task_dir::TaskDir;
+use crate::process::task_dir::space::SpaceLimits;
 use crate::sandbox::{ChildSandbox, SandboxError};
-use crate::supervisor::{ChildSpec, GateChild};
-use crate::task_dir::TaskDir;
-use crate::task_dir::space::SpaceLimits;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -101,7 +101,7 @@ pub(crate) struct StageDir {
 }
 
 /// Makes a stage directory (on a bounded space of its own with `space`, see
-/// [`crate::task_dir::space`]): the harness, what `fill` writes (returning the stage's spec),
+/// [`crate::process::task_dir::space`]): the harness, what `fill` writes (returning the stage's spec),
 /// the child's sandbox (`sandbox_for`, which hands the directory to the child's user), and
 /// `spec.json` with the sandbox plan in it.
 pub(crate) fn stage_dir(

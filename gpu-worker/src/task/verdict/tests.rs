@@ -2,7 +2,7 @@
 //! verdict.rs stays a readable length.
 
 use super::*;
-use crate::protocol::Transcript;
+use crate::child::protocol::Transcript;
 use crucible_shared::DeviceKind;
 use std::time::Duration;
 

@@ -1,19 +1,19 @@
 //! One evaluation from spec to classified verdict: the task's stage directory, its child
-//! (in the sandbox, proven first by `crate::sandbox_selftest`), supervision, classification.
+//! (in the sandbox, proven first by `crate::task::sandbox_selftest`), supervision, classification.
 //! Used by the worker's claim loop and by `crucible eval`. The stage directory and the child's
-//! environment are `crate::stage`'s.
+//! environment are `crate::task::stage`'s.
 
-use crate::budget::task_budget;
-use crate::build_cache::{BuildCache, CachedBuild};
+use crate::cache::build_cache::{BuildCache, CachedBuild};
+use crate::child::protocol::SoftwareReport;
+use crate::child::supervisor::{ChildOutcome, GateChild, KillReason, Launcher, run_child};
 use crate::config::WorkerConfig;
-use crate::protocol::SoftwareReport;
+use crate::process::task_dir::TaskDir;
 use crate::sandbox::Ready;
-use crate::sandbox_selftest;
-use crate::spec::{HarnessStage, harness_spec};
-use crate::stage::{StageDir, child_env, harness_child, stage_dir};
-use crate::supervisor::{ChildOutcome, GateChild, KillReason, Launcher, run_child};
-use crate::task_dir::TaskDir;
-use crate::verdict::{Classified, VerdictContext, classify, over_space};
+use crate::task::budget::task_budget;
+use crate::task::sandbox_selftest;
+use crate::task::spec::{HarnessStage, harness_spec};
+use crate::task::stage::{StageDir, child_env, harness_child, stage_dir};
+use crate::task::verdict::{Classified, VerdictContext, classify, over_space};
 use crucible_shared::{Backend, BuildSource, EvalResult, RuntimeStats, SandboxLayer, TaskSpec};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -28,7 +28,7 @@ pub struct StageInputs {
     pub prebuilt: Option<Prebuilt>,
     /// The architecture CUDA extensions are built for (`TORCH_CUDA_ARCH_LIST` spelling).
     pub cuda_arch: Option<String>,
-    /// The wall-clock time left to this stage of the task's one budget (`crate::budget`);
+    /// The wall-clock time left to this stage of the task's one budget (`crate::task::budget`);
     /// `None`: all of `timeout_s` (the task's first or only stage).
     pub budget: Option<Duration>,
     /// The CPU stage dry-runs a Triton candidate to compile its kernels for `cuda_arch`.
@@ -122,7 +122,7 @@ fn task_stage_dir(
         }
         serde_json::to_value(harness).map_err(std::io::Error::other)
     };
-    // A CPU stage never runs on the cores a device child times on (crate::cores).
+    // A CPU stage never runs on the cores a device child times on (crate::process::cores).
     let cpus = match stage {
         HarnessStage::Prepare => &cfg.cores.cpu_stage,
         HarnessStage::Evaluate => &cfg.cores.device,
@@ -182,7 +182,7 @@ pub fn prepare_env(
     env
 }
 
-/// Runs the prepare stage's child (see [`crate::prepare`]); the directory is returned with the
+/// Runs the prepare stage's child (see [`crate::task::prepare`]); the directory is returned with the
 /// outcome because the worker copies the built files out of it.
 pub async fn run_prepare_child(
     cfg: &WorkerConfig,

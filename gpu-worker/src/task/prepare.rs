@@ -18,17 +18,17 @@
 //! the device stage, which imports again and judges it there: module-level code may need the
 //! GPU.
 
-use crate::build_cache::{
+use crate::cache::build_cache::{
     BUILD_CACHE_NAMESPACE, BUILD_RECORD_TTL, BuildCache, CachedBuild, decode_digests,
     encode_digests, entry_key, triton_entry_key,
 };
+use crate::cache::reference_cache::SoftwareVersions;
+use crate::child::protocol::{Prepared, Stage};
+use crate::child::supervisor::{ChildOutcome, KillReason, Launcher};
 use crate::config::WorkerConfig;
-use crate::evaluation::{Prebuilt, StageInputs, run_prepare_child};
 use crate::metrics::COMPILE_SLOT_WAIT_STAGE;
-use crate::protocol::{Prepared, Stage};
-use crate::reference_cache::SoftwareVersions;
-use crate::supervisor::{ChildOutcome, KillReason, Launcher};
-use crate::verdict::{Classified, VerdictContext, classify, space_result};
+use crate::task::evaluation::{Prebuilt, StageInputs, run_prepare_child};
+use crate::task::verdict::{Classified, VerdictContext, classify, space_result};
 use crucible_shared::{Backend, BuildSource, TaskSpec, VerdictCode};
 use crucible_task_manager::Broker;
 use std::collections::BTreeMap;
@@ -53,7 +53,7 @@ pub struct Ready {
     /// Worker-side times of the CPU stage (`cpu_stage`, `build_cache` or `triton_cache`, and
     /// the harness's `triton_precompile`), merged into the result's `stage_ms`.
     pub stage_ms: BTreeMap<String, f64>,
-    /// How long the CPU stage's child ran: charged to the task's budget (`crate::budget`).
+    /// How long the CPU stage's child ran: charged to the task's budget (`crate::task::budget`).
     pub cpu_used: Duration,
 }
 
@@ -99,7 +99,7 @@ pub(crate) fn classify_prepare(outcome: &ChildOutcome, ctx: &VerdictContext) -> 
     if let Some(why) = &transcript.violation {
         return PrepareVerdict::Inconclusive(format!("protocol violation: {why}"));
     }
-    let clean_exit = outcome.exit == crate::supervisor::ExitKind::Code(0);
+    let clean_exit = outcome.exit == crate::child::supervisor::ExitKind::Code(0);
     if let Some(result) = &transcript.result {
         if clean_exit
             && result

@@ -17,14 +17,14 @@ pub struct ChildLimits {
     pub max_file_bytes: u64,
     /// Memory of the child's whole process group, enforced by the watchdog (not RLIMIT_AS:
     /// CUDA reserves huge virtual ranges): resident, with pages forks share counted once
-    /// ([`crate::watchdog::charged_bytes`]).
+    /// ([`crate::process::watchdog::charged_bytes`]).
     pub max_memory_bytes: u64,
     /// stdout + stderr bytes before the child is killed for flooding.
     pub max_output_bytes: u64,
     /// How often the watchdog samples the group.
     pub watchdog_interval: Duration,
     /// The size of a task's directory where the sandbox's `storage` layer gives it a tmpfs of
-    /// its own (`crate::task_dir::space`); its /tmp and /dev/shm have their own sizes
+    /// its own (`crate::process::task_dir::space`); its /tmp and /dev/shm have their own sizes
     /// (`crate::sandbox::config`).
     pub max_space_bytes: u64,
     /// The files, directories and links each of its task directory, /tmp and /dev/shm holds at
@@ -67,8 +67,8 @@ pub fn node_memory() -> Option<u64> {
 
 impl ChildLimits {
     /// The limits of a task's writable space.
-    pub fn space(&self) -> crate::task_dir::space::SpaceLimits {
-        crate::task_dir::space::SpaceLimits {
+    pub fn space(&self) -> crate::process::task_dir::space::SpaceLimits {
+        crate::process::task_dir::space::SpaceLimits {
             bytes: self.max_space_bytes,
             inodes: self.max_space_inodes,
         }

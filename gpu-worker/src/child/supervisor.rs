@@ -4,15 +4,15 @@
 //! watchdog's limits, obey cancellation, and kill the whole group (and the task's cgroup) at
 //! the end whatever happened.
 
-use crate::isolation::{self, ChildStart, StartLimits};
-use crate::limits::ChildLimits;
-use crate::protocol::{MAX_LINE_BYTES, Transcript};
+use crate::child::protocol::{MAX_LINE_BYTES, Transcript};
+use crate::process::isolation::{self, ChildStart, StartLimits};
+use crate::process::limits::ChildLimits;
 use crate::sandbox::plan::RULESET_FD;
 use crate::sandbox::{ChildSandbox, verify};
 // Defined beside the template so that the sandbox (whose self-test takes one) need not
 // import this file, which imports the sandbox.
-pub use crate::template::Launcher;
-use crate::watchdog;
+pub use crate::child::template::Launcher;
+use crate::process::watchdog;
 mod gate;
 pub use gate::{ChildEvent, Gate, GateChild, gate};
 use nix::sys::signal::{Signal, kill, killpg};

@@ -4,14 +4,14 @@
 //! directly spawned child (session, rlimits, environment, private dir, fds). See
 //! `harness/template.py` for the other side of the control socket.
 
-use crate::dir_owner::DirOwner;
-use crate::harness::{
+use crate::child::harness::{
     HARNESS_FILE, HARNESS_MODULES, HARNESS_SOURCE, TEMPLATE_FILE, TEMPLATE_SOURCE,
 };
-use crate::isolation::{self, ChildStart, StartLimits};
-use crate::limits::ChildLimits;
-use crate::protocol::SoftwareReport;
-use crate::task_dir::TaskDir;
+use crate::child::protocol::SoftwareReport;
+use crate::process::dir_owner::DirOwner;
+use crate::process::isolation::{self, ChildStart, StartLimits};
+use crate::process::limits::ChildLimits;
+use crate::process::task_dir::TaskDir;
 use nix::sys::socket::{
     AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, recv, sendmsg, socketpair,
 };

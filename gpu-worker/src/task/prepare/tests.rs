@@ -1,8 +1,8 @@
 //! Tests of [`super`], in a file of their own so that the module stays a readable length.
 
 use super::*;
-use crate::protocol::Transcript;
-use crate::supervisor::ExitKind;
+use crate::child::protocol::Transcript;
+use crate::child::supervisor::ExitKind;
 use crucible_shared::{DeviceInfo, DeviceKind};
 
 fn ctx() -> VerdictContext {
@@ -145,7 +145,7 @@ fn a_prepared_line_carries_only_plain_triton_cache_files() {
             "{bad} accepted"
         );
     }
-    let many: Vec<String> = (0..=crate::protocol::MAX_TRITON_FILES)
+    let many: Vec<String> = (0..=crate::child::protocol::MAX_TRITON_FILES)
         .map(|i| format!("cache/triton/A/f{i}"))
         .collect();
     let many: Vec<&str> = many.iter().map(String::as_str).collect();
@@ -209,7 +209,7 @@ async fn only_an_entry_whose_digests_the_broker_keeps_is_reused() {
     std::fs::create_dir_all(task.path().join("build/k")).unwrap();
     std::fs::write(task.path().join("build/k/ext.so"), b"ELF").unwrap();
     let key = "ef".repeat(32);
-    let built = crate::protocol::BuiltExtension {
+    let built = crate::child::protocol::BuiltExtension {
         name: "ext".into(),
         key: "ab".repeat(32),
         file: "build/k/ext.so".into(),

@@ -3,9 +3,9 @@
 //! extensions). Its shape is the harness's input (docs/harness-protocol.md), pinned by a test
 //! here; the sandbox plan is added beside these fields when the stage directory is made.
 
+use crate::cache::reference_cache::NUM_WARMUP;
+use crate::child::protocol::BuiltExtension;
 use crate::device::DeviceSlot;
-use crate::protocol::BuiltExtension;
-use crate::reference_cache::NUM_WARMUP;
 use crucible_shared::{MIN_ADAPTIVE_TRIALS, RuntimeStats, ScreeningAction, TaskSpec, TimingMode};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -63,7 +63,7 @@ pub struct HarnessSpec<'a> {
     /// every other spec keeps its shape.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub triton_precompile: Option<u64>,
-    /// The node's precompiled headers of torch/extension.h ([`crate::pch`]), for a CUDA
+    /// The node's precompiled headers of torch/extension.h ([`crate::cache::pch`]), for a CUDA
     /// candidate's builds; written only when the worker has them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pch_dir: Option<String>,

@@ -2,20 +2,20 @@
 //! that has torch.
 
 /// Source of `gpu-worker/harness/harness.py`, the entry point.
-pub const HARNESS_SOURCE: &str = include_str!("../harness/harness.py");
+pub const HARNESS_SOURCE: &str = include_str!("../../harness/harness.py");
 
 /// The file name the harness gets inside a task directory.
 pub const HARNESS_FILE: &str = "harness.py";
 
 /// Source of `gpu-worker/harness/template.py`, the warm fork server.
-pub const TEMPLATE_SOURCE: &str = include_str!("../harness/template.py");
+pub const TEMPLATE_SOURCE: &str = include_str!("../../harness/template.py");
 
 /// The file name the template gets inside its directory.
 pub const TEMPLATE_FILE: &str = "template.py";
 
 /// Source of `gpu-worker/harness/pch.py`, which builds the node's precompiled headers
-/// ([`crate::pch`]); run by the worker, never inside a task.
-pub const PCH_SOURCE: &str = include_str!("../harness/pch.py");
+/// ([`crate::cache::pch`]); run by the worker, never inside a task.
+pub const PCH_SOURCE: &str = include_str!("../../harness/pch.py");
 
 /// Its file name in the harness directory.
 pub const PCH_FILE: &str = "pch.py";
@@ -33,35 +33,38 @@ pub const PCH_FILE: &str = "pch.py";
 /// (`judge_*.py`), `runner.py` (everything that runs in the candidate's process) and
 /// `judge.py`.
 pub const HARNESS_MODULES: [(&str, &str); 20] = [
-    ("trusted.py", include_str!("../harness/trusted.py")),
-    ("errors.py", include_str!("../harness/errors.py")),
-    ("channel.py", include_str!("../harness/channel.py")),
-    ("spec.py", include_str!("../harness/spec.py")),
-    ("tensors.py", include_str!("../harness/tensors.py")),
-    ("transport.py", include_str!("../harness/transport.py")),
-    ("sandbox.py", include_str!("../harness/sandbox.py")),
-    ("screen.py", include_str!("../harness/screen.py")),
-    ("selftest.py", include_str!("../harness/selftest.py")),
-    ("builds.py", include_str!("../harness/builds.py")),
-    ("integrity.py", include_str!("../harness/integrity.py")),
-    ("triton_aot.py", include_str!("../harness/triton_aot.py")),
-    ("memory.py", include_str!("../harness/memory.py")),
+    ("trusted.py", include_str!("../../harness/trusted.py")),
+    ("errors.py", include_str!("../../harness/errors.py")),
+    ("channel.py", include_str!("../../harness/channel.py")),
+    ("spec.py", include_str!("../../harness/spec.py")),
+    ("tensors.py", include_str!("../../harness/tensors.py")),
+    ("transport.py", include_str!("../../harness/transport.py")),
+    ("sandbox.py", include_str!("../../harness/sandbox.py")),
+    ("screen.py", include_str!("../../harness/screen.py")),
+    ("selftest.py", include_str!("../../harness/selftest.py")),
+    ("builds.py", include_str!("../../harness/builds.py")),
+    ("integrity.py", include_str!("../../harness/integrity.py")),
+    ("triton_aot.py", include_str!("../../harness/triton_aot.py")),
+    ("memory.py", include_str!("../../harness/memory.py")),
     (
         "timing_check.py",
-        include_str!("../harness/timing_check.py"),
+        include_str!("../../harness/timing_check.py"),
     ),
-    ("judge_setup.py", include_str!("../harness/judge_setup.py")),
-    ("judge_load.py", include_str!("../harness/judge_load.py")),
+    (
+        "judge_setup.py",
+        include_str!("../../harness/judge_setup.py"),
+    ),
+    ("judge_load.py", include_str!("../../harness/judge_load.py")),
     (
         "judge_correctness.py",
-        include_str!("../harness/judge_correctness.py"),
+        include_str!("../../harness/judge_correctness.py"),
     ),
     (
         "judge_performance.py",
-        include_str!("../harness/judge_performance.py"),
+        include_str!("../../harness/judge_performance.py"),
     ),
-    ("runner.py", include_str!("../harness/runner.py")),
-    ("judge.py", include_str!("../harness/judge.py")),
+    ("runner.py", include_str!("../../harness/runner.py")),
+    ("judge.py", include_str!("../../harness/judge.py")),
 ];
 
 #[cfg(test)]

@@ -1,10 +1,10 @@
 //! Turns the way a child ended into a verdict about the candidate, or into a service fault to
 //! retry elsewhere. Pure: every rule is tested without spawning anything.
 
+use crate::child::protocol::{HarnessResult, Stage};
+use crate::child::supervisor::{ChildOutcome, ExitKind, KillReason};
 use crate::config::WorkerConfig;
-use crate::protocol::{HarnessResult, Stage};
-use crate::supervisor::{ChildOutcome, ExitKind, KillReason};
-use crate::task_dir::space::Exhausted;
+use crate::process::task_dir::space::Exhausted;
 use crucible_shared::{DeviceInfo, EvalResult, TaskSpec, Verdict, VerdictCode};
 
 /// Output excerpt kept in a result.
@@ -315,7 +315,7 @@ fn deadline_passed(ctx: &VerdictContext, stage_name: &str) -> String {
     )
 }
 
-/// The verdict of a task whose CPU stage spent all of its budget (`crate::budget`), so its
+/// The verdict of a task whose CPU stage spent all of its budget (`crate::task::budget`), so its
 /// device stage never starts: a timeout, as a child killed at its deadline gets.
 pub(crate) fn budget_spent(ctx: &VerdictContext) -> Classified {
     let result = EvalResult::failed_before_trials(
@@ -385,7 +385,7 @@ fn signal_name(sig: i32) -> String {
         .unwrap_or_else(|_| format!("signal {sig}"))
 }
 
-/// A task that reached a limit of its bounded space (`crate::task_dir::space`) is `RESOURCE`,
+/// A task that reached a limit of its bounded space (`crate::process::task_dir::space`) is `RESOURCE`,
 /// whatever its child said (pure): the file system's count is the worker's own, not the
 /// candidate's word, and a candidate that caught its ENOSPC still filled the space. Service
 /// faults and cancellations stay what they are.

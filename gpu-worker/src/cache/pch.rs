@@ -43,7 +43,7 @@ pub async fn build(python: PathBuf, dir: PathBuf) {
     let mut command = tokio::process::Command::new(&python);
     command
         .arg("-c")
-        .arg(crate::harness::PCH_SOURCE)
+        .arg(crate::child::harness::PCH_SOURCE)
         .arg(&dir)
         .arg("--with-cuda")
         .args(DEFAULT_VARIANTS.iter().map(|v| format!("--cflags={v}")))

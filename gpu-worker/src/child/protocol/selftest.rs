@@ -1,6 +1,6 @@
 //! The wire types of the `selftest` line the harness writes (harness/selftest.py): what the
 //! runner and the judge of the sandbox's start-up self-test found. They live with the rest of
-//! the pipe's parsing, below the self-test that judges them (`crate::sandbox_selftest`), so
+//! the pipe's parsing, below the self-test that judges them (`crate::task::sandbox_selftest`), so
 //! that the protocol never reaches up into it.
 
 use serde::Deserialize;

@@ -3,7 +3,7 @@
 //! (`dir_owner.rs`) is written beside it first, so that a directory left by a killed worker is
 //! always found and swept by the next one (`sweep.rs`).
 
-use crate::dir_owner::{DirOwner, OWNER_SUFFIX};
+use crate::process::dir_owner::{DirOwner, OWNER_SUFFIX};
 use std::fs::{self, DirBuilder, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};

@@ -272,7 +272,7 @@ pub(crate) enum HarnessEvent {
     /// A layer of the sandbox plan could not be entered; the child exits as a fault of this
     /// node.
     SandboxFailed(SandboxFailure),
-    /// The start-up self-test's findings (`crate::sandbox_selftest`).
+    /// The start-up self-test's findings (`crate::task::sandbox_selftest`).
     Selftest(Box<SelftestReport>),
 }
 

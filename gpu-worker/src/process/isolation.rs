@@ -14,7 +14,7 @@
 
 #![allow(unsafe_code)]
 
-use crate::limits::ChildLimits;
+use crate::process::limits::ChildLimits;
 use nix::sys::resource::{Resource, setrlimit};
 
 /// The rlimits a child starts with.

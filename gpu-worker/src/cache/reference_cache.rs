@@ -7,8 +7,8 @@
 //! NVML driver version (fetched once at start), the software versions the harness reported in
 //! its last result, and the timing config of the request.
 
+use crate::child::protocol::SoftwareReport;
 use crate::device::DeviceSlot;
-use crate::protocol::SoftwareReport;
 use crucible_shared::{
     DeviceInfo, EvaluateRequest, Precision, ReferenceBackend, RuntimeStats, TaskSpec, TimingMethod,
     TimingRequest,

@@ -1,7 +1,7 @@
 //! The node-wide build cache of CUDA extensions and the compile pool's slots.
 //!
 //! A CUDA candidate's `load_inline` extensions are built once, off the GPU, by the CPU stage
-//! of its task ([`crate::prepare`]); the worker (never the child) copies the built files into
+//! of its task ([`crate::task::prepare`]); the worker (never the child) copies the built files into
 //! an entry of this cache, keyed by [`entry_key`]: the candidate's whole source, the torch and
 //! CUDA versions and the target architecture. A later task with the same key copies the files
 //! into its own private directory and the compiler does not run. Keys are computed by the
@@ -22,8 +22,8 @@
 //! an entry keyed by [`triton_entry_key`] whose files are Triton cache files, installed into
 //! the device stage's `cache/triton/` (where its JIT finds them) and checked like builds.
 
-use crate::protocol::{BuiltExtension, check_triton_file};
-use crate::reference_cache::SoftwareVersions;
+use crate::cache::reference_cache::SoftwareVersions;
+use crate::child::protocol::{BuiltExtension, check_triton_file};
 use nix::fcntl::{Flock, FlockArg, OFlag, OpenHow, ResolveFlag, openat2};
 use nix::sys::stat::Mode;
 use serde::{Deserialize, Serialize};
