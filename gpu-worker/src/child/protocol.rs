@@ -9,7 +9,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 
 pub mod selftest;
-pub use selftest::{Identity, RunnerReport, SelftestReport, SpaceReport, StatusFields};
+pub use selftest::{JudgeReport, RunnerReport, SelftestReport, SpaceReport, StatusFields};
 
 /// Software versions the harness reports (`torch`, `triton`, `cuda`, `python`); a value is
 /// null when that software is absent.
@@ -110,7 +110,7 @@ pub struct BuiltExtension {
 /// The end of a prepare stage that reached no final verdict.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Prepared {
+pub struct PreparedReport {
     /// The extensions the candidate's import built (at most [`MAX_BUILDS`]).
     pub builds: Vec<BuiltExtension>,
     /// What the import raised on the CPU, if anything: for the GPU stage to judge.
@@ -259,7 +259,7 @@ pub(crate) enum HarnessEvent {
     /// The last word of an evaluation stage.
     Result(Box<HarnessResult>),
     /// The last word of a prepare (CPU) stage.
-    Prepared(Box<Prepared>),
+    Prepared(Box<PreparedReport>),
     /// The judge has entered its sandbox (the layers it applied, informational: the worker
     /// checks the judge itself, `sandbox::verify`).
     Sandbox {
@@ -306,7 +306,7 @@ pub struct Transcript {
     /// The result line of an evaluation stage.
     pub result: Option<HarnessResult>,
     /// The end of a prepare stage (instead of a result).
-    pub prepared: Option<Prepared>,
+    pub prepared: Option<PreparedReport>,
     /// The layers the judge said it entered.
     pub sandbox: Option<Vec<String>>,
     /// How long entering them took, in milliseconds.
@@ -413,7 +413,7 @@ impl Transcript {
 }
 
 /// A `prepared` line within bounds: few builds, plain names, hex keys, files under `build/`.
-fn check_prepared(p: &Prepared) -> Result<(), String> {
+fn check_prepared(p: &PreparedReport) -> Result<(), String> {
     if p.builds.len() > MAX_BUILDS {
         return Err("too many builds".to_owned());
     }

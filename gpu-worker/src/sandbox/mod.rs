@@ -82,12 +82,12 @@ impl From<SandboxError> for std::io::Error {
 #[derive(Debug)]
 pub struct Sandbox {
     settings: SandboxSettings,
-    ready: tokio::sync::OnceCell<Ready>,
+    ready: tokio::sync::OnceCell<SandboxInForce>,
 }
 
 /// The host's facts and the layers proven in force on it.
 #[derive(Debug)]
-pub struct Ready {
+pub struct SandboxInForce {
     /// What the host offers (identities, cgroups, paths) for each child's sandbox.
     pub host: Host,
     /// The layers the self-test proved in force: those every child enters.
@@ -134,10 +134,13 @@ impl Sandbox {
     /// `crate::task::sandbox_selftest::ready`) on first use, at most once however many callers
     /// race; later calls return what it found. An error means the worker must not serve: a
     /// required layer is missing or the host could not be examined (a later call tries again).
-    pub async fn ready_with<F, Fut>(&self, establish: F) -> Result<Option<&Ready>, SandboxError>
+    pub async fn ready_with<F, Fut>(
+        &self,
+        establish: F,
+    ) -> Result<Option<&SandboxInForce>, SandboxError>
     where
         F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<Ready, SandboxError>>,
+        Fut: Future<Output = Result<SandboxInForce, SandboxError>>,
     {
         if !self.settings.enabled {
             return Ok(None);

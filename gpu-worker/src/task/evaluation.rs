@@ -8,7 +8,7 @@ use crate::child::protocol::SoftwareReport;
 use crate::child::supervisor::{ChildOutcome, GateChild, KillReason, Launcher, run_child};
 use crate::config::WorkerConfig;
 use crate::process::task_dir::TaskDir;
-use crate::sandbox::Ready;
+use crate::sandbox::SandboxInForce;
 use crate::task::budget::task_budget;
 use crate::task::sandbox_selftest;
 use crate::task::spec::{HarnessStage, harness_spec};
@@ -80,7 +80,7 @@ pub struct Evaluated {
 /// The stage directory of a task: its reference, candidate and prebuilt extensions.
 fn task_stage_dir(
     cfg: &WorkerConfig,
-    ready: Option<&Ready>,
+    ready: Option<&SandboxInForce>,
     spec: &TaskSpec,
     label: &str,
     stage: HarnessStage,

@@ -23,7 +23,7 @@ use crate::cache::build_cache::{
     encode_digests, entry_key, triton_entry_key,
 };
 use crate::cache::reference_cache::SoftwareVersions;
-use crate::child::protocol::{Prepared, Stage};
+use crate::child::protocol::{PreparedReport, Stage};
 use crate::child::supervisor::{ChildOutcome, KillReason, Launcher};
 use crate::config::WorkerConfig;
 use crate::metrics::COMPILE_SLOT_WAIT_STAGE;
@@ -37,16 +37,16 @@ use tokio_util::sync::CancellationToken;
 
 /// How a CPU stage ended.
 #[derive(Debug, Clone)]
-pub enum PrepareEnd {
+pub enum CpuStageEnd {
     /// The verdict (or cancellation, or a service fault) is known without the device.
     Final(Classified),
     /// The task goes on to the device, with its prebuilt extensions if any.
-    Ready(Box<Ready>),
+    ToDevice(Box<DeviceHandoff>),
 }
 
 /// What a task takes to its device stage.
 #[derive(Debug, Clone, Default)]
-pub struct Ready {
+pub struct DeviceHandoff {
     /// The extensions the CPU stage built or found in the cache; `None`: the device stage builds
     /// whatever the candidate needs.
     pub prebuilt: Option<Prebuilt>,
@@ -63,7 +63,7 @@ pub(crate) enum PrepareVerdict {
     /// The CPU stage reached the task's verdict (a compile failure, a screening rejection, ...).
     Final(Classified),
     /// The candidate imported and its extensions were built: the device stage takes over.
-    Prepared(Prepared),
+    Prepared(PreparedReport),
     /// Nothing decided on the CPU (a crash, a protocol violation, a setup failure): the
     /// device stage does everything as if there had been no CPU stage.
     Inconclusive(String),
@@ -156,14 +156,14 @@ pub async fn prepare(
     label: &str,
     launcher: Launcher<'_>,
     cancel: CancellationToken,
-) -> std::io::Result<PrepareEnd> {
+) -> std::io::Result<CpuStageEnd> {
     let started = Instant::now();
     let cuda = spec.request.backend == Backend::Cuda;
     let on_gpu = ctx.cfg.device.index().is_some();
-    let mut ready = Ready::default();
+    let mut ready = DeviceHandoff::default();
     if cuda && !on_gpu {
         // A CPU worker answers CUDA candidates UNSUPPORTED without building anything.
-        return Ok(PrepareEnd::Ready(Box::new(ready)));
+        return Ok(CpuStageEnd::ToDevice(Box::new(ready)));
     }
     let triton = spec.request.backend == Backend::Triton && ctx.cfg.triton_precompile;
     let cache = ctx.cache.filter(|_| cuda || triton);
@@ -193,7 +193,7 @@ pub async fn prepare(
                     digests,
                     source: BuildSource::Cache,
                 });
-                return Ok(PrepareEnd::Ready(Box::new(ready)));
+                return Ok(CpuStageEnd::ToDevice(Box::new(ready)));
             }
             // An entry without a record in the broker is not trusted: rebuilt and replaced.
             stale = cache.lookup(key).is_some();
@@ -237,7 +237,7 @@ pub async fn prepare(
             if let Classified::Verdict(result) = &mut classified {
                 result.stage_ms.extend(ready.stage_ms);
             }
-            return Ok(PrepareEnd::Final(classified));
+            return Ok(CpuStageEnd::Final(classified));
         }
         PrepareVerdict::Inconclusive(why) => {
             tracing::info!(
@@ -245,7 +245,7 @@ pub async fn prepare(
                 why,
                 "cpu stage inconclusive, the device stage decides"
             );
-            return Ok(PrepareEnd::Ready(Box::new(ready)));
+            return Ok(CpuStageEnd::ToDevice(Box::new(ready)));
         }
         PrepareVerdict::Prepared(p) => p,
     };
@@ -298,7 +298,7 @@ pub async fn prepare(
         .unwrap_or_else(|e| Err(std::io::Error::other(format!("storing the build: {e}"))));
         ready.prebuilt = record(ctx, cache, &key, stored, label).await;
     }
-    Ok(PrepareEnd::Ready(Box::new(ready)))
+    Ok(CpuStageEnd::ToDevice(Box::new(ready)))
 }
 
 /// The build cache key of what `spec`'s CPU stage hands over: its CUDA extensions, or its

@@ -15,7 +15,7 @@ use crate::child::template::Launcher;
 use crate::config::WorkerConfig;
 use crate::process::task_dir::space::SpaceLimits;
 use crate::sandbox::config::SandboxSettings;
-use crate::sandbox::{Host, Ready, SandboxError, landlock};
+use crate::sandbox::{Host, SandboxError, SandboxInForce, landlock};
 use crate::task::stage::{child_env, harness_child, stage_dir};
 use crucible_shared::{LayerState, LayerStatus, SandboxLayer, SandboxStatus};
 use std::collections::{BTreeMap, BTreeSet};
@@ -223,7 +223,7 @@ pub fn judge_layers(
 pub async fn ready<'c>(
     cfg: &'c WorkerConfig,
     launcher: Launcher<'_>,
-) -> Result<Option<&'c Ready>, SandboxError> {
+) -> Result<Option<&'c SandboxInForce>, SandboxError> {
     cfg.sandbox
         .ready_with(|| establish(cfg, cfg.sandbox.settings(), launcher))
         .await
@@ -235,7 +235,7 @@ pub async fn establish(
     cfg: &WorkerConfig,
     settings: &SandboxSettings,
     launcher: Launcher<'_>,
-) -> Result<Ready, SandboxError> {
+) -> Result<SandboxInForce, SandboxError> {
     let started = Instant::now();
     let host = Host::detect(
         settings,
@@ -358,7 +358,7 @@ pub async fn establish(
         selftest_ms = status.selftest_ms as u64,
         "sandbox in force"
     );
-    Ok(Ready {
+    Ok(SandboxInForce {
         host,
         active,
         status,

@@ -7,7 +7,7 @@
 //! `drain_timeout`), then stops; shutdown (the caller's token, or the drain's bound) gives every
 //! task still in flight back to the queue.
 
-use super::claim::ReadyTask;
+use super::claim::DeviceBoundTask;
 use super::neighbours::Neighbours;
 use super::pipeline::{DevicePipeline, DeviceTiming};
 use super::{TaskEnd, Worker, WorkerError};
@@ -36,7 +36,7 @@ const QUIET_BEFORE_PROBE: Duration = Duration::from_secs(60);
 
 /// What a device-stage child left behind.
 struct DeviceDone {
-    ready: ReadyTask,
+    ready: DeviceBoundTask,
     template: Option<Arc<Template>>,
     outcome: std::io::Result<Evaluated>,
 }
@@ -147,7 +147,7 @@ impl Worker {
         let places = Arc::new(Semaphore::new(
             self.cfg.device_slots as usize + self.cfg.prefetch as usize,
         ));
-        let (ready_tx, mut ready_rx) = mpsc::unbounded_channel::<ReadyTask>();
+        let (ready_tx, mut ready_rx) = mpsc::unbounded_channel::<DeviceBoundTask>();
         let (gate_tx, gate_rx) = watch::channel(healthy);
         let claimer =
             tokio::spawn(
@@ -303,14 +303,14 @@ impl Worker {
         self: &Arc<Self>,
         device: &mut DevicePipeline,
         tasks: &mut DeviceTasks,
-        ready: ReadyTask,
+        ready: DeviceBoundTask,
     ) -> std::io::Result<()> {
         let task_id = ready.task.lease.task_id.clone();
         let template = self.ready_template().await;
         let inputs = StageInputs {
             // Sent through the gate when the child is let go.
             reference_timing: None,
-            prebuilt: ready.ready.prebuilt.clone(),
+            prebuilt: ready.handoff.prebuilt.clone(),
             cuda_arch: self.cuda_arch.clone(),
             budget: Some(ready.budget),
             // The dry run is the CPU stage's; the device stage only finds its kernels.
@@ -400,7 +400,7 @@ impl Worker {
                     self.cache_reference(&key, &stats).await;
                 }
                 if let Classified::Verdict(result) = &mut classified {
-                    result.stage_ms.extend(ready.ready.stage_ms);
+                    result.stage_ms.extend(ready.handoff.stage_ms);
                     if let Some(go) = timing.go {
                         let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
                         result

@@ -12,7 +12,7 @@ pub type StatusFields = BTreeMap<String, Vec<String>>;
 /// Who a process is, as the kernel says (the judge's part of the report).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Identity {
+pub struct JudgeReport {
     /// Its pid as it sees itself (1 inside a pid namespace).
     pub pid: i64,
     /// Its `Uid`, `Gid`, `NoNewPrivs`, `Seccomp`, `Seccomp_filters`, `CapEff` and `NSpid`.
@@ -35,7 +35,7 @@ pub struct SpaceReport {
 pub struct RunnerReport {
     /// The runner's pid as it sees itself.
     pub pid: i64,
-    /// The runner's status fields (as [`Identity::status`]).
+    /// The runner's status fields (as [`JudgeReport::status`]).
     pub status: StatusFields,
     /// Its parent's pid: the judge, pid 1 in a pid namespace.
     pub ppid: i64,
@@ -86,5 +86,5 @@ pub struct SelftestReport {
     /// What the runner's probes found.
     pub runner: RunnerReport,
     /// Who the judge is.
-    pub judge: Identity,
+    pub judge: JudgeReport,
 }

@@ -1,7 +1,7 @@
 //! Tests of [`super`], in a file of their own so that the module stays a readable length.
 
 use super::*;
-use crate::child::protocol::{Identity, RunnerReport, SpaceReport, StatusFields};
+use crate::child::protocol::{JudgeReport, RunnerReport, SpaceReport, StatusFields};
 
 fn report() -> SelftestReport {
     let status = |uid: &str| -> StatusFields {
@@ -44,7 +44,7 @@ fn report() -> SelftestReport {
             },
             cgroups_listed: 0,
         },
-        judge: Identity {
+        judge: JudgeReport {
             pid: 1,
             status: status("65534"),
         },
