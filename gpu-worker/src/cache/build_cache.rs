@@ -24,14 +24,17 @@
 
 use crate::cache::reference_cache::SoftwareVersions;
 use crate::child::protocol::{BuiltExtension, check_triton_file};
-use nix::fcntl::{Flock, FlockArg, OFlag, OpenHow, ResolveFlag, openat2};
+use files::{
+    copy_checked, copy_hashing, is_flat_name, is_key, new_file, now, triton_name, try_lock,
+    uuid_like,
+};
+use nix::fcntl::{Flock, OFlag, OpenHow, ResolveFlag, openat2};
 use nix::sys::stat::Mode;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -460,90 +463,6 @@ impl BuildCache {
     }
 }
 
-/// An exclusive advisory lock on `path` if no other holder has it now.
-fn try_lock(path: &Path) -> io::Result<Option<Flock<File>>> {
-    match Flock::lock(lock_file(path)?, FlockArg::LockExclusiveNonblock) {
-        Ok(lock) => Ok(Some(lock)),
-        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
-        Err((_, e)) => Err(e.into()),
-    }
-}
-
-/// A name no other process picks at the same time (pid and a clock reading).
-fn uuid_like() -> String {
-    let nanos = now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!("{}-{nanos}", std::process::id())
-}
-
-fn now() -> std::time::SystemTime {
-    std::time::SystemTime::now()
-}
-
-/// The flat name of an entry's `i`th Triton cache file.
-fn triton_name(i: usize) -> String {
-    format!("t{i}")
-}
-
-/// Copies an entry's file to a new file `dest`, which must end up with the digest `expected`.
-fn copy_checked(src: &Path, dest: &Path, expected: &str) -> io::Result<()> {
-    let mut src_file = File::open(src)?;
-    let mut dst = new_file(dest)?;
-    if copy_hashing(&mut src_file, &mut dst)? != expected {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{} changed since it was stored", src.display()),
-        ));
-    }
-    Ok(())
-}
-
-/// Copies `src` to `dst` and returns the sha256 (hex) of the bytes copied.
-fn copy_hashing(src: &mut impl Read, dst: &mut File) -> io::Result<String> {
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = src.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-        dst.write_all(&buf[..n])?;
-    }
-    Ok(format!("{:x}", hasher.finalize()))
-}
-
-fn lock_file(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(path)
-}
-
-fn new_file(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(path)
-}
-
-fn is_key(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|c| c.is_ascii_hexdigit())
-}
-
-fn is_flat_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.bytes()
-            .all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'_')
-        && !s.starts_with('.')
-}
-
+mod files;
 #[cfg(test)]
 mod tests;

@@ -4,7 +4,7 @@
 //! watchdog's limits, obey cancellation, and kill the whole group (and the task's cgroup) at
 //! the end whatever happened.
 
-use crate::child::protocol::{MAX_LINE_BYTES, Transcript};
+use crate::child::protocol::Transcript;
 use crate::process::isolation::{self, ChildStart, StartLimits};
 use crate::process::limits::ChildLimits;
 use crate::sandbox::plan::RULESET_FD;
@@ -14,6 +14,7 @@ use crate::sandbox::{ChildSandbox, verify};
 pub use crate::child::template::Launcher;
 use crate::process::watchdog;
 mod gate;
+mod streams;
 pub use gate::{ChildEvent, Gate, GateChild, gate};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
@@ -25,12 +26,10 @@ use std::pin::Pin;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, AsyncReadExt};
+use streams::{OutputCapture, read_output, read_transcript};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-/// Bytes of combined stdout/stderr kept for the result's `output_tail`.
-const TAIL_BYTES: usize = 8 * 1024;
 /// How long readers may take to drain after the group is dead.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(2);
 
@@ -110,23 +109,6 @@ pub struct ChildOutcome {
     pub host_oom_kills: u64,
     /// Why the worker found the judge outside its sandbox, if it did.
     pub sandbox_broken: Option<String>,
-}
-
-#[derive(Default)]
-struct OutputCapture {
-    total: u64,
-    tail: Vec<u8>,
-}
-
-impl OutputCapture {
-    fn push(&mut self, chunk: &[u8]) {
-        self.total += chunk.len() as u64;
-        self.tail.extend_from_slice(chunk);
-        if self.tail.len() > TAIL_BYTES {
-            let cut = self.tail.len() - TAIL_BYTES;
-            self.tail.drain(..cut);
-        }
-    }
 }
 
 type ExitFuture = Pin<Box<dyn Future<Output = std::io::Result<ExitKind>> + Send>>;
@@ -434,98 +416,4 @@ async fn kill_everything(pid: i32, running: bool) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     tracing::warn!(pid, "task child processes survived repeated kills");
-}
-
-async fn read_output(
-    mut stream: impl AsyncRead + Unpin,
-    capture: Arc<Mutex<OutputCapture>>,
-    flooded: Arc<Notify>,
-    max_bytes: u64,
-) {
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        match stream.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => {
-                let total = {
-                    let mut c = capture.lock().expect("output capture lock");
-                    c.push(&buf[..n]);
-                    c.total
-                };
-                if total > max_bytes {
-                    flooded.notify_one();
-                }
-            }
-        }
-    }
-}
-
-type EventFeed = Box<dyn Fn(ChildEvent) + Send + Sync>;
-
-async fn read_transcript(
-    fd: OwnedFd,
-    events: Option<EventFeed>,
-    entered: tokio::sync::oneshot::Sender<()>,
-) -> Transcript {
-    let mut entered = Some(entered);
-    let mut transcript = Transcript::default();
-    let Ok(mut rx) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
-        transcript.violation = Some("cannot read the result pipe".to_owned());
-        return transcript;
-    };
-    let mut line = Vec::new();
-    let mut overlong = false;
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = match rx.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        for &b in &buf[..n] {
-            if b == b'\n' {
-                if overlong {
-                    transcript.violate(format!("protocol line over {MAX_LINE_BYTES} bytes"));
-                } else {
-                    let stages = transcript.stages.len();
-                    let parks = transcript.parks;
-                    let footprint = transcript.footprint;
-                    let ended = transcript.ended();
-                    transcript.push_line(&line);
-                    if transcript.sandbox.is_some()
-                        && let Some(tx) = entered.take()
-                    {
-                        let _ = tx.send(());
-                    }
-                    if let Some(feed) = &events {
-                        if transcript.stages.len() > stages
-                            && let Some(stage) = transcript.last_stage()
-                        {
-                            feed(ChildEvent::Stage(stage));
-                        }
-                        if transcript.parks > parks {
-                            feed(ChildEvent::Park);
-                        }
-                        if footprint.is_none()
-                            && let Some(bytes) = transcript.footprint
-                        {
-                            feed(ChildEvent::Footprint(bytes));
-                        }
-                        if !ended && transcript.ended() {
-                            feed(ChildEvent::Result);
-                        }
-                    }
-                }
-                line.clear();
-                overlong = false;
-            } else if line.len() < MAX_LINE_BYTES {
-                line.push(b);
-            } else {
-                overlong = true;
-            }
-        }
-    }
-    if !line.is_empty() {
-        transcript.push_line(&line);
-    }
-    transcript
 }
