@@ -1,4 +1,8 @@
 //! Worker settings, parsed from environment-style lookups by pure functions.
+//! `config/sizing.rs` holds the defaults sized to the node, `config/metrics_bind.rs` the
+//! metrics address.
+//!
+//! May import: `process`, `sandbox`, `cache`, `device` (`scripts/check_layout.py`).
 
 use crate::device::DeviceSlot;
 use crate::process::cores::{CoreSettings, Cores};

@@ -9,6 +9,10 @@
 //! and the start-up sweep of those a killed worker left; the reference-timing cache key; the
 //! sandbox every child runs in (namespaces, an unprivileged user, Landlock, seccomp, a cgroup)
 //! and its start-up self-test. The Python harness and template are embedded here.
+//!
+//! The modules are layered, bottom first: [`process`], [`sandbox`], [`child`], [`cache`], the
+//! cross-cutting [`probe`], [`device`], [`metrics`] and [`config`], then [`task`] and
+//! [`worker`]; each says which of the others it may import (`scripts/check_layout.py`).
 
 pub mod cache;
 pub mod child;

@@ -4,6 +4,8 @@
 //! by its workers (a standalone `crucible-worker` has one; `crucible up` one per device) and
 //! registered in a registry the binary serves: `crucible-worker` on its metrics port,
 //! `crucible up` in the API's `/metrics`. Nothing here serves HTTP.
+//!
+//! May import: `process`, `device` (`scripts/check_layout.py`).
 
 use crate::device::DeviceSlot;
 use crucible_shared::{Backend, DeviceClass, EvalResult, wire_name};

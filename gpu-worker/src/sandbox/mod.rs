@@ -19,6 +19,8 @@
 //!   to serve if it was required. It runs a whole child, so it lives above this module and
 //!   hands its findings in through [`Sandbox::ready_with`];
 //! - [`verify`]: the worker's own check of a judge's identity and filters from /proc.
+//!
+//! May import: `process` (`scripts/check_layout.py` checks every folder's rule).
 
 pub mod cgroup;
 pub mod config;

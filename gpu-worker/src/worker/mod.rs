@@ -8,6 +8,9 @@
 //! - [`pipeline`]: who may use the device when, as a pure state machine (no tokio tasks);
 //! - [`outcome`]: how a task ends: verdicts stored, tasks given back, the reference cache;
 //! - [`ack`]: acks kept and retried through a broker outage (pure schedule, the claim gate).
+//!
+//! May import: `process`, `sandbox`, `child`, `cache`, `device`, `config`, `metrics`, `task`:
+//! the top of the crate (`scripts/check_layout.py` checks every folder's rule).
 
 mod ack;
 mod claim;
