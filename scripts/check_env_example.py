@@ -17,7 +17,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAME = re.compile(r'"((?:CRUCIBLE_[A-Z0-9_]+)|REDIS_URL|KERNELBENCH_ROOT)"')
 NOT_SETTINGS = {
     # A name the worker keeps from task children, whatever the operator sets.
-    "CRUCIBLE_API": "never passed to a child (gpu-worker/src/stage.rs)",
+    "CRUCIBLE_API": "never passed to a child (gpu-worker/src/task/stage.rs)",
 }
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The code layout's two rules, checked on every test run (scripts/test.sh).
+"""The code layout's three rules, checked on every test run (scripts/test.sh).
 
 1. No source file outside tests is over LIMIT lines, except those listed in LONG_FILES with
    the reason a reader should accept.
@@ -8,6 +8,11 @@
    a strongly connected component of more than one file is a circle. `super::` paths and a
    module's own children (`mod.rs` → its submodules, declaring them) do not count: a parent
    owning its children is the tree, not a circle.
+3. A crate listed in MAY_IMPORT is layered by its top-level modules (folders, and the few
+   cross-cutting files beside lib.rs): a file under `src/<top>` may name `crate::<other>` only
+   for an `<other>` in its row. A top-level module missing from the table is an error too, so
+   that a new one is placed on purpose. Comments and in-file `#[cfg(test)] mod tests` do not
+   count, nor do tests.rs files (tests may reach what they check).
 
 Run from the repository root: `python3 scripts/check_layout.py`. Exit 1 lists what broke.
 """
@@ -21,6 +26,24 @@ LONG_FILES = {}
 CRATES = ["shared", "task-manager", "api-server", "gpu-worker", "client", "cli", "runtime",
           "test-support", "tests"]
 PYTHON_DIRS = ["gpu-worker/harness", "clients/python/crucible_client"]
+# Rule 3: crate → {top-level module → the other top-level modules it may import via `crate::`}.
+# gpu-worker bottom first (ARCHITECTURE.md's codemap says what each owns): the processes and
+# directories, the OS boundary, one child process, what the node keeps between tasks, the
+# cross-cutting device/config/metrics, a task's stages, the worker that drives them.
+MAY_IMPORT = {
+    "gpu-worker": {
+        "process": set(),
+        "probe": set(),
+        "device": {"probe"},
+        "sandbox": {"process"},
+        "child": {"process", "sandbox"},
+        "cache": {"child", "device"},
+        "metrics": {"process", "device"},
+        "config": {"process", "sandbox", "cache", "device"},
+        "task": {"process", "sandbox", "child", "cache", "device", "config", "metrics"},
+        "worker": {"process", "sandbox", "child", "cache", "device", "config", "metrics", "task"},
+    },
+}
 
 
 def module_path(src: Path, file: Path) -> tuple:
@@ -84,6 +107,27 @@ def import_cycles(crate: str):
     return [c for c in strongly_connected(edges) if len(c) > 1]
 
 
+def forbidden_imports(crate: str, rules: dict):
+    """Rule 3 for one crate: each `crate::` path that leaves its file's top-level module for
+    one not in that module's row, and each top-level module that has no row."""
+    src, files = rust_files(crate)
+    tops = {module_path(src, f)[0] for f in files if module_path(src, f)}
+    found = [f"{src}/{top}: top-level module missing from MAY_IMPORT[{crate!r}] "
+             f"(add its row: the modules it may import)" for top in sorted(tops - set(rules))]
+    for f in files:
+        mod = module_path(src, f)
+        if not mod or is_test_file(f.relative_to(crate)) or mod[0] not in rules:
+            continue
+        allowed = rules[mod[0]]
+        for path in sorted(set(referenced_paths(f.read_text()))):
+            other = path[0]
+            if other != mod[0] and other in tops and other not in allowed:
+                may = ", ".join(sorted(allowed)) or "nothing else of the crate"
+                found.append(f"{f}: imports crate::{'::'.join(path)}, but {mod[0]}/ may "
+                             f"import only: {may} (MAY_IMPORT in scripts/check_layout.py)")
+    return found
+
+
 def strongly_connected(edges):
     """Tarjan's algorithm, iterative enough for a crate's few hundred files."""
     index, low, stack, on_stack, out, counter = {}, {}, [], set(), [], [0]
@@ -136,10 +180,13 @@ def main() -> int:
     for crate in CRATES:
         for cycle in import_cycles(crate):
             problems.append(f"{crate}: import circle between " + ", ".join(cycle))
+    for crate, rules in MAY_IMPORT.items():
+        problems += forbidden_imports(crate, rules)
     for p in problems:
         print(p)
     if not problems:
-        print(f"layout: no source file over {LIMIT} lines, no import circle in {len(CRATES)} crates")
+        print(f"layout: no source file over {LIMIT} lines, no import circle in {len(CRATES)} "
+              f"crates, every import of {', '.join(MAY_IMPORT)} within its layer's rule")
     return 1 if problems else 0
 
 

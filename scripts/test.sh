@@ -49,8 +49,10 @@ fi
 # The built-in worked examples of one- and few-shot prompts: Triton ones run on CPU through the
 # Triton interpreter against their Model, CUDA ones parsed and their build checked.
 "$CRUCIBLE_PYTHON" scripts/check_worked_examples.py
-# No source file over 600 lines, no import circle between a crate's files.
+# No source file over 600 lines, no import circle between a crate's files, gpu-worker's
+# folders importing only the layers their rule allows; and the checker's own tests.
 "$CRUCIBLE_PYTHON" scripts/check_layout.py
+"$CRUCIBLE_PYTHON" scripts/test_check_layout.py
 # deploy/: the alert rules and their unit tests, the dashboard, a staged install of every role
 # and its units' verify and exposure bounds (installs promtool and systemd-analyze if missing).
 bash scripts/check_deploy.sh

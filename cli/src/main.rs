@@ -20,7 +20,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use crucible_api_server::Auth;
 use crucible_client::Client;
-use crucible_gpu_worker::verdict::Classified;
+use crucible_gpu_worker::task::verdict::Classified;
 use crucible_gpu_worker::{
     DeviceSlot, Worker, WorkerConfig, WorkerMetrics, discover_devices, evaluate_local, probe,
 };
@@ -401,7 +401,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     let (refused_tx, mut refused) = tokio::sync::mpsc::channel::<String>(1);
     let mut workers = Vec::with_capacity(devices.len());
     let mut running = tokio::task::JoinSet::new();
-    // The GPU workers of this process cut the device cores among them (crucible_gpu_worker::cores).
+    // The GPU workers of this process cut the device cores among them (crucible_gpu_worker::process::cores).
     let gpu_workers = devices.iter().filter(|d| d.index().is_some()).count();
     for (gpu_worker, device) in devices.into_iter().enumerate() {
         let wcfg = WorkerConfig::from_env(device)

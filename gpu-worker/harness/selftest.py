@@ -1,7 +1,7 @@
 """Crucible sandbox self-test: what the worker's start-up check runs inside a runner.
 
 Each probe tries one thing the sandbox must refuse and records what happened; the worker
-(gpu-worker/src/sandbox_selftest.rs) decides from the record which layers hold on this host.
+(gpu-worker/src/task/sandbox_selftest.rs) decides from the record which layers hold on this host.
 Nothing here is trusted to judge itself: it only reports errno names and small facts.
 
 May import: the standard library only (no harness module).

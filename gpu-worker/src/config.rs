@@ -1,15 +1,25 @@
 //! Worker settings, parsed from environment-style lookups by pure functions.
+//! `config/sizing.rs` holds the defaults sized to the node, `config/metrics_bind.rs` the
+//! metrics address.
+//!
+//! May import: `process`, `sandbox`, `cache`, `device` (`scripts/check_layout.py`).
 
-use crate::cores::{CoreSettings, Cores};
 use crate::device::DeviceSlot;
-use crate::dir_owner::DirOwner;
-use crate::limits::{ChildLimits, node_memory, task_memory_bound};
+use crate::process::cores::{CoreSettings, Cores};
+use crate::process::dir_owner::DirOwner;
+use crate::process::limits::{ChildLimits, node_memory, task_memory_bound};
 use crate::sandbox::Sandbox;
 use crate::sandbox::config::SandboxSettings;
 use crucible_shared::{DeviceClass, DeviceInfo};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+
+mod metrics_bind;
+mod sizing;
+pub use metrics_bind::{METRICS_OFF, METRICS_PORT_BASE, MetricsBind, metrics_addr};
+use sizing::gpu_memory_bytes;
+pub use sizing::{MAX_DEVICE_SLOTS, default_compile_jobs, default_device_slots};
 
 /// Everything one worker runs with, read once at start-up ([`WorkerConfig::from_env`]).
 #[derive(Debug, Clone)]
@@ -50,7 +60,7 @@ pub struct WorkerConfig {
     /// Threads a CPU child may use (torch.set_num_threads).
     pub cpu_threads: Option<u32>,
     /// The cores its device-stage and CPU-stage children are pinned to (`CRUCIBLE_CPUS`,
-    /// `CRUCIBLE_DEVICE_CPUS`, `CRUCIBLE_STAGE_CPUS`; see [`crate::cores`]). A process with
+    /// `CRUCIBLE_DEVICE_CPUS`, `CRUCIBLE_STAGE_CPUS`; see [`crate::process::cores`]). A process with
     /// several GPU workers replaces it with each one's slice ([`WorkerConfig::with_cores`]).
     pub cores: Cores,
     /// Command that checks a GPU in a separate process (`<exe> probe-gpu`).
@@ -69,7 +79,7 @@ pub struct WorkerConfig {
     /// Entries the build cache keeps (least recently used go first).
     pub build_cache_entries: usize,
     /// Precompiled headers of torch/extension.h for the candidates' load_inline builds
-    /// ([`crate::pch`]; `CRUCIBLE_PCH=1`, where the compile pool is). Off by default until a
+    /// ([`crate::cache::pch`]; `CRUCIBLE_PCH=1`, where the compile pool is). Off by default until a
     /// GPU run through the service shows it: measured beside torch's builds, it halves
     /// main.cpp but not a CUDA build's wall time, which nvcc's translation unit decides.
     pub pch: bool,
@@ -155,7 +165,7 @@ impl WorkerConfig {
             .map(|n| n.min(64) as u32)
             .unwrap_or(if compile_pool { 4 } else { 0 });
         let device_class = device_class(&device, lookup("CRUCIBLE_DEVICE_CLASS").as_deref())?;
-        let child_cores = CoreSettings::from_lookup(&lookup, crate::cores::available())?
+        let child_cores = CoreSettings::from_lookup(&lookup, crate::process::cores::available())?
             .cores_for(device.index().map(|_| 0), 1);
         let device_memory = gpu_memory_bytes(&device);
         let device_slots = match num("CRUCIBLE_DEVICE_SLOTS")? {
@@ -229,10 +239,11 @@ impl WorkerConfig {
         Ok(cfg)
     }
 
-    /// The node's precompiled headers ([`crate::pch`]), where this worker builds CUDA
+    /// The node's precompiled headers ([`crate::cache::pch`]), where this worker builds CUDA
     /// extensions and uses them.
     pub fn pch_dir(&self) -> Option<PathBuf> {
-        (self.pch && self.device.index().is_some()).then(|| crate::pch::dir(&self.build_cache_dir))
+        (self.pch && self.device.index().is_some())
+            .then(|| crate::cache::pch::dir(&self.build_cache_dir))
     }
 
     /// The task children this worker runs at once: one per task it holds (a task's CPU stage
@@ -277,7 +288,7 @@ impl WorkerConfig {
     }
 
     /// This configuration as GPU worker `index` of `gpu_workers` on the node: its own slice of
-    /// the device cores (see [`crate::cores`]; a CPU worker keeps every core), and its share of
+    /// the device cores (see [`crate::process::cores`]; a CPU worker keeps every core), and its share of
     /// the node's memory for each task ([`task_memory_bound`]).
     pub fn with_cores(
         mut self,
@@ -285,76 +296,12 @@ impl WorkerConfig {
         gpu_workers: usize,
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, String> {
-        self.cores = CoreSettings::from_lookup(lookup, crate::cores::available())?
+        self.cores = CoreSettings::from_lookup(lookup, crate::process::cores::available())?
             .cores_for(self.device.index().map(|_| index), gpu_workers);
         if self.device.index().is_some() {
             self.derive_task_memory(gpu_workers);
         }
         Ok(self)
-    }
-}
-
-/// The port a standalone worker of GPU `N` serves its metrics on by default is this plus `N`
-/// (next to the API's 10907; 9400, the first thought, is the DCGM exporter's); a CPU worker's
-/// is one below it.
-pub const METRICS_PORT_BASE: u16 = 10910;
-/// The value of `--metrics-addr` / `CRUCIBLE_WORKER_METRICS_ADDR` that serves no metrics.
-pub const METRICS_OFF: &str = "off";
-
-/// Where a standalone worker serves its metrics ([`metrics_addr`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MetricsBind {
-    /// The address to bind: the one asked for, or the device's default.
-    pub addr: std::net::SocketAddr,
-    /// Bound instead when `addr` is taken. Only a CPU worker's default has one, a port the
-    /// kernel picks on the same host: a host may run several CPU workers, which share one
-    /// default, while each GPU has a default port of its own and an address the operator set
-    /// is held to (taken, the worker stops with it).
-    pub if_taken: Option<std::net::SocketAddr>,
-}
-
-/// Pure: where a standalone worker on `device` serves its metrics (`--metrics-addr`, or
-/// `CRUCIBLE_WORKER_METRICS_ADDR`): `value` as `host:port`, [`METRICS_OFF`] for nowhere, or
-/// by default loopback at [`METRICS_PORT_BASE`] + the GPU's index, so that the GPU workers of
-/// one node never pick the same port; a CPU worker's default is one below the base, and a
-/// free port of the host's choosing when another CPU worker has it. `Err` says what does not
-/// parse.
-pub fn metrics_addr(
-    value: Option<&str>,
-    device: &DeviceSlot,
-) -> Result<Option<MetricsBind>, String> {
-    let loopback = |port| std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    match value.map(str::trim).filter(|v| !v.is_empty()) {
-        Some(METRICS_OFF) => Ok(None),
-        Some(v) => v
-            .parse()
-            .map(|addr| {
-                Some(MetricsBind {
-                    addr,
-                    if_taken: None,
-                })
-            })
-            .map_err(|e| {
-                format!(
-                    "CRUCIBLE_WORKER_METRICS_ADDR: {v:?} is not host:port or {METRICS_OFF}: {e}"
-                )
-            }),
-        None => match device.index() {
-            Some(index) => u16::try_from(index)
-                .ok()
-                .and_then(|i| METRICS_PORT_BASE.checked_add(i))
-                .map(|port| {
-                    Some(MetricsBind {
-                        addr: loopback(port),
-                        if_taken: None,
-                    })
-                })
-                .ok_or_else(|| format!("no default metrics port for GPU {index}")),
-            None => Ok(Some(MetricsBind {
-                addr: loopback(METRICS_PORT_BASE - 1),
-                if_taken: Some(loopback(0)),
-            })),
-        },
     }
 }
 
@@ -366,52 +313,6 @@ pub fn device_class(device: &DeviceSlot, set: Option<&str>) -> Result<DeviceClas
         Some(v) => DeviceClass::parse(v).map_err(|e| format!("CRUCIBLE_DEVICE_CLASS: {e}")),
         None => Ok(DeviceClass::of_device(&device.info())),
     }
-}
-
-/// Most device-stage children one worker runs at once.
-pub const MAX_DEVICE_SLOTS: u32 = 16;
-/// Device memory each default slot is given room for: a CUDA context, the problem's tensors
-/// in the judge and the runner, and the caching allocators' slack of both.
-const MEMORY_PER_SLOT: u64 = 16 << 30;
-/// Cores each default slot is given: its judge and runner, its share of the CPU stages and
-/// compilers running beside it.
-const CORES_PER_SLOT: usize = 4;
-/// Most slots by default: beyond this, more children mostly add contention.
-const DEFAULT_SLOTS_CAP: u32 = 4;
-
-/// Host memory one build of the compile pool is given room for: nvcc on a translation unit that
-/// includes `torch/extension.h` (with its CPU-stage child around it) peaks at 1-2 GiB.
-const MEMORY_PER_BUILD: u64 = 3 << 30;
-
-/// Pure: the node's builds at once unless told (`CRUCIBLE_COMPILE_JOBS`): half the cores, and
-/// no more than its memory holds at [`MEMORY_PER_BUILD`] each (memory unknown: the cores decide).
-pub fn default_compile_jobs(cores: usize, node_memory: Option<u64>) -> usize {
-    let by_cores = (cores / 2).max(1);
-    let by_memory = node_memory.map_or(by_cores, |bytes| (bytes / MEMORY_PER_BUILD) as usize);
-    by_cores.min(by_memory).max(1)
-}
-
-/// Pure: how many device-stage children a worker runs at once unless told. A CPU worker runs
-/// one (its timings are taken on the same cores the others would use); a GPU worker as many
-/// as its cores and the GPU's memory give room for, from 1 to [`DEFAULT_SLOTS_CAP`].
-pub fn default_device_slots(device: &DeviceSlot, cores: usize, gpu_memory: Option<u64>) -> u32 {
-    if matches!(device, DeviceSlot::Cpu { .. }) {
-        return 1;
-    }
-    let by_cores = (cores / CORES_PER_SLOT) as u64;
-    let by_memory = gpu_memory.map_or(by_cores, |bytes| bytes / MEMORY_PER_SLOT);
-    by_cores
-        .min(by_memory)
-        .clamp(1, u64::from(DEFAULT_SLOTS_CAP)) as u32
-}
-
-/// The GPU's total memory as NVML reports it (`None` for a CPU or when NVML does not answer).
-fn gpu_memory_bytes(device: &DeviceSlot) -> Option<u64> {
-    let DeviceSlot::Gpu { index, .. } = device else {
-        return None;
-    };
-    let nvml = nvml_wrapper::Nvml::init().ok()?;
-    Some(nvml.device_by_index(*index).ok()?.memory_info().ok()?.total)
 }
 
 /// The absolute path of `program` as the worker's own PATH finds it. Children get a PATH of
@@ -453,42 +354,8 @@ fn read_hostname() -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::sizing::MEMORY_PER_BUILD;
     use super::*;
-
-    #[test]
-    fn default_slots_follow_cores_and_gpu_memory() {
-        let gpu = DeviceSlot::Gpu {
-            index: 0,
-            name: "H100".into(),
-        };
-        let cpu = DeviceSlot::Cpu { name: "x".into() };
-        let gib = |n: u64| Some(n << 30);
-        assert_eq!(default_device_slots(&cpu, 64, None), 1);
-        assert_eq!(default_device_slots(&gpu, 16, gib(80)), 4, "the H100 node");
-        assert_eq!(default_device_slots(&gpu, 16, gib(24)), 1, "a small GPU");
-        assert_eq!(default_device_slots(&gpu, 8, gib(141)), 2, "few cores");
-        assert_eq!(default_device_slots(&gpu, 128, gib(141)), 4, "capped");
-        assert_eq!(default_device_slots(&gpu, 2, None), 1);
-        assert_eq!(default_device_slots(&gpu, 16, None), 4, "memory unknown");
-    }
-
-    #[test]
-    fn the_compile_pool_follows_cores_and_the_nodes_memory() {
-        let gib = |n: u64| Some(n << 30);
-        assert_eq!(
-            default_compile_jobs(16, gib(125)),
-            8,
-            "the H100/H200 box: cores decide"
-        );
-        assert_eq!(
-            default_compile_jobs(16, gib(16)),
-            5,
-            "little memory: 3 GiB a build"
-        );
-        assert_eq!(default_compile_jobs(2, gib(24)), 1);
-        assert_eq!(default_compile_jobs(64, None), 32, "memory unknown");
-        assert_eq!(default_compile_jobs(8, gib(2)), 1, "at least one");
-    }
 
     #[test]
     fn a_task_has_room_for_a_build_on_a_node_of_many_gpus() {
@@ -514,46 +381,6 @@ mod tests {
         let per_task = task_memory_bound(512 << 30, cfg.concurrent_children() * 4);
         assert_eq!(per_task, 12 << 30);
         assert!(per_task >= MEMORY_PER_BUILD);
-    }
-
-    #[test]
-    fn metrics_are_served_on_loopback_at_a_port_per_device_unless_told() {
-        let gpu = |index| DeviceSlot::Gpu {
-            index,
-            name: "H100".into(),
-        };
-        let cpu = DeviceSlot::Cpu { name: "x".into() };
-        let at = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
-        let held = |s: &str| {
-            Some(MetricsBind {
-                addr: at(s),
-                if_taken: None,
-            })
-        };
-        assert_eq!(metrics_addr(None, &gpu(0)), Ok(held("127.0.0.1:10910")));
-        assert_eq!(metrics_addr(Some(""), &gpu(7)), Ok(held("127.0.0.1:10917")));
-        // Several CPU workers of one host share the default: the second takes a free port.
-        assert_eq!(
-            metrics_addr(None, &cpu),
-            Ok(Some(MetricsBind {
-                addr: at("127.0.0.1:10909"),
-                if_taken: Some(at("127.0.0.1:0")),
-            }))
-        );
-        // An address the operator set is held to, a CPU worker's too.
-        assert_eq!(
-            metrics_addr(Some(" 0.0.0.0:9999 "), &gpu(1)),
-            Ok(held("0.0.0.0:9999"))
-        );
-        assert_eq!(
-            metrics_addr(Some("127.0.0.1:10909"), &cpu),
-            Ok(held("127.0.0.1:10909"))
-        );
-        assert_eq!(metrics_addr(Some("off"), &gpu(1)), Ok(None));
-        assert_eq!(metrics_addr(Some("off"), &cpu), Ok(None));
-        let err = metrics_addr(Some("localhost"), &cpu).unwrap_err();
-        assert!(err.contains("CRUCIBLE_WORKER_METRICS_ADDR"), "{err}");
-        assert!(metrics_addr(None, &gpu(70_000)).is_err());
     }
 
     #[test]

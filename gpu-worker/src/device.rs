@@ -1,5 +1,7 @@
 //! The device a worker owns: discovery (NVML), identity and health (NVML query plus the CUDA
 //! probe in a separate process); [`report`], what an operator's check reads of the node's GPUs.
+//!
+//! May import: `probe` (`scripts/check_layout.py`).
 
 pub mod report;
 

@@ -9,38 +9,25 @@
 //! and the start-up sweep of those a killed worker left; the reference-timing cache key; the
 //! sandbox every child runs in (namespaces, an unprivileged user, Landlock, seccomp, a cgroup)
 //! and its start-up self-test. The Python harness and template are embedded here.
+//!
+//! The modules are layered, bottom first: [`process`], [`sandbox`], [`child`], [`cache`], the
+//! cross-cutting [`probe`], [`device`], [`metrics`] and [`config`], then [`task`] and
+//! [`worker`]; each says which of the others it may import (`scripts/check_layout.py`).
 
-pub mod budget;
-pub mod build_cache;
+pub mod cache;
+pub mod child;
 pub mod config;
-pub mod cores;
 pub mod device;
-pub mod dir_owner;
-pub mod evaluation;
-pub mod harness;
-mod isolation;
-pub mod limits;
 pub mod metrics;
-pub mod pch;
-pub mod prepare;
 pub mod probe;
-pub mod protocol;
-pub mod reference_cache;
+pub mod process;
 pub mod sandbox;
-pub mod sandbox_selftest;
-pub mod spec;
-pub mod stage;
-pub mod supervisor;
-pub mod sweep;
-pub mod task_dir;
-pub mod template;
-pub mod verdict;
-pub mod watchdog;
+pub mod task;
 pub mod worker;
 
 pub use config::WorkerConfig;
 pub use device::{DeviceSlot, discover_devices};
-pub use evaluation::{evaluate_local, run_evaluation};
-pub use limits::ChildLimits;
 pub use metrics::WorkerMetrics;
+pub use process::limits::ChildLimits;
+pub use task::evaluation::{evaluate_local, run_evaluation};
 pub use worker::{Worker, WorkerError};

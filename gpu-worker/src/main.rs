@@ -80,7 +80,7 @@ async fn main() -> anyhow::Result<()> {
     let cfg = WorkerConfig::from_env(device)
         .and_then(|cfg| match args.gpu {
             // One worker per GPU of the node (crucible-worker@N): each takes slice N of the
-            // device cores, so that no two time on one core (crucible_gpu_worker::cores).
+            // device cores, so that no two time on one core (crucible_gpu_worker::process::cores).
             Some(index) => {
                 let node_gpus = crucible_gpu_worker::discover_devices(None)
                     .iter()

@@ -4,6 +4,8 @@
 //! by its workers (a standalone `crucible-worker` has one; `crucible up` one per device) and
 //! registered in a registry the binary serves: `crucible-worker` on its metrics port,
 //! `crucible up` in the API's `/metrics`. Nothing here serves HTTP.
+//!
+//! May import: `process`, `device` (`scripts/check_layout.py`).
 
 use crate::device::DeviceSlot;
 use crucible_shared::{Backend, DeviceClass, EvalResult, wire_name};
@@ -125,7 +127,7 @@ impl WorkerMetrics {
 
     fn collectors(&self) -> [Box<dyn Collector>; 8] {
         [
-            Box::new(crate::task_dir::LEFT_FOR_SWEEP.clone()),
+            Box::new(crate::process::task_dir::LEFT_FOR_SWEEP.clone()),
             Box::new(self.info.clone()),
             Box::new(self.healthy.clone()),
             Box::new(self.evaluations.clone()),

@@ -1,6 +1,8 @@
 //! A tiny end-to-end check of one GPU: driver present, context, allocation, an NVRTC-compiled
 //! kernel, copies, and the arithmetic checked. It runs in its own short-lived process
 //! (`<worker binary> probe-gpu`), so the worker itself never initialises CUDA.
+//!
+//! May import: nothing else of the crate (`scripts/check_layout.py`).
 
 use serde::{Deserialize, Serialize};
 

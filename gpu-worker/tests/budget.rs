@@ -1,11 +1,11 @@
-//! `timeout_s` is one budget for the whole task (`crucible_gpu_worker::budget`): a task whose
+//! `timeout_s` is one budget for the whole task (`crucible_gpu_worker::task::budget`): a task whose
 //! CPU stage took most of it gets only the rest on the device. Against a real Python with
 //! torch (`CRUCIBLE_PYTHON`, as scripts/test.sh exports it), on a CPU slot.
 
-use crucible_gpu_worker::budget::{remaining, task_budget};
-use crucible_gpu_worker::evaluation::{StageInputs, run_evaluation_with};
-use crucible_gpu_worker::supervisor::Launcher;
-use crucible_gpu_worker::verdict::Classified;
+use crucible_gpu_worker::child::supervisor::Launcher;
+use crucible_gpu_worker::task::budget::{remaining, task_budget};
+use crucible_gpu_worker::task::evaluation::{StageInputs, run_evaluation_with};
+use crucible_gpu_worker::task::verdict::Classified;
 use crucible_gpu_worker::{DeviceSlot, WorkerConfig};
 use crucible_shared::{EvaluateRequest, TaskSpec, VerdictCode};
 use std::path::{Path, PathBuf};
@@ -29,7 +29,7 @@ async fn a_task_whose_cpu_stage_took_most_of_its_timeout_gets_only_the_rest_on_t
     .unwrap();
     cfg.work_root = work.path().to_owned();
     cfg.cpu_threads = Some(1);
-    crucible_gpu_worker::sandbox_selftest::ready(&cfg, Launcher::Direct)
+    crucible_gpu_worker::task::sandbox_selftest::ready(&cfg, Launcher::Direct)
         .await
         .expect("the sandbox holds on the test machine");
 

@@ -9,11 +9,11 @@ mod common;
 
 use common::{gpu_config, repo};
 use crucible_gpu_worker::WorkerConfig;
-use crucible_gpu_worker::build_cache::BuildCache;
-use crucible_gpu_worker::prepare::{PrepareContext, PrepareEnd, prepare};
-use crucible_gpu_worker::reference_cache::SoftwareVersions;
-use crucible_gpu_worker::supervisor::Launcher;
-use crucible_gpu_worker::verdict::Classified;
+use crucible_gpu_worker::cache::build_cache::BuildCache;
+use crucible_gpu_worker::cache::reference_cache::SoftwareVersions;
+use crucible_gpu_worker::child::supervisor::Launcher;
+use crucible_gpu_worker::task::prepare::{CpuStageEnd, PrepareContext, prepare};
+use crucible_gpu_worker::task::verdict::Classified;
 use crucible_shared::{Backend, BrokerConfig, BuildSource, EvaluateRequest, TaskSpec, VerdictCode};
 use crucible_task_manager::MemoryBroker;
 use std::path::Path;
@@ -88,7 +88,7 @@ async fn run_prepare(
     software: Option<SoftwareVersions>,
     spec: &TaskSpec,
     label: &str,
-) -> PrepareEnd {
+) -> CpuStageEnd {
     let ctx = PrepareContext {
         cfg,
         cache: Some(cache),
@@ -102,10 +102,10 @@ async fn run_prepare(
         .unwrap()
 }
 
-fn ready(end: PrepareEnd) -> crucible_gpu_worker::prepare::Ready {
+fn ready(end: CpuStageEnd) -> crucible_gpu_worker::task::prepare::DeviceHandoff {
     match end {
-        PrepareEnd::Ready(r) => *r,
-        PrepareEnd::Final(c) => panic!("expected the task to go on to the device, got {c:?}"),
+        CpuStageEnd::ToDevice(r) => *r,
+        CpuStageEnd::Final(c) => panic!("expected the task to go on to the device, got {c:?}"),
     }
 }
 
@@ -310,7 +310,7 @@ async fn a_compiler_failure_is_a_verdict_of_the_cpu_stage() {
         "broken",
     )
     .await;
-    let PrepareEnd::Final(Classified::Verdict(result)) = end else {
+    let CpuStageEnd::Final(Classified::Verdict(result)) = end else {
         panic!("expected a verdict, got {end:?}");
     };
     assert_eq!(
@@ -335,7 +335,7 @@ async fn a_compiler_failure_is_a_verdict_of_the_cpu_stage() {
         "syntax",
     )
     .await;
-    let PrepareEnd::Final(Classified::Verdict(result)) = end else {
+    let CpuStageEnd::Final(Classified::Verdict(result)) = end else {
         panic!("expected a verdict, got {end:?}");
     };
     assert_eq!(result.error_code, Some(VerdictCode::Syntax));

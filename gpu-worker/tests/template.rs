@@ -3,11 +3,12 @@
 //! under a running task turns into a service fault (never a verdict), and templates are
 //! recycled after their fork budget.
 
-use crucible_gpu_worker::evaluation::run_evaluation;
-use crucible_gpu_worker::supervisor::Launcher;
-use crucible_gpu_worker::template::TemplateSlot;
-use crucible_gpu_worker::verdict::Classified;
-use crucible_gpu_worker::{DeviceSlot, WorkerConfig, stage::child_env};
+use crucible_gpu_worker::child::supervisor::Launcher;
+use crucible_gpu_worker::child::template::TemplateSlot;
+use crucible_gpu_worker::task::evaluation::run_evaluation;
+use crucible_gpu_worker::task::stage::child_env;
+use crucible_gpu_worker::task::verdict::Classified;
+use crucible_gpu_worker::{DeviceSlot, WorkerConfig};
 use crucible_shared::{EvaluateRequest, TaskSpec, VerdictCode};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -33,7 +34,7 @@ async fn config(work: &Path) -> WorkerConfig {
     .unwrap();
     cfg.work_root = work.to_owned();
     cfg.cpu_threads = Some(1);
-    crucible_gpu_worker::sandbox_selftest::ready(&cfg, Launcher::Direct)
+    crucible_gpu_worker::task::sandbox_selftest::ready(&cfg, Launcher::Direct)
         .await
         .expect("the sandbox holds on the test machine");
     cfg
@@ -51,7 +52,7 @@ async fn ready(
     slot: &mut TemplateSlot,
     cfg: &WorkerConfig,
     max_forks: u32,
-) -> std::sync::Arc<crucible_gpu_worker::template::Template> {
+) -> std::sync::Arc<crucible_gpu_worker::child::template::Template> {
     let env_cfg = cfg.clone();
     slot.ready(
         &cfg.python,
@@ -140,7 +141,7 @@ async fn a_template_killed_under_a_task_is_a_service_fault_and_is_replaced() {
     let killer = tokio::spawn(async move {
         // Once the template has forked the task's child (it has no other children by then).
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while !crucible_gpu_worker::watchdog::read_table()
+        while !crucible_gpu_worker::process::watchdog::read_table()
             .iter()
             .any(|p| p.ppid == template_pid)
         {

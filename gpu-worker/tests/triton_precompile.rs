@@ -8,10 +8,10 @@ mod common;
 
 use common::{gpu_config, repo};
 use crucible_gpu_worker::WorkerConfig;
-use crucible_gpu_worker::build_cache::BuildCache;
-use crucible_gpu_worker::prepare::{PrepareContext, PrepareEnd, Ready, prepare};
-use crucible_gpu_worker::reference_cache::SoftwareVersions;
-use crucible_gpu_worker::supervisor::Launcher;
+use crucible_gpu_worker::cache::build_cache::BuildCache;
+use crucible_gpu_worker::cache::reference_cache::SoftwareVersions;
+use crucible_gpu_worker::child::supervisor::Launcher;
+use crucible_gpu_worker::task::prepare::{CpuStageEnd, DeviceHandoff, PrepareContext, prepare};
 use crucible_shared::{Backend, BrokerConfig, BuildSource, EvaluateRequest, TaskSpec};
 use crucible_task_manager::MemoryBroker;
 use std::path::Path;
@@ -56,7 +56,12 @@ fn software(python: &Path) -> SoftwareVersions {
     }
 }
 
-async fn run(cfg: &WorkerConfig, cache: &BuildCache, broker: &MemoryBroker, label: &str) -> Ready {
+async fn run(
+    cfg: &WorkerConfig,
+    cache: &BuildCache,
+    broker: &MemoryBroker,
+    label: &str,
+) -> DeviceHandoff {
     let ctx = PrepareContext {
         cfg,
         cache: Some(cache),
@@ -74,8 +79,8 @@ async fn run(cfg: &WorkerConfig, cache: &BuildCache, broker: &MemoryBroker, labe
     .await
     .unwrap()
     {
-        PrepareEnd::Ready(r) => *r,
-        PrepareEnd::Final(c) => panic!("expected the task to go on to the device, got {c:?}"),
+        CpuStageEnd::ToDevice(r) => *r,
+        CpuStageEnd::Final(c) => panic!("expected the task to go on to the device, got {c:?}"),
     }
 }
 

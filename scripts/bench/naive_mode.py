@@ -25,7 +25,7 @@ HARNESS_DIR = os.environ.get("BENCH_HARNESS_DIR") or next(
 
 
 def child_env(taskdir, python, device, gpu):
-    """The environment the worker gives a task child (gpu-worker/src/evaluation.rs)."""
+    """The environment the worker gives a task child (gpu-worker/src/task/evaluation.rs)."""
     bindir = os.path.dirname(python) if os.path.isabs(python) else ""
     env = {
         "PATH": (bindir + ":" if bindir else "") + "/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin",

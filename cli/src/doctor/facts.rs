@@ -8,7 +8,7 @@ use super::node::{DiskSpace, PythonReport, Toolchain};
 use super::services::{BrokerSettings, RedisFacts};
 use crucible_gpu_worker::config::resolve_program;
 use crucible_gpu_worker::device::report::{NvmlReport, nvml_report};
-use crucible_gpu_worker::stage::child_env;
+use crucible_gpu_worker::task::stage::child_env;
 use crucible_gpu_worker::{DeviceSlot, WorkerConfig};
 use crucible_task_manager::{ConnectError, RedisTarget, TlsFiles, redact_url};
 use std::path::Path;

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 /// needs a delegated hierarchy many hosts do not give (the pid namespace already ends every
 /// process of a task, and the watchdog caps memory and processes), and the storage, which
 /// needs a worker running as root (a task's directory is then a plain one, its removal
-/// bounded by `crate::task_dir::REMOVAL_BUDGET`; its /tmp and /dev/shm stay bounded).
+/// bounded by `crate::process::task_dir::REMOVAL_BUDGET`; its /tmp and /dev/shm stay bounded).
 pub const DEFAULT_REQUIRED: [SandboxLayer; 6] = [
     SandboxLayer::Network,
     SandboxLayer::Pid,

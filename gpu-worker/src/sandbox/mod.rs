@@ -14,11 +14,13 @@
 //! - [`seccomp`]: the filters, compiled here;
 //! - [`cgroup`]: a cgroup per task (limits, kill, OOM evidence) where the host allows;
 //! - [`plan`]: the plan the child enters, in spec.json;
-//! - the start-up proof, `crate::sandbox_selftest`: a child enters every layer and tries
+//! - the start-up proof, `crate::task::sandbox_selftest`: a child enters every layer and tries
 //!   what each must refuse; a layer that fails is dropped if optional, and the worker refuses
 //!   to serve if it was required. It runs a whole child, so it lives above this module and
 //!   hands its findings in through [`Sandbox::ready_with`];
 //! - [`verify`]: the worker's own check of a judge's identity and filters from /proc.
+//!
+//! May import: `process` (`scripts/check_layout.py` checks every folder's rule).
 
 pub mod cgroup;
 pub mod config;
@@ -29,7 +31,7 @@ pub mod plan;
 pub mod seccomp;
 pub mod verify;
 
-use crate::limits::ChildLimits;
+use crate::process::limits::ChildLimits;
 use base64::Engine;
 use cgroup::{Cgroups, TaskCgroup};
 use config::SandboxSettings;
@@ -82,12 +84,12 @@ impl From<SandboxError> for std::io::Error {
 #[derive(Debug)]
 pub struct Sandbox {
     settings: SandboxSettings,
-    ready: tokio::sync::OnceCell<Ready>,
+    ready: tokio::sync::OnceCell<SandboxInForce>,
 }
 
 /// The host's facts and the layers proven in force on it.
 #[derive(Debug)]
-pub struct Ready {
+pub struct SandboxInForce {
     /// What the host offers (identities, cgroups, paths) for each child's sandbox.
     pub host: Host,
     /// The layers the self-test proved in force: those every child enters.
@@ -131,13 +133,16 @@ impl Sandbox {
     }
 
     /// The layers in force (`None`: off), found by `establish` (the start-up self-test,
-    /// `crate::sandbox_selftest::ready`) on first use, at most once however many callers
+    /// `crate::task::sandbox_selftest::ready`) on first use, at most once however many callers
     /// race; later calls return what it found. An error means the worker must not serve: a
     /// required layer is missing or the host could not be examined (a later call tries again).
-    pub async fn ready_with<F, Fut>(&self, establish: F) -> Result<Option<&Ready>, SandboxError>
+    pub async fn ready_with<F, Fut>(
+        &self,
+        establish: F,
+    ) -> Result<Option<&SandboxInForce>, SandboxError>
     where
         F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<Ready, SandboxError>>,
+        Fut: Future<Output = Result<SandboxInForce, SandboxError>>,
     {
         if !self.settings.enabled {
             return Ok(None);
@@ -214,7 +219,7 @@ impl Host {
                     .into(),
             );
         }
-        if let Err(why) = crate::task_dir::space::available(work_root) {
+        if let Err(why) = crate::process::task_dir::space::available(work_root) {
             unavailable.insert(SandboxLayer::Storage, why);
         }
         let mut read_only: Vec<PathBuf> =

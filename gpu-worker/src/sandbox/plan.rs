@@ -27,7 +27,7 @@ pub struct Plan {
     pub namespaces: Vec<&'static str>,
     /// `cgroup.procs` files the child writes itself into, first of all.
     pub cgroup_procs: Vec<PathBuf>,
-    /// The cores the child pins itself to next, before it starts a thread (`crate::cores`);
+    /// The cores the child pins itself to next, before it starts a thread (`crate::process::cores`);
     /// the seccomp filter keeps it there. Empty: left as inherited.
     pub cpus: Vec<usize>,
     /// Fresh tmpfs mounts in the child's mount namespace (its /tmp and /dev/shm).

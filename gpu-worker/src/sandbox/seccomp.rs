@@ -72,7 +72,7 @@ const DENIED: &[libc::c_long] = &[
     libc::SYS_sethostname,
     libc::SYS_setdomainname,
     libc::SYS_vhangup,
-    // The child was pinned to its cores before the filter (crate::cores): it stays there.
+    // The child was pinned to its cores before the filter (crate::process::cores): it stays there.
     libc::SYS_sched_setaffinity,
     #[cfg(target_arch = "x86_64")]
     libc::SYS_iopl,

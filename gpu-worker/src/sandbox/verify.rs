@@ -2,7 +2,7 @@
 //! shows in /proc/<pid>/status, not what the child claims. A judge that is not where the plan
 //! put it is killed and its task given back (a fault of this node, never a verdict).
 
-use crate::watchdog::ProcStat;
+use crate::process::watchdog::ProcStat;
 
 /// What the plan promises about the judge.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,10 +6,10 @@
 
 use super::Worker;
 use super::ack::{HeldAt, backoff};
-use crate::budget::{remaining, task_budget};
-use crate::prepare::{PrepareContext, PrepareEnd, Ready, prepare};
-use crate::supervisor::Launcher;
-use crate::verdict::{Classified, VerdictContext, budget_spent};
+use crate::child::supervisor::Launcher;
+use crate::task::budget::{remaining, task_budget};
+use crate::task::prepare::{CpuStageEnd, DeviceHandoff, PrepareContext, prepare};
+use crate::task::verdict::{Classified, VerdictContext, budget_spent};
 use crucible_task_manager::{Lease, LeaseState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,9 +40,9 @@ impl Drop for ClaimedTask {
 }
 
 /// A task whose CPU stage is over, waiting for the device.
-pub(super) struct ReadyTask {
+pub(super) struct DeviceBoundTask {
     pub(super) task: ClaimedTask,
-    pub(super) ready: Ready,
+    pub(super) handoff: DeviceHandoff,
     pub(super) ready_at: Instant,
     /// What is left of the task's `timeout_s` for its device stage.
     pub(super) budget: Duration,
@@ -54,7 +54,7 @@ impl Worker {
     pub(super) async fn claim_loop(
         self: Arc<Self>,
         places: Arc<Semaphore>,
-        ready_tx: mpsc::UnboundedSender<ReadyTask>,
+        ready_tx: mpsc::UnboundedSender<DeviceBoundTask>,
         mut gate: watch::Receiver<bool>,
         shutdown: CancellationToken,
     ) {
@@ -179,9 +179,9 @@ impl Worker {
     async fn cpu_stage(
         self: Arc<Self>,
         task: ClaimedTask,
-        ready_tx: mpsc::UnboundedSender<ReadyTask>,
+        ready_tx: mpsc::UnboundedSender<DeviceBoundTask>,
     ) {
-        let mut ready = Ready::default();
+        let mut ready = DeviceHandoff::default();
         if self.cfg.compile_pool {
             // A template may be warming (seconds, more on a loaded node): a task cancelled
             // meanwhile, by a client or by the worker's shutdown, must not wait for it.
@@ -222,8 +222,8 @@ impl Worker {
                 }
             };
             match prepared {
-                Ok(PrepareEnd::Ready(r)) => ready = *r,
-                Ok(PrepareEnd::Final(classified)) => {
+                Ok(CpuStageEnd::ToDevice(r)) => ready = *r,
+                Ok(CpuStageEnd::Final(classified)) => {
                     tracing::info!(worker_id = %self.id, task_id = %task.lease.task_id, "decided in the cpu stage");
                     self.finish(&task, Ok(classified)).await;
                     return;
@@ -248,9 +248,9 @@ impl Worker {
             self.finish(&task, Ok(budget_spent(&ctx))).await;
             return;
         };
-        let task = ReadyTask {
+        let task = DeviceBoundTask {
             task,
-            ready,
+            handoff: ready,
             ready_at: Instant::now(),
             budget,
         };

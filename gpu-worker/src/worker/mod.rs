@@ -8,6 +8,9 @@
 //! - [`pipeline`]: who may use the device when, as a pure state machine (no tokio tasks);
 //! - [`outcome`]: how a task ends: verdicts stored, tasks given back, the reference cache;
 //! - [`ack`]: acks kept and retried through a broker outage (pure schedule, the claim gate).
+//!
+//! May import: `process`, `sandbox`, `child`, `cache`, `device`, `config`, `metrics`, `task`:
+//! the top of the crate (`scripts/check_layout.py` checks every folder's rule).
 
 mod ack;
 mod claim;
@@ -16,13 +19,13 @@ mod outcome;
 mod pipeline;
 mod run;
 
-use crate::build_cache::BuildCache;
+use crate::cache::build_cache::BuildCache;
+use crate::cache::reference_cache::{self, SoftwareVersions};
+use crate::child::template::{Template, TemplateSlot};
 use crate::config::WorkerConfig;
 use crate::device::{DeviceSlot, check_gpu};
 use crate::metrics::WorkerMetrics;
-use crate::reference_cache::{self, SoftwareVersions};
-use crate::stage::child_env;
-use crate::template::{Template, TemplateSlot};
+use crate::task::stage::child_env;
 use chrono::Utc;
 use crucible_shared::{TaskId, WorkerId, WorkerInfo, WorkerState};
 use crucible_task_manager::Broker;
@@ -109,7 +112,7 @@ impl Worker {
         // The precompiled headers' directory exists before the sandbox lists what children
         // may read; the headers themselves are made in the background (run).
         if let Some(dir) = cfg.pch_dir().filter(|_| build_cache.is_some())
-            && let Err(e) = crate::pch::prepare(&dir)
+            && let Err(e) = crate::cache::pch::prepare(&dir)
         {
             tracing::warn!(dir = %dir.display(), error = %e, "precompiled headers unavailable");
         }
@@ -197,7 +200,8 @@ impl Worker {
             self.cfg.work_root.clone(),
             self.cfg.dir_owner.worker.clone(),
         );
-        let swept = tokio::task::spawn_blocking(move || crate::sweep::sweep(&root, &me)).await;
+        let swept =
+            tokio::task::spawn_blocking(move || crate::process::sweep::sweep(&root, &me)).await;
         match swept {
             Ok(Ok(report)) => tracing::info!(
                 worker_id = %self.id,

@@ -5,7 +5,7 @@
 //! verdict; the first child to fail that way keeps its own verdict.
 
 use super::pipeline::DeviceTiming;
-use crate::supervisor::KillReason;
+use crate::child::supervisor::KillReason;
 use crucible_shared::{EvalResult, VerdictCode};
 use std::time::Instant;
 

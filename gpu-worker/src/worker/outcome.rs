@@ -5,9 +5,9 @@
 use super::ack::{ACK_GRACE, backoff, next_wait, retry_until, worth_retrying};
 use super::claim::ClaimedTask;
 use super::{TaskEnd, Worker};
+use crate::cache::reference_cache::{self, REF_CACHE_NAMESPACE, SoftwareVersions};
 use crate::device::{DeviceSlot, check_gpu};
-use crate::reference_cache::{self, REF_CACHE_NAMESPACE, SoftwareVersions};
-use crate::verdict::Classified;
+use crate::task::verdict::Classified;
 use crucible_shared::{EvalResult, RuntimeStats, TaskSpec, VerdictCode};
 use crucible_task_manager::{AckOutcome, BrokerError, LeaseState};
 use std::time::{Duration, Instant};

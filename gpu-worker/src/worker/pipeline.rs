@@ -15,8 +15,8 @@
 //! in the order they were forked: one that must wait for memory holds back those behind it,
 //! so a large task is never starved by small ones.
 
-use crate::protocol::Stage;
-use crate::supervisor::{ChildEvent, Gate};
+use crate::child::protocol::Stage;
+use crate::child::supervisor::{ChildEvent, Gate};
 use crucible_shared::{RuntimeStats, TaskId, TaskSpec};
 use std::time::{Instant, SystemTime};
 use tokio_util::sync::CancellationToken;

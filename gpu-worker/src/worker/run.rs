@@ -7,16 +7,18 @@
 //! `drain_timeout`), then stops; shutdown (the caller's token, or the drain's bound) gives every
 //! task still in flight back to the queue.
 
-use super::claim::ReadyTask;
+use super::claim::DeviceBoundTask;
 use super::neighbours::Neighbours;
 use super::pipeline::{DevicePipeline, DeviceTiming};
 use super::{TaskEnd, Worker, WorkerError};
-use crate::evaluation::{Evaluated, StageInputs, apply_reference_timing, run_evaluation_gated};
+use crate::cache::reference_cache::SoftwareVersions;
+use crate::child::supervisor::{self, ChildEvent, Launcher};
+use crate::child::template::Template;
 use crate::metrics::gpu_label;
-use crate::reference_cache::SoftwareVersions;
-use crate::supervisor::{self, ChildEvent, Launcher};
-use crate::template::Template;
-use crate::verdict::Classified;
+use crate::task::evaluation::{
+    Evaluated, StageInputs, apply_reference_timing, run_evaluation_gated,
+};
+use crate::task::verdict::Classified;
 use crucible_shared::{TaskId, VerdictCode, WorkerState};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -34,7 +36,7 @@ const QUIET_BEFORE_PROBE: Duration = Duration::from_secs(60);
 
 /// What a device-stage child left behind.
 struct DeviceDone {
-    ready: ReadyTask,
+    ready: DeviceBoundTask,
     template: Option<Arc<Template>>,
     outcome: std::io::Result<Evaluated>,
 }
@@ -91,7 +93,7 @@ impl Worker {
     /// `device_slots` device stages at once, each timing alone ([`DevicePipeline`]), while the
     /// CPU stages of the next tasks overlap with them.
     ///
-    /// Before its first claim it proves its sandbox (`crate::sandbox_selftest`); without the layers
+    /// Before its first claim it proves its sandbox (`crate::task::sandbox_selftest`); without the layers
     /// it requires it registers as unhealthy, deregisters and returns the reason.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), WorkerError> {
         tracing::info!(worker_id = %self.id, device = ?self.cfg.device, device_class = %self.cfg.device_class, device_slots = self.cfg.device_slots, compile_pool = self.cfg.compile_pool, prefetch = self.cfg.prefetch, cores = %self.cfg.cores, "worker starting");
@@ -101,7 +103,7 @@ impl Worker {
         // Dropped, and its compiler killed, when the worker stops.
         let _pch = match (self.cfg.pch_dir(), &self.build_cache) {
             (Some(dir), Some(_)) => Some(tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
-                crate::pch::build(self.cfg.python.clone(), dir),
+                crate::cache::pch::build(self.cfg.python.clone(), dir),
             ))),
             _ => None,
         };
@@ -127,7 +129,7 @@ impl Worker {
             let launcher = template
                 .as_deref()
                 .map_or(Launcher::Direct, Launcher::Template);
-            if let Err(e) = crate::sandbox_selftest::ready(&self.cfg, launcher).await {
+            if let Err(e) = crate::task::sandbox_selftest::ready(&self.cfg, launcher).await {
                 tracing::error!(worker_id = %self.id, error = %e, "refusing to serve: the sandbox is not in place");
                 registry.abort();
                 self.set(WorkerState::Unhealthy, None);
@@ -145,7 +147,7 @@ impl Worker {
         let places = Arc::new(Semaphore::new(
             self.cfg.device_slots as usize + self.cfg.prefetch as usize,
         ));
-        let (ready_tx, mut ready_rx) = mpsc::unbounded_channel::<ReadyTask>();
+        let (ready_tx, mut ready_rx) = mpsc::unbounded_channel::<DeviceBoundTask>();
         let (gate_tx, gate_rx) = watch::channel(healthy);
         let claimer =
             tokio::spawn(
@@ -301,14 +303,14 @@ impl Worker {
         self: &Arc<Self>,
         device: &mut DevicePipeline,
         tasks: &mut DeviceTasks,
-        ready: ReadyTask,
+        ready: DeviceBoundTask,
     ) -> std::io::Result<()> {
         let task_id = ready.task.lease.task_id.clone();
         let template = self.ready_template().await;
         let inputs = StageInputs {
             // Sent through the gate when the child is let go.
             reference_timing: None,
-            prebuilt: ready.ready.prebuilt.clone(),
+            prebuilt: ready.handoff.prebuilt.clone(),
             cuda_arch: self.cuda_arch.clone(),
             budget: Some(ready.budget),
             // The dry run is the CPU stage's; the device stage only finds its kernels.
@@ -398,7 +400,7 @@ impl Worker {
                     self.cache_reference(&key, &stats).await;
                 }
                 if let Classified::Verdict(result) = &mut classified {
-                    result.stage_ms.extend(ready.ready.stage_ms);
+                    result.stage_ms.extend(ready.handoff.stage_ms);
                     if let Some(go) = timing.go {
                         let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
                         result

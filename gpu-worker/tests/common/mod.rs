@@ -1,7 +1,7 @@
 //! What the CPU-stage integration tests share: the repository root and a GPU slot's worker
 //! config that runs on a machine without one.
 
-use crucible_gpu_worker::supervisor::Launcher;
+use crucible_gpu_worker::child::supervisor::Launcher;
 use crucible_gpu_worker::{DeviceSlot, WorkerConfig};
 use std::path::{Path, PathBuf};
 
@@ -28,7 +28,7 @@ pub async fn gpu_config(work: &Path, cache: &Path) -> WorkerConfig {
     cpu.device = DeviceSlot::Cpu {
         name: "test".into(),
     };
-    crucible_gpu_worker::sandbox_selftest::ready(&cpu, Launcher::Direct)
+    crucible_gpu_worker::task::sandbox_selftest::ready(&cpu, Launcher::Direct)
         .await
         .expect("the sandbox holds on the test machine");
     cfg

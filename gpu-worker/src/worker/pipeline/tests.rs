@@ -1,5 +1,5 @@
 use super::*;
-use crate::supervisor::{self, GateChild};
+use crate::child::supervisor::{self, GateChild};
 
 /// Lines the worker sent through a child's gate since the last call (read from the child's
 /// end without blocking): each opening is one line.
