@@ -4,13 +4,12 @@ batches are long-polled at once."""
 from __future__ import annotations
 
 import asyncio
-import itertools
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 import httpx
+import tenacity
 
 from .base import (
     _OK,
@@ -23,6 +22,7 @@ from .base import (
     _batch_ids,
     _batch_params,
     _check_wait,
+    _decode,
     _deadline,
     _episode_body,
     _evaluate_body,
@@ -49,7 +49,7 @@ from .env_types import (
     Split,
     TurnView,
 )
-from .retry import DEFAULT_RETRY, RETRYABLE_ERRORS, RetryPolicy
+from .retry import DEFAULT_RETRY, RetryPolicy
 from .types import (
     Backend,
     BatchCancelResponse,
@@ -111,24 +111,15 @@ class AsyncClient(_Base):
         wait_s: float = 0.0,
         answers: frozenset[int] = _OK,
     ) -> Any:
-        started = time.monotonic()
-        for attempt in itertools.count(1):
-            outcome: httpx.Response | Exception
-            try:
-                outcome = await self._http.request(
-                    method,
-                    path,
-                    params=params,
-                    json=json,
-                    timeout=_read_timeout(self._timeout, wait_s),
-                )
-            except RETRYABLE_ERRORS as e:
-                outcome = e
-            done, value = self._settle(outcome, answers, attempt, started)
-            if done:
-                return value
-            await asyncio.sleep(value)
-        raise AssertionError("unreachable: itertools.count never ends")
+        response = await self._retrying(answers, tenacity.AsyncRetrying)(
+            self._http.request,
+            method,
+            path,
+            params=params,
+            json=json,
+            timeout=_read_timeout(self._timeout, wait_s),
+        )
+        return _decode(response, answers)
 
     async def health(self) -> HealthStatus:
         """See ``Client.health``."""
