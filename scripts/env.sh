@@ -82,10 +82,10 @@ ensure_python() {
     # load_inline builds with ninja (venvs made before it was needed lack it).
     "$venv/bin/python" -c 'import ninja' 2>/dev/null ||
       "$venv/bin/pip" install --quiet --disable-pip-version-check ninja
-    # The Python client's tests (clients/python) need its dependencies (httpx, tenacity) and
-    # pytest.
-    "$venv/bin/python" -c 'import httpx, tenacity, pytest' 2>/dev/null ||
-      "$venv/bin/pip" install --quiet --disable-pip-version-check httpx tenacity pytest
+    # The Python client's tests (clients/python) need its dependencies (httpx, tenacity),
+    # pytest and unasync (the check that client.py is generated from aio.py).
+    "$venv/bin/python" -c 'import httpx, tenacity, pytest, unasync' 2>/dev/null ||
+      "$venv/bin/pip" install --quiet --disable-pip-version-check httpx tenacity pytest unasync
     export CRUCIBLE_PYTHON="$venv/bin/python"; return 0
   fi
   if [ -z "${CRUCIBLE_FORCE_VENV:-}" ] && python3 -c 'import torch, triton' 2>/dev/null; then
@@ -97,7 +97,7 @@ ensure_python() {
   rm -rf "$venv.partial"
   python3 -m venv "$venv.partial"
   "$venv.partial/bin/pip" install --quiet --disable-pip-version-check --upgrade pip
-  "$venv.partial/bin/pip" install --quiet --disable-pip-version-check torch triton numpy ninja httpx tenacity pytest
+  "$venv.partial/bin/pip" install --quiet --disable-pip-version-check torch triton numpy ninja httpx tenacity pytest unasync
   "$venv.partial/bin/python" -c 'import torch, triton' || { log "venv has no working torch"; return 1; }
   # Made under a temporary name and moved at the end, so an interrupted install is redone.
   rm -rf "$venv" && mv "$venv.partial" "$venv"
