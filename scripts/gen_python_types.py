@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Writes the Python client's wire types (clients/python/crucible_client/_wire_types.py) from the
+"""Writes the Python client's wire types (clients/python/crucible_client/_wire_types.py, and
+_wire_env_types.py for the environment side: problem sets, reports, prompts, episodes) from the
 API's OpenAPI document, so that they are the server's schemas field for field.
 
     python3 scripts/gen_python_types.py              # the document of `crucible openapi`
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "clients/python/crucible_client/_wire_types.py"
+PACKAGE = ROOT / "clients/python/crucible_client"
 
 #: The object schemas the client models, as (Python name, schema name), in the file's order.
 MODELS: list[tuple[str, str]] = [
@@ -46,6 +47,10 @@ MODELS: list[tuple[str, str]] = [
     ("Flag", "Flag"),
     ("EvalResult", "EvalResult"),
     ("TaskView", "TaskView"),
+]
+
+#: Submissions, batches, the queue and rollouts' answers, written to _wire_batch_types.py.
+BATCH_MODELS: list[tuple[str, str]] = [
     ("SubmitResponse", "SubmitResponse"),
     ("StatusCounts", "StatusCounts"),
     ("BatchStatus", "BatchStatus"),
@@ -59,7 +64,10 @@ MODELS: list[tuple[str, str]] = [
     ("RolloutBatchResponse", "RolloutBatchResponse"),
     ("RolloutResult", "RolloutResult"),
     ("RolloutResultsPage", "RolloutResultsPage"),
-    # Problem sets, reports, prompts and episodes (re-exported by env_types.py).
+]
+
+#: Those of the environment side, written to _wire_env_types.py (re-exported by env_types.py).
+ENV_MODELS: list[tuple[str, str]] = [
     ("ProblemSetSelection", "ProblemSetSelection"),
     ("ProblemSet", "ProblemSet"),
     ("ProblemBatchRequest", "ProblemBatchRequest"),
@@ -92,6 +100,9 @@ LITERALS: list[tuple[str, str]] = [
     ("ReferenceBackend", "ReferenceBackend"),
     ("DeviceKind", "DeviceKind"),
     ("BuildSource", "BuildSource"),
+]
+
+ENV_LITERALS: list[tuple[str, str]] = [
     ("Split", "Split"),
     ("ReportSource", "ReportSource"),
     ("PromptOption", "PromptOption"),
@@ -109,7 +120,7 @@ committed file is what the server's document renders). Import these from ``types
 from __future__ import annotations
 
 from typing import Any, Literal, TypedDict
-
+{imports}
 
 '''
 
@@ -123,7 +134,8 @@ def ref_name(ref: str) -> str:
 class Renderer:
     def __init__(self, schemas: dict[str, Any]) -> None:
         self.schemas = schemas
-        self.python = {schema: name for name, schema in MODELS + LITERALS}
+        everything = MODELS + LITERALS + BATCH_MODELS + ENV_MODELS + ENV_LITERALS
+        self.python = {schema: name for name, schema in everything}
 
     def fields(self, name: str) -> tuple[dict[str, Any], set[str]]:
         """A schema's properties and required keys, its ``allOf`` parts merged."""
@@ -232,24 +244,43 @@ class Renderer:
         out.append(text)
         return "".join(out)
 
-    def render(self) -> str:
-        parts = [HEADER]
-        for name, schema in LITERALS:
+    def render(
+        self, models: list[tuple[str, str]], literals: list[tuple[str, str]], earlier: list[str]
+    ) -> str:
+        """One file. The first (no ``earlier`` modules) defines ``SCHEMAS`` and ``ENUMS``; a
+        later one imports the earlier ones' names and registers its own in the same maps."""
+        env = bool(earlier)
+        imports = "".join(f"from .{module} import *  # noqa: F403\n" for module in earlier)
+        if earlier:
+            imports = "\nfrom ._wire_types import ENUMS, SCHEMAS\n" + imports
+        parts = [HEADER.format(imports=imports)]
+        for name, schema in literals:
             parts.append(self.render_literal(name, schema))
-        parts.append("\n")
-        models = [self.render_model(name, schema) for name, schema in MODELS]
-        parts.append("\n\n".join(models))
-        schemas = "".join(f'    "{schema}": {name},\n' for name, schema in MODELS)
-        enums = "".join(f'    "{schema}": {name},\n' for name, schema in LITERALS)
-        parts.append(
-            "\n\n#: The OpenAPI schema each type mirrors, by the schema's name.\n"
-            f"SCHEMAS: dict[str, type] = {{\n{schemas}}}\n\n"
-            "#: The OpenAPI enum each ``Literal`` mirrors, by the schema's name.\n"
-            f"ENUMS: dict[str, object] = {{\n{enums}}}\n\n"
-        )
-        names = [n for n, _ in LITERALS + MODELS] + ["SCHEMAS", "ENUMS"]
+        if literals:
+            parts.append("\n")
+        parts.append("\n\n".join(self.render_model(name, schema) for name, schema in models))
+        schemas = "".join(f'    "{schema}": {name},\n' for name, schema in models)
+        enums = "".join(f'    "{schema}": {name},\n' for name, schema in literals)
+        if env:
+            parts.append(
+                f"\n\n\nSCHEMAS.update(\n    {{\n{indent(schemas)}    }}\n)\n"
+                f"ENUMS.update(\n    {{\n{indent(enums)}    }}\n)\n\n"
+            )
+            names = [n for n, _ in literals + models]
+        else:
+            parts.append(
+                "\n\n#: The OpenAPI schema each type mirrors, by the schema's name.\n"
+                f"SCHEMAS: dict[str, type] = {{\n{schemas}}}\n\n"
+                "#: The OpenAPI enum each ``Literal`` mirrors, by the schema's name.\n"
+                f"ENUMS: dict[str, object] = {{\n{enums}}}\n\n"
+            )
+            names = [n for n, _ in literals + models] + ["SCHEMAS", "ENUMS"]
         parts.append("__all__ = [\n" + "".join(f'    "{n}",\n' for n in names) + "]\n")
         return "".join(parts)
+
+
+def indent(text: str) -> str:
+    return "".join(f"    {line}\n" for line in text.splitlines())
 
 
 def wrap(text: str, width: int) -> list[str]:
@@ -274,9 +305,16 @@ def body(keys: dict[str, str]) -> str:
     return "".join(f"    {k}: {h}\n" for k, h in keys.items())
 
 
-def render(doc: dict[str, Any]) -> str:
-    """The file's text for an OpenAPI document."""
-    return Renderer(doc["components"]["schemas"]).render()
+def render(doc: dict[str, Any]) -> dict[str, str]:
+    """Each file's name (in the package) and text for an OpenAPI document."""
+    renderer = Renderer(doc["components"]["schemas"])
+    return {
+        "_wire_types.py": renderer.render(MODELS, LITERALS, []),
+        "_wire_batch_types.py": renderer.render(BATCH_MODELS, [], ["_wire_types"]),
+        "_wire_env_types.py": renderer.render(
+            ENV_MODELS, ENV_LITERALS, ["_wire_types", "_wire_batch_types"]
+        ),
+    }
 
 
 def main() -> None:
@@ -288,8 +326,9 @@ def main() -> None:
     else:
         binary = os.environ.get("CRUCIBLE_BIN", str(ROOT / "target/debug/crucible"))
         doc = json.loads(subprocess.run([binary, "openapi"], check=True, capture_output=True).stdout)
-    OUT.write_text(render(doc))
-    print(f"wrote {OUT.relative_to(ROOT)}", file=sys.stderr)
+    for name, text in render(doc).items():
+        (PACKAGE / name).write_text(text)
+        print(f"wrote {(PACKAGE / name).relative_to(ROOT)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

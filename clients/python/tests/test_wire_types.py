@@ -23,10 +23,11 @@ import httpx
 import pytest
 from conftest import Server
 
-from crucible_client import _wire_types, base
+from crucible_client import _wire_batch_types, _wire_env_types, _wire_types, base
 from crucible_client import env_types
 from crucible_client import types as wire
 
+GENERATED = (_wire_types, _wire_batch_types, _wire_env_types)
 GENERATOR = Path(__file__).resolve().parents[3] / "scripts" / "gen_python_types.py"
 
 
@@ -36,16 +37,18 @@ def test_the_generated_types_are_the_servers_document(server: Server):
     generator = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(generator)
     doc = httpx.get(f"{server.url}/openapi.json", timeout=30.0).json()
-    committed = Path(_wire_types.__file__).read_text()
-    rendered = generator.render(doc)
-    diff = "".join(
-        difflib.unified_diff(
-            committed.splitlines(keepends=True),
-            rendered.splitlines(keepends=True),
-            "committed _wire_types.py",
-            "rendered from the server's /openapi.json",
+    package = Path(_wire_types.__file__).parent
+    diff = ""
+    for name, rendered in generator.render(doc).items():
+        committed = (package / name).read_text()
+        diff += "".join(
+            difflib.unified_diff(
+                committed.splitlines(keepends=True),
+                rendered.splitlines(keepends=True),
+                f"committed {name}",
+                f"{name} rendered from the server's /openapi.json",
+            )
         )
-    )
     assert not diff, f"run `python3 scripts/gen_python_types.py` to update it:\n{diff}"
 
 
@@ -118,14 +121,14 @@ def test_every_modelled_type_is_checked():
     # none of their own (their names come from the generated one).
     typed_dicts = {
         name
-        for module in (wire, env_types, _wire_types)
+        for module in (wire, env_types, *GENERATED)
         for name, value in vars(module).items()
         if inspect.isclass(value)
         and typing.is_typeddict(value)
         and not name.startswith("_")
     }
     assert typed_dicts == {t.__name__ for t in wire.SCHEMAS.values()}
-    assert {t.__module__ for t in wire.SCHEMAS.values()} == {_wire_types.__name__}
+    assert {t.__module__ for t in wire.SCHEMAS.values()} == {m.__name__ for m in GENERATED}
 
 
 @pytest.mark.parametrize("schema_name", sorted(wire.SCHEMAS))
