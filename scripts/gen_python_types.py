@@ -11,7 +11,8 @@ API's OpenAPI document, so that they are the server's schemas field for field.
 `render` and fails when the committed file differs.
 
 What is written here by hand is only which schemas the client models and under which Python
-name (`MODELS`, `LITERALS`); everything about a type (its keys, which are required, which may be
+name (`MODELS`, `BATCH_MODELS`, `ENV_MODELS`, `LITERALS`, `ENV_LITERALS`: which file each goes to);
+everything about a type (its keys, which are required, which may be
 null, what each holds, an enum's values, the docstring) comes from the document. Python 3.10 has
 no `NotRequired`: a type with optional keys is its required part plus a `total=False` part, and a
 key that is a Python keyword (`class`) is declared in TypedDict's functional form.
@@ -249,7 +250,7 @@ class Renderer:
     ) -> str:
         """One file. The first (no ``earlier`` modules) defines ``SCHEMAS`` and ``ENUMS``; a
         later one imports the earlier ones' names and registers its own in the same maps."""
-        env = bool(earlier)
+        later = bool(earlier)
         imports = "".join(f"from .{module} import *  # noqa: F403\n" for module in earlier)
         if earlier:
             imports = "\nfrom ._wire_types import ENUMS, SCHEMAS\n" + imports
@@ -261,7 +262,7 @@ class Renderer:
         parts.append("\n\n".join(self.render_model(name, schema) for name, schema in models))
         schemas = "".join(f'    "{schema}": {name},\n' for name, schema in models)
         enums = "".join(f'    "{schema}": {name},\n' for name, schema in literals)
-        if env:
+        if later:
             parts.append(
                 f"\n\n\nSCHEMAS.update(\n    {{\n{indent(schemas)}    }}\n)\n"
                 f"ENUMS.update(\n    {{\n{indent(enums)}    }}\n)\n\n"
