@@ -47,7 +47,7 @@ TRAINER_NO_DEPS_PACKAGES=('openrlhf==0.11.2' 'nemo-gym==0.4.0')
 # What each of those is imported as: a cached venv that lacks one is made again.
 TRAINER_MODULES=(tinker_cookbook skyrl_gym openenv.core.env_client verifiers.v1 aiohttp pylatexenc
   openrlhf.utils.agent verl.experimental.agent_loop trl jmespath nemo_gym.base_resources_server
-  resources_servers.gymnasium torch httpx pytest)
+  resources_servers.gymnasium torch httpx tenacity pytest)
 ensure_trainers_python() {
   local venv torch_dir imports
   venv="${CRUCIBLE_TRAINERS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/crucible/trainers-venv}"
@@ -63,7 +63,7 @@ ensure_trainers_python() {
   "$CRUCIBLE_PYTHON" -m venv "$venv" >&2
   torch_dir=$("$CRUCIBLE_PYTHON" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
   "$venv/bin/python" -c 'import site, sys; open(site.getsitepackages()[0] + "/crucible-torch.pth", "w").write(sys.argv[1] + "\n")' "$torch_dir"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check "${TRAINER_PACKAGES[@]}" httpx pytest >&2
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "${TRAINER_PACKAGES[@]}" httpx tenacity pytest >&2
   # --ignore-requires-python for nemo-gym alone among these (see above).
   "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --ignore-requires-python \
     "${TRAINER_NO_DEPS_PACKAGES[@]}" >&2
@@ -82,9 +82,10 @@ ensure_python() {
     # load_inline builds with ninja (venvs made before it was needed lack it).
     "$venv/bin/python" -c 'import ninja' 2>/dev/null ||
       "$venv/bin/pip" install --quiet --disable-pip-version-check ninja
-    # The Python client's tests (clients/python) need httpx and pytest.
-    "$venv/bin/python" -c 'import httpx, pytest' 2>/dev/null ||
-      "$venv/bin/pip" install --quiet --disable-pip-version-check httpx pytest
+    # The Python client's tests (clients/python) need its dependencies (httpx, tenacity),
+    # pytest and unasync (the check that client.py is generated from aio.py).
+    "$venv/bin/python" -c 'import httpx, tenacity, pytest, unasync' 2>/dev/null ||
+      "$venv/bin/pip" install --quiet --disable-pip-version-check httpx tenacity pytest unasync
     export CRUCIBLE_PYTHON="$venv/bin/python"; return 0
   fi
   if [ -z "${CRUCIBLE_FORCE_VENV:-}" ] && python3 -c 'import torch, triton' 2>/dev/null; then
@@ -96,7 +97,7 @@ ensure_python() {
   rm -rf "$venv.partial"
   python3 -m venv "$venv.partial"
   "$venv.partial/bin/pip" install --quiet --disable-pip-version-check --upgrade pip
-  "$venv.partial/bin/pip" install --quiet --disable-pip-version-check torch triton numpy ninja httpx pytest
+  "$venv.partial/bin/pip" install --quiet --disable-pip-version-check torch triton numpy ninja httpx tenacity pytest unasync
   "$venv.partial/bin/python" -c 'import torch, triton' || { log "venv has no working torch"; return 1; }
   # Made under a temporary name and moved at the end, so an interrupted install is redone.
   rm -rf "$venv" && mv "$venv.partial" "$venv"

@@ -57,15 +57,17 @@ if [[ -n "${OLD_WORKER:-}" ]]; then
   cp "$OLD_WORKER" .gpu-run/bin-old/crucible-worker
   ln -s ../bin/crucible-api .gpu-run/bin-old/crucible-api
 fi
-# The Python client's one dependency (httpx, pure Python, with its own) for the GPU machine,
-# which has no package index.
+# The Python client's dependencies (httpx with its own, and tenacity; all pure Python) for the
+# GPU machine, which has no package index.
 mkdir -p .gpu-run/pylib
 "$CRUCIBLE_PYTHON" - .gpu-run/pylib <<'PYEOF'
 import importlib, pathlib, shutil, sys
-for name in ["httpx", "httpcore", "h11", "anyio", "sniffio", "idna", "certifi"]:
+for name in ["httpx", "tenacity", "httpcore", "h11", "anyio", "sniffio", "idna", "certifi"]:
     try:
         src = pathlib.Path(importlib.import_module(name).__file__).parent
     except ImportError:
+        if name in ("httpx", "tenacity"):  # the client's own: a bundle without one is broken
+            raise
         continue  # not every httpx version needs every one of these
     shutil.copytree(src, pathlib.Path(sys.argv[1]) / name, ignore=shutil.ignore_patterns("__pycache__"))
 PYEOF

@@ -70,8 +70,8 @@ CRUCIBLE_API_BIN="$PWD/target/debug/crucible-api" bash scripts/fuzz-api.sh
 # and a rolling restart; fails unless 0 lost, 0 duplicated, 0 failed, 0 leaked (about 2 min).
 CRUCIBLE_BIN_DIR="$PWD/target/debug" bash scripts/chaos.sh --profile ci --log-dir "${CRUCIBLE_CHAOS_LOGS:-/tmp/crucible-chaos/ci-$$}"
 # The Python client against a live `crucible up` (the debug binary built above).
-"$CRUCIBLE_PYTHON" -c 'import httpx, pytest' 2>/dev/null ||
-  "$CRUCIBLE_PYTHON" -m pip install --quiet --disable-pip-version-check httpx pytest
+"$CRUCIBLE_PYTHON" -c 'import httpx, tenacity, pytest, unasync' 2>/dev/null ||
+  "$CRUCIBLE_PYTHON" -m pip install --quiet --disable-pip-version-check httpx tenacity pytest unasync
 CRUCIBLE_BIN="$PWD/target/debug/crucible" "$CRUCIBLE_PYTHON" -m pytest -q -p no:cacheprovider clients/python/tests
 # The README's and docs' examples marked `<!-- example: run -->`, as written, against a live
 # `crucible up --cpu` (about 1.5 min); those needing a trainer package are skipped here.

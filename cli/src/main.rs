@@ -133,6 +133,9 @@ enum Command {
     /// A batch's report: correct rate, fast_p, speedups, hacks and decoys per level; prints a
     /// table and writes the JSON with `--json`.
     Report(report_cmd::ReportArgs),
+    /// Print the API's OpenAPI document (what a server serves at `/openapi.json`), without a
+    /// server: the Python client's wire types are generated from it.
+    Openapi,
     /// Multi-turn episodes on a running service: start, post a turn, show.
     Episodes {
         #[command(subcommand)]
@@ -288,6 +291,11 @@ async fn main() -> anyhow::Result<()> {
         Command::Workers { command } => workers_cmd::run(command).await,
         Command::Cancel { id, remote } => cancel_cmd::run(&id, remote).await,
         Command::Report(args) => report_cmd::run(args).await,
+        Command::Openapi => {
+            let doc = crucible_api_server::openapi::doc();
+            println!("{}", serde_json::to_string_pretty(&doc)?);
+            Ok(())
+        }
         Command::Doctor(args) => {
             if !doctor::run(args).await? {
                 use std::io::Write;

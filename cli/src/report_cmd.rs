@@ -5,7 +5,7 @@
 use crate::Remote;
 use anyhow::{Context, bail};
 use crucible_shared::BatchId;
-use crucible_shared::report::{BatchReport, GroupReport};
+use crucible_shared::report::{BatchReport, FAST_P_THRESHOLDS, GroupReport};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -49,49 +49,58 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Pure: the table `crucible report` prints, a row per level and one for all.
+/// The table's column names: the fast_p columns named after the thresholds the report has.
+fn header() -> Vec<String> {
+    let fast = FAST_P_THRESHOLDS.iter().map(|p| format!("fast_{p}"));
+    let speed = ["mean_x", "geomean", "hacks", "decoys"].map(String::from);
+    ["level", "samples", "correct"]
+        .map(String::from)
+        .into_iter()
+        .chain(fast)
+        .chain(speed)
+        .collect()
+}
+
+/// Pure: the table `crucible report` prints, a row per level and one for all: the level's
+/// name left-aligned, the figures right-aligned, one space between columns.
 pub fn table(report: &BatchReport) -> String {
-    let mut out = format!(
-        "batch {} ({:?}){}\n{:<8} {:>7} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>5} {:>6}\n",
+    let mut table = comfy_table::Table::new();
+    table
+        .load_style(comfy_table::presets::NOTHING)
+        .set_header(header());
+    let row = |name: String, g: &GroupReport| {
+        let speed = |x: Option<f64>| x.map_or("-".to_owned(), |v| format!("{v:.3}"));
+        let mut cells = vec![
+            name,
+            g.samples.to_string(),
+            format!("{:.3}", g.correct_rate),
+        ];
+        cells.extend(g.fast_p.iter().map(|f| format!("{:.3}", f.rate)));
+        cells.extend([
+            speed(g.mean_speedup),
+            speed(g.geomean_speedup),
+            g.hacks.to_string(),
+            g.decoys.to_string(),
+        ]);
+        cells
+    };
+    for g in &report.levels {
+        table.add_row(row(g.level.map_or("none".to_owned(), |l| l.to_string()), g));
+    }
+    table.add_row(row("all".to_owned(), &report.overall));
+    for (n, column) in table.column_iter_mut().enumerate() {
+        column.set_padding((0, 1));
+        if n > 0 {
+            column.set_cell_alignment(comfy_table::CellAlignment::Right);
+        }
+    }
+    format!(
+        "batch {} ({:?}){}\n{}\n",
         report.batch_id,
         report.source,
         if report.done { "" } else { ", still running" },
-        "level",
-        "samples",
-        "correct",
-        "fast_0",
-        "fast_1",
-        "fast_1.2",
-        "fast_1.5",
-        "fast_2",
-        "mean_x",
-        "geomean",
-        "hacks",
-        "decoys",
-    );
-    let row = |name: String, g: &GroupReport| {
-        let speed = |x: Option<f64>| x.map_or("-".to_owned(), |v| format!("{v:.3}"));
-        let fast: Vec<String> = g.fast_p.iter().map(|f| format!("{:.3}", f.rate)).collect();
-        format!(
-            "{name:<8} {:>7} {:>8.3} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>5} {:>6}\n",
-            g.samples,
-            g.correct_rate,
-            fast[0],
-            fast[1],
-            fast[2],
-            fast[3],
-            fast[4],
-            speed(g.mean_speedup),
-            speed(g.geomean_speedup),
-            g.hacks,
-            g.decoys,
-        )
-    };
-    for g in &report.levels {
-        out += &row(g.level.map_or("none".to_owned(), |l| l.to_string()), g);
-    }
-    out += &row("all".to_owned(), &report.overall);
-    out
+        table.trim_fmt(),
+    )
 }
 
 #[cfg(test)]
@@ -117,6 +126,12 @@ mod tests {
         let text = table(&report);
         let rows: Vec<&str> = text.lines().collect();
         assert_eq!(rows.len(), 5, "{text}");
+        assert!(
+            rows[1].starts_with("level ")
+                && rows[1].contains(" fast_1.2 ")
+                && rows[1].ends_with(" decoys"),
+            "{text}"
+        );
         assert!(
             rows[2].starts_with("1 ") && rows[2].contains("2.000"),
             "{text}"

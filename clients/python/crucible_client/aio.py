@@ -1,16 +1,17 @@
-"""The asyncio client of the Crucible HTTP API: the same API as ``client.Client``; several
-batches are long-polled at once."""
+"""The client of the Crucible HTTP API, written once: ``aio.py`` is ``AsyncClient`` (asyncio)
+and ``client.py``, its blocking twin ``Client``, is generated from it by unasync
+(``scripts/gen_sync_client.py``; tests/test_sync_client.py fails when it is stale). What is not
+the same code in both is how several batches are read (``_polls``); what both share besides is
+in ``base``."""
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 import httpx
+import tenacity
 
 from .base import (
     _OK,
@@ -23,6 +24,7 @@ from .base import (
     _batch_ids,
     _batch_params,
     _check_wait,
+    _decode,
     _deadline,
     _episode_body,
     _evaluate_body,
@@ -49,7 +51,8 @@ from .env_types import (
     Split,
     TurnView,
 )
-from .retry import DEFAULT_RETRY, RETRYABLE_ERRORS, RetryPolicy
+from ._polls import AsyncPolls
+from .retry import DEFAULT_RETRY, RetryPolicy
 from .types import (
     Backend,
     BatchCancelResponse,
@@ -71,8 +74,15 @@ from .types import (
 )
 
 
-class AsyncClient(_Base):
-    """The same API as ``Client`` for asyncio; several batches are long-polled at once."""
+class AsyncClient(AsyncPolls, _Base):
+    """``AsyncClient`` for asyncio; ``Client``, blocking, one per thread or shared
+    (``httpx.Client`` is thread-safe).
+
+    ``token`` is the bearer token of a tenant (``$CRUCIBLE_TOKEN`` when not given); ``retry``
+    bounds the retries of each request on 429, 502-504 and lost connections; ``timeout`` is
+    the per-request timeout (a long-poll's read gets its ``wait`` on top). ``transport``
+    replaces the network, e.g. ``httpx.MockTransport`` in tests.
+    """
 
     def __init__(
         self,
@@ -111,59 +121,59 @@ class AsyncClient(_Base):
         wait_s: float = 0.0,
         answers: frozenset[int] = _OK,
     ) -> Any:
-        started = time.monotonic()
-        for attempt in itertools.count(1):
-            outcome: httpx.Response | Exception
-            try:
-                outcome = await self._http.request(
-                    method,
-                    path,
-                    params=params,
-                    json=json,
-                    timeout=_read_timeout(self._timeout, wait_s),
-                )
-            except RETRYABLE_ERRORS as e:
-                outcome = e
-            done, value = self._settle(outcome, answers, attempt, started)
-            if done:
-                return value
-            await asyncio.sleep(value)
-        raise AssertionError("unreachable: itertools.count never ends")
+        response = await self._retrying(answers, tenacity.AsyncRetrying)(
+            self._http.request,
+            method,
+            path,
+            params=params,
+            json=json,
+            timeout=_read_timeout(self._timeout, wait_s),
+        )
+        return _decode(response, answers)
 
     async def health(self) -> HealthStatus:
-        """See ``Client.health``."""
+        """``GET /health``: ``status`` ``ok``, ``degraded`` (no worker ready) or
+        ``unavailable`` (broker down, HTTP 503: returned, not raised, since it is the
+        answer a probe asks for)."""
         return await self._request("GET", "/health", answers=frozenset({200, 503}))
 
     async def queue_status(self) -> QueueStatus:
-        """See ``Client.queue_status``."""
+        """``GET /queue/status``: depth by priority, running, cap and lifetime counters."""
         return await self._request("GET", "/queue/status")
 
     async def problems(self) -> list[ProblemInfo]:
-        """See ``Client.problems``."""
+        """Every problem of the server's registry, without sources."""
         return (await self._request("GET", "/problems"))["problems"]
 
     async def problem(self, level: int, id: int) -> Problem:
-        """See ``Client.problem``."""
+        """One problem with its reference source; CrucibleError (404) when unknown."""
         return await self._request("GET", f"/problems/{level}/{id}")
 
     async def task(self, task_id: str, *, wait: float = 0.0) -> TaskView:
-        """See ``Client.task``."""
+        """``GET /tasks/{id}``, long-polling up to ``wait`` seconds for it to finish."""
         return await self._request(
             "GET", f"/tasks/{task_id}", params={"wait": _check_wait(wait)}, wait_s=wait
         )
 
     async def batch(self, batch_id: str, *, include_tasks: bool = False) -> BatchStatus:
-        """See ``Client.batch``."""
+        """``GET /batches/{id}``: the batch's counts by status and its task ids, with every
+        task's view when ``include_tasks``."""
         return await self._request(
             "GET", f"/batches/{batch_id}", params=_batch_params(include_tasks)
         )
 
     async def cancel_task(self, task_id: str) -> CancelResponse:
-        """See ``Client.cancel_task``."""
+        """``DELETE /tasks/{id}``: a queued task never runs, a running one has its child
+        killed (at its worker's next lease renewal). A task that already finished raises
+        ``CrucibleError`` 409 (``CONFLICT``); an unknown one, or another tenant's, 404."""
         return await self._request("DELETE", f"/tasks/{task_id}")
 
     async def cancel_batch(self, batch_id: str) -> BatchCancelResponse:
-        """See ``Client.cancel_batch``."""
+        """``DELETE /batches/{id}``: cancels every open task of a batch (a rollout batch's
+        too: its cancelled rollouts read back as ``cancelled``, without a reward) and returns
+        what became of each distinct task (``cancelled_queued``, ``cancelled_running``,
+        ``already_finished``). Cancelling a finished batch is not an error. A ``Submission``
+        of several batches: cancel each of its ``batch_ids``."""
         return await self._request("DELETE", f"/batches/{batch_id}")
 
     async def submit(
@@ -176,7 +186,10 @@ class AsyncClient(_Base):
         timing: Timing | str | None = None,
         **opts: Any,
     ) -> SubmitResponse:
-        """See ``Client.submit``."""
+        """``POST /evaluate`` without waiting: the new task (``status`` ``queued``), or the
+        earlier one that answers it (``cached``, ``coalesced``, ``deduplicated``). Follow it
+        with ``task(task_id, wait=...)``, stop it with ``cancel_task``. Arguments as
+        ``evaluate``."""
         body = _evaluate_body(reference_code, kernel_code, problem, backend, opts, timing)
         return await self._request("POST", "/evaluate", json=body)
 
@@ -192,7 +205,20 @@ class AsyncClient(_Base):
         timing: Timing | str | None = None,
         **opts: Any,
     ) -> TaskView:
-        """See ``Client.evaluate``."""
+        """Evaluates one kernel against ``reference_code`` or a registry ``problem`` and
+        returns the finished task (``status`` ``done`` with its ``result``, or ``failed`` /
+        ``cancelled`` with an ``error``).
+
+        ``opts`` are the other ``POST /evaluate`` fields (``num_correct_trials``,
+        ``num_perf_trials``, ``timeout_s``, ``priority``, ``seed``, ``precision``,
+        ``timing_method``, ``reference_backend``, ...). Each long-poll
+        waits up to ``wait`` seconds; ``timeout`` bounds the whole call and None leaves it to
+        the server's own task timeouts. Past it, ``TaskTimeout`` (a ``TimeoutError``) carries
+        the ``task_id``: the task goes on on the server, to read later or cancel. ``timing`` is
+        ``"adaptive"`` (stop timing once the median is known to 0.1 %, at most 2 s of timed
+        calls per model), a ``Timing`` mapping with its own ``target_rel_error`` and
+        ``max_time_ms``, or None: the fixed ``num_perf_trials`` calls (KernelBench's protocol).
+        """
         body = _evaluate_body(reference_code, kernel_code, problem, backend, opts, timing)
         deadline = _deadline(timeout)
         first = _submit_wait(wait, deadline)
@@ -210,7 +236,12 @@ class AsyncClient(_Base):
         eval: EvalSettings | None = None,
         idempotency_key: str | None = None,
     ) -> Submission:
-        """See ``Client.submit_rollouts``."""
+        """Submits rollouts for scoring, in batches of at most 1,000.
+
+        A new key is made when none is given; pass your own to make the whole submission
+        safe to repeat across a crash of your process (the same key returns the same
+        batches). The returned ``Submission`` is what ``stream_results`` reads.
+        """
         key = idempotency_key or str(uuid.uuid4())
         answers = [
             await self._request("POST", "/rollouts", json=body)
@@ -236,39 +267,19 @@ class AsyncClient(_Base):
         timeout: float | None = None,
         limit: int = MAX_RESULTS_PAGE,
     ) -> AsyncIterator[RolloutResult]:
-        """See ``Client.stream_results``; here every open batch is long-polled at once, so
-        results arrive in completion order across batches too."""
+        """Yields every rollout result of ``batches`` as evaluations finish, until all are in.
+
+        Each request long-polls up to ``wait`` seconds for new results; ``timeout`` bounds
+        the whole stream (TimeoutError) and None waits for the server's own task timeouts.
+        With several batches open, ``AsyncClient`` long-polls them all at once (results in
+        completion order across batches too); ``Client`` polls each for at most a second in
+        turn.
+        """
         _check_wait(wait)
         deadline = _deadline(timeout)
         cursors = dict.fromkeys(_batch_ids(batches), 0)
-        polls: dict[asyncio.Task[RolloutResultsPage], str] = {}
-
-        def poll(batch_id: str) -> None:
-            page = self._results_page(
-                batch_id,
-                cursors[batch_id],
-                _poll_wait(wait, deadline, f"batch {batch_id}"),
-                limit,
-            )
-            polls[asyncio.ensure_future(page)] = batch_id
-
-        for batch_id in cursors:
-            poll(batch_id)
-        try:
-            while polls:
-                finished, _ = await asyncio.wait(polls, return_when=asyncio.FIRST_COMPLETED)
-                for task in finished:
-                    batch_id = polls.pop(task)
-                    page = task.result()
-                    cursors[batch_id] = page["cursor"]
-                    for result in page["results"]:
-                        yield result
-                    if not page["done"]:
-                        poll(batch_id)
-        finally:
-            # A consumer that stops early (or a failed poll) leaves the others running.
-            for task in polls:
-                task.cancel()
+        async for result in self._poll_batches(cursors, wait, deadline, limit):
+            yield result
 
     async def wait_results(
         self,
@@ -277,7 +288,7 @@ class AsyncClient(_Base):
         wait: float = 30.0,
         timeout: float | None = None,
     ) -> dict[str, RolloutResult]:
-        """See ``Client.wait_results``."""
+        """Every result of ``batches`` by rollout id, in the order they finished."""
         return {r["id"]: r async for r in self.stream_results(batches, wait=wait, timeout=timeout)}
 
     async def score_rollouts(
@@ -289,7 +300,7 @@ class AsyncClient(_Base):
         wait: float = 30.0,
         timeout: float | None = None,
     ) -> list[RolloutResult]:
-        """See ``Client.score_rollouts``."""
+        """Submits ``rollouts`` and returns their results in the same order."""
         submission = await self.submit_rollouts(rollouts, eval, idempotency_key)
         results = await self.wait_results(submission, wait=wait, timeout=timeout)
         return [results[r["id"]] for r in rollouts]
@@ -304,7 +315,9 @@ class AsyncClient(_Base):
         test_fraction: float | None = None,
         seed: int | None = None,
     ) -> ProblemSet:
-        """See ``Client.problem_set``."""
+        """``GET /problem-sets``: the train and test problems of ``level`` with
+        ``start <= id <= end``, split by seed and content hash (every replica and run agrees).
+        A parameter left None takes the server's default."""
         params = _problem_set_selection(level, start, end, backend, test_fraction, seed)
         return await self._request("GET", "/problem-sets", params=params)
 
@@ -324,13 +337,18 @@ class AsyncClient(_Base):
         test_fraction: float | None = None,
         seed: int | None = None,
     ) -> ProblemBatch:
-        """See ``Client.problem_batch``."""
+        """``POST /problem-sets/batches``: the problems of step ``step`` of epoch ``epoch``
+        (``steps_per_epoch`` and ``last_step`` say where the epoch ends), each with its
+        ``group_size``. Parameters left None take the server's defaults (kernel_rl's: train
+        split, batch_size 4, group_size 4, shuffled)."""
         selection = _problem_set_selection(level, start, end, backend, test_fraction, seed)
         body = _problem_batch_body(epoch, step, selection, split, batch_size, group_size, shuffle)
         return await self._request("POST", "/problem-sets/batches", json=body)
 
     async def report(self, batch_id: str) -> BatchReport:
-        """See ``Client.report``."""
+        """``GET /batches/{id}/report``: correct rate, fast_p (p = 0, 1, 1.2, 1.5, 2),
+        mean and geometric-mean speedup, hacks and decoys, per level and overall, of a
+        ``/rollouts`` or ``/evaluate/batch`` batch."""
         return await self._request("GET", f"/batches/{batch_id}/report")
 
     async def start_episode(
@@ -350,7 +368,8 @@ class AsyncClient(_Base):
         eval: EvalSettings | None = None,
         group_size: int | None = None,
     ) -> EpisodesStarted:
-        """See ``Client.start_episode``."""
+        """``POST /episodes``: start an episode of a problem (or ``group_size`` of them, a GRPO
+        group) and get its first prompt; ``episodes.Episode`` / ``EpisodeGroup`` drive it."""
         body = _episode_body(
             problem=problem,
             reference_code=reference_code,
@@ -371,7 +390,10 @@ class AsyncClient(_Base):
     async def post_turn(
         self, episode_id: str, completion: str, *, turn: int | None = None, wait: float = 0.0
     ) -> TurnView:
-        """See ``Client.post_turn``."""
+        """``POST /episodes/{id}/turns``: the completion of a turn, waiting up to ``wait``
+        seconds for its reward (``status`` ``pending`` if it is not scored by then). Posting the
+        same completion again is safe: the same turn comes back (a ``failed`` one is evaluated
+        again); another completion for a taken turn is a CrucibleError (409)."""
         return await self._request(
             "POST",
             f"/episodes/{episode_id}/turns",
@@ -381,13 +403,15 @@ class AsyncClient(_Base):
         )
 
     async def episode(self, episode_id: str, *, wait: float = 0.0) -> EpisodeView:
-        """See ``Client.episode``."""
+        """``GET /episodes/{id}``: every turn so far, long-polling up to ``wait`` seconds for
+        the last one."""
         return await self._request(
             "GET", f"/episodes/{episode_id}", params={"wait": _check_wait(wait)}, wait_s=wait
         )
 
     async def turn(self, episode_id: str, turn: int, *, wait: float = 0.0) -> TurnView:
-        """See ``Client.turn``."""
+        """``GET /episodes/{id}/turns/{turn}``, long-polling up to ``wait`` seconds while it
+        is evaluated."""
         return await self._request(
             "GET",
             f"/episodes/{episode_id}/turns/{turn}",
@@ -404,6 +428,9 @@ class AsyncClient(_Base):
         thinking: bool = False,
         k: int | None = None,
     ) -> Prompt:
-        """See ``Client.prompt``."""
+        """``POST /prompts``: the first-turn prompt of a registered ``problem`` (``(level,
+        id)`` or a problem dict) or of ``reference_code``: the text, its settings, the ids of
+        its examples and the response format. ``option`` ``raicl`` retrieves ``k`` examples
+        from the server's corpus (CrucibleError 409 when it has none)."""
         body = _prompt_body(problem, reference_code, option, backend, thinking, k)
         return await self._request("POST", "/prompts", json=body)

@@ -15,7 +15,7 @@ from typing import Any, cast
 import httpx
 
 from .errors import CrucibleError, TaskTimeout
-from .retry import RETRYABLE_STATUS, RetryPolicy, retry_after_seconds
+from .retry import R, RetryPolicy, retrying
 from .types import (
     Backend,
     EvalSettings,
@@ -347,24 +347,9 @@ class _Base:
         self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
         self._retry = retry
 
-    def _settle(
-        self,
-        outcome: httpx.Response | Exception,
-        answers: frozenset[int],
-        attempt: int,
-        started: float,
-    ) -> tuple[bool, Any]:
-        """What one attempt comes to: ``(True, decoded answer)``, or ``(False, seconds to wait
-        before the next attempt)``; raises once the retry policy gives up."""
-        if isinstance(outcome, httpx.Response) and (
-            outcome.status_code in answers or outcome.status_code not in RETRYABLE_STATUS
-        ):
-            return True, _decode(outcome, answers)
-        asked = retry_after_seconds(outcome) if isinstance(outcome, httpx.Response) else None
-        delay = self._retry.next_delay(attempt, time.monotonic() - started, asked)
-        if delay is None:
-            raise _exhausted(outcome, attempt)
-        return False, delay
+    def _retrying(self, answers: frozenset[int], kind: type[R]) -> R:
+        """The retries of one request whose answers are ``answers`` (``retry.retrying``)."""
+        return retrying(self._retry, answers, _exhausted, kind)
 
 
 def _episode_body(

@@ -1,19 +1,21 @@
-"""The synchronous client of the Crucible HTTP API (``aio.AsyncClient`` is its asyncio twin;
-what both share is in ``base``)."""
+# GENERATED from aio.py by scripts/gen_sync_client.py (unasync): do not edit.
+"""The client of the Crucible HTTP API, written once: ``aio.py`` is ``AsyncClient`` (asyncio)
+and ``client.py``, its blocking twin ``Client``, is generated from it by unasync
+(``scripts/gen_sync_client.py``; tests/test_sync_client.py fails when it is stale). What is not
+the same code in both is how several batches are read (``_polls``); what both share besides is
+in ``base``."""
 
 from __future__ import annotations
 
-import itertools
-import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Iterable, Mapping, Sequence
 from typing import Any
 
 import httpx
+import tenacity
 
 from .base import (
     _OK,
-    _SHARED_POLL_S,
     DEFAULT_TIMEOUT,
     DEFAULT_URL,
     MAX_RESULTS_PAGE,
@@ -23,6 +25,7 @@ from .base import (
     _batch_ids,
     _batch_params,
     _check_wait,
+    _decode,
     _deadline,
     _episode_body,
     _evaluate_body,
@@ -49,7 +52,8 @@ from .env_types import (
     Split,
     TurnView,
 )
-from .retry import DEFAULT_RETRY, RETRYABLE_ERRORS, RetryPolicy
+from ._polls import SyncPolls
+from .retry import DEFAULT_RETRY, RetryPolicy
 from .types import (
     Backend,
     BatchCancelResponse,
@@ -71,8 +75,9 @@ from .types import (
 )
 
 
-class Client(_Base):
-    """Blocking client; one per thread or shared (``httpx.Client`` is thread-safe).
+class Client(SyncPolls, _Base):
+    """``AsyncClient`` for asyncio; ``Client``, blocking, one per thread or shared
+    (``httpx.Client`` is thread-safe).
 
     ``token`` is the bearer token of a tenant (``$CRUCIBLE_TOKEN`` when not given); ``retry``
     bounds the retries of each request on 429, 502-504 and lost connections; ``timeout`` is
@@ -117,24 +122,15 @@ class Client(_Base):
         wait_s: float = 0.0,
         answers: frozenset[int] = _OK,
     ) -> Any:
-        started = time.monotonic()
-        for attempt in itertools.count(1):
-            outcome: httpx.Response | Exception
-            try:
-                outcome = self._http.request(
-                    method,
-                    path,
-                    params=params,
-                    json=json,
-                    timeout=_read_timeout(self._timeout, wait_s),
-                )
-            except RETRYABLE_ERRORS as e:
-                outcome = e
-            done, value = self._settle(outcome, answers, attempt, started)
-            if done:
-                return value
-            time.sleep(value)
-        raise AssertionError("unreachable: itertools.count never ends")
+        response = self._retrying(answers, tenacity.Retrying)(
+            self._http.request,
+            method,
+            path,
+            params=params,
+            json=json,
+            timeout=_read_timeout(self._timeout, wait_s),
+        )
+        return _decode(response, answers)
 
     def health(self) -> HealthStatus:
         """``GET /health``: ``status`` ``ok``, ``degraded`` (no worker ready) or
@@ -148,7 +144,7 @@ class Client(_Base):
 
     def problems(self) -> list[ProblemInfo]:
         """Every problem of the server's registry, without sources."""
-        return self._request("GET", "/problems")["problems"]
+        return (self._request("GET", "/problems"))["problems"]
 
     def problem(self, level: int, id: int) -> Problem:
         """One problem with its reference source; CrucibleError (404) when unknown."""
@@ -163,7 +159,9 @@ class Client(_Base):
     def batch(self, batch_id: str, *, include_tasks: bool = False) -> BatchStatus:
         """``GET /batches/{id}``: the batch's counts by status and its task ids, with every
         task's view when ``include_tasks``."""
-        return self._request("GET", f"/batches/{batch_id}", params=_batch_params(include_tasks))
+        return self._request(
+            "GET", f"/batches/{batch_id}", params=_batch_params(include_tasks)
+        )
 
     def cancel_task(self, task_id: str) -> CancelResponse:
         """``DELETE /tasks/{id}``: a queued task never runs, a running one has its child
@@ -225,7 +223,9 @@ class Client(_Base):
         body = _evaluate_body(reference_code, kernel_code, problem, backend, opts, timing)
         deadline = _deadline(timeout)
         first = _submit_wait(wait, deadline)
-        view = self._request("POST", "/evaluate", params={"wait": first}, json=body, wait_s=first)
+        view = self._request(
+            "POST", "/evaluate", params={"wait": first}, json=body, wait_s=first
+        )
         while not _finished_view(view):
             poll = _poll_wait(wait, deadline, task_id=view["task_id"])
             view = self.task(view["task_id"], wait=poll)
@@ -272,21 +272,15 @@ class Client(_Base):
 
         Each request long-polls up to ``wait`` seconds for new results; ``timeout`` bounds
         the whole stream (TimeoutError) and None waits for the server's own task timeouts.
-        With several batches open each is polled for at most a second in turn.
+        With several batches open, ``AsyncClient`` long-polls them all at once (results in
+        completion order across batches too); ``Client`` polls each for at most a second in
+        turn.
         """
         _check_wait(wait)
         deadline = _deadline(timeout)
         cursors = dict.fromkeys(_batch_ids(batches), 0)
-        open_batches = list(cursors)
-        while open_batches:
-            per_poll = wait if len(open_batches) == 1 else min(wait, _SHARED_POLL_S)
-            for batch_id in list(open_batches):
-                poll = _poll_wait(per_poll, deadline, f"batch {batch_id}")
-                page = self._results_page(batch_id, cursors[batch_id], poll, limit)
-                cursors[batch_id] = page["cursor"]
-                yield from page["results"]
-                if page["done"]:
-                    open_batches.remove(batch_id)
+        for result in self._poll_batches(cursors, wait, deadline, limit):
+            yield result
 
     def wait_results(
         self,

@@ -378,6 +378,29 @@ def test_retries_stop_after_max_attempts_with_the_last_error():
     assert (e.value.status, e.value.code, e.value.attempts) == (503, "BROKER_UNAVAILABLE", 4)
 
 
+def test_the_deadline_ends_the_retries_of_both_clients_before_their_attempts_do():
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        body = {"code": "QUEUE_FULL", "message": "the queue is full", "field": None}
+        return httpx.Response(429, json=body, headers={"Retry-After": "30"})
+
+    # The server asks for 30 s, past the 1 s deadline: no second attempt.
+    late = RetryPolicy(max_attempts=50, base_delay_s=0.001, max_delay_s=0.01, deadline_s=1.0)
+    with client(handler, late) as c, pytest.raises(CrucibleError) as e:
+        c.queue_status()
+    assert (len(calls), e.value.status, e.value.attempts) == (1, 429, 1)
+
+    async def main() -> None:
+        async with async_client(handler, late) as c:
+            await c.queue_status()
+
+    with pytest.raises(CrucibleError) as e:
+        asyncio.run(main())
+    assert (len(calls), e.value.code, e.value.attempts) == (2, "QUEUE_FULL", 1)
+
+
 def test_an_unreachable_server_is_reported_as_such():
     def handler(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused", request=request)

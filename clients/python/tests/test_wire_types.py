@@ -3,24 +3,53 @@ that they cannot drift apart again: every field of every schema the client model
 ``TypedDict`` and every key of the ``TypedDict`` in the schema; a field is required in one
 exactly when in the other, nullable (``X | None``) in one exactly when in the other; a field
 that holds another modelled schema is typed with that schema's type; every ``Literal`` has its
-enum's values. ``types.SCHEMAS`` and ``types.ENUMS`` say which schema each type mirrors."""
+enum's values. ``types.SCHEMAS`` and ``types.ENUMS`` say which schema each type mirrors. The types
+are generated (``scripts/gen_python_types.py``): the first test renders the live document again
+and fails when the committed ``_wire_types.py`` differs."""
 
 from __future__ import annotations
 
+import difflib
 import functools
+import importlib.util
 import inspect
 import operator
 import types
 import typing
+from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 import httpx
 import pytest
 from conftest import Server
 
-from crucible_client import base
+from crucible_client import _wire_batch_types, _wire_env_types, _wire_types, base
 from crucible_client import env_types
 from crucible_client import types as wire
+
+GENERATED = (_wire_types, _wire_batch_types, _wire_env_types)
+GENERATOR = Path(__file__).resolve().parents[3] / "scripts" / "gen_python_types.py"
+
+
+def test_the_generated_types_are_the_servers_document(server: Server):
+    spec = importlib.util.spec_from_file_location("gen_python_types", GENERATOR)
+    assert spec is not None and spec.loader is not None, GENERATOR
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    doc = httpx.get(f"{server.url}/openapi.json", timeout=30.0).json()
+    package = Path(_wire_types.__file__).parent
+    diff = ""
+    for name, rendered in generator.render(doc).items():
+        committed = (package / name).read_text()
+        diff += "".join(
+            difflib.unified_diff(
+                committed.splitlines(keepends=True),
+                rendered.splitlines(keepends=True),
+                f"committed {name}",
+                f"{name} rendered from the server's /openapi.json",
+            )
+        )
+    assert not diff, f"run `python3 scripts/gen_python_types.py` to update it:\n{diff}"
 
 
 @pytest.fixture(scope="module")
@@ -88,16 +117,18 @@ def python_type_of(schema_name: str) -> Any:
 
 
 def test_every_modelled_type_is_checked():
+    # Every public TypedDict of the wire modules is in SCHEMAS; the hand-written modules define
+    # none of their own (their names come from the generated one).
     typed_dicts = {
         name
-        for module in (wire, env_types)
+        for module in (wire, env_types, *GENERATED)
         for name, value in vars(module).items()
         if inspect.isclass(value)
         and typing.is_typeddict(value)
         and not name.startswith("_")
-        and value.__module__ == module.__name__
     }
     assert typed_dicts == {t.__name__ for t in wire.SCHEMAS.values()}
+    assert {t.__module__ for t in wire.SCHEMAS.values()} == {m.__name__ for m in GENERATED}
 
 
 @pytest.mark.parametrize("schema_name", sorted(wire.SCHEMAS))
