@@ -5,10 +5,14 @@
 //!
 //! All keys live under `{prefix}:` (`CRUCIBLE_KEY_PREFIX`, passed to every script as `ARGV[1]`).
 //! Placeholders: `{id}` a task or worker id, `{b}` a batch id, `{tenant}` a tenant id (`tn_...`,
-//! the built-in tenant's included), `{class}` a device class or `any` (`crucible_shared::device::UNCLASSED`) for none (no class
-//! may take that name), `{prio}` a priority. Ids, tenant ids and classes hold no `:`, so no key
-//! of one family spells one of another. Keys are built inside the scripts from the prefix, so
-//! the layout targets a single Redis node (or a primary with replicas), not Redis Cluster.
+//! the built-in tenant's included), `{class}` a device class or `any`
+//! (`crucible_shared::device::UNCLASSED`) for none (no class may take that name), `{prio}` a
+//! priority, `{k}` a client's idempotency key, `{ns}` a cache or key-value namespace, `{ckey}`
+//! a scoped result cache key, `{key}` a key-value key. Ids, tenant ids and classes hold no `:`,
+//! so no key of one family spells one of another. Keys are built inside the scripts from the
+//! prefix, so the layout targets a single Redis node (or a primary with replicas), not Redis
+//! Cluster. `tests/tests/redis_acl.rs` runs the shipped `deploy/redis.conf` against a real
+//! Redis and checks each role's calls get through and others' are refused.
 
 #[cfg(test)]
 mod acl;
