@@ -5,8 +5,10 @@
 //! last few failures are kept, so it stays small whatever the rate.
 //!
 //! The figures of this module are the one place their values are written: the memory broker
-//! reads them as constants, the Redis scripts as the Lua header [`lua_header`] puts in front
-//! of every script. Counting happens where a task becomes terminal (`transition` in
+//! and [`windows`] read them as constants, the Redis scripts as locals of the header made with
+//! the key table (`redis_broker/keys/lua.rs`, which puts every constant the scripts share with
+//! Rust in front of every script). They stay here, not with the key layout, because they are
+//! what activity means (both brokers keep it); only their Lua spelling is the Redis broker's. Counting happens where a task becomes terminal (`transition` in
 //! `lua/prelude.lua` and in `memory/state.rs`), so no path to a terminal status can miss it.
 //! Answers from the result cache never ran and are not counted.
 
@@ -29,14 +31,6 @@ pub const FAILURES_KEPT: usize = 20;
 /// A failure's message is clipped to this many bytes (at a character boundary) plus an
 /// ellipsis: enough to recognise an error, little enough for a table cell.
 pub const MESSAGE_BYTES: usize = 300;
-
-/// The constants above as Lua locals, put in front of every script (`redis_broker/scripts.rs`).
-pub fn lua_header() -> String {
-    format!(
-        "local ACTIVITY_BUCKET_MS = {BUCKET_MS}\nlocal ACTIVITY_BUCKETS = {BUCKETS_KEPT}\n\
-         local ACTIVITY_FAILURES = {FAILURES_KEPT}\nlocal ACTIVITY_MESSAGE_BYTES = {MESSAGE_BYTES}\n"
-    )
-}
 
 /// The bucket of an instant in milliseconds since the epoch.
 pub fn bucket_of(ms: i64) -> i64 {
@@ -205,12 +199,6 @@ mod tests {
     fn the_longest_window_is_what_is_kept() {
         assert!(WINDOWS_MIN.windows(2).all(|w| w[0] < w[1]));
         assert_eq!(BUCKETS_KEPT, 60);
-        let header = lua_header();
-        assert!(header.contains("local ACTIVITY_BUCKETS = 60\n"), "{header}");
-        assert!(
-            header.contains("local ACTIVITY_BUCKET_MS = 60000\n"),
-            "{header}"
-        );
     }
 
     #[test]

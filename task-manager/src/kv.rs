@@ -5,6 +5,11 @@
 //! Redis key layout (`kv:<len>:<name>:<key>`, `kv:<name>:hits`) that deploy/redis.conf grants
 //! per role, so they must never change.
 
+/// The stats hash's field counting a namespace's hits, `{ns}` its name.
+pub(crate) const HITS_FIELD: &str = "kv:{ns}:hits";
+/// The stats hash's field counting a namespace's misses.
+pub(crate) const MISSES_FIELD: &str = "kv:{ns}:misses";
+
 /// A namespace of the key-value cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum KvNamespace {
@@ -51,14 +56,15 @@ impl KvNamespace {
         self as usize
     }
 
-    /// The field of the stats hash that counts its hits (`lua/kv_get.lua` spells it too).
+    /// The field of the stats hash that counts its hits (the scripts get it from the key
+    /// table's header: `redis_broker/keys.rs`).
     pub fn hits_field(self) -> String {
-        format!("kv:{}:hits", self.as_str())
+        HITS_FIELD.replace("{ns}", self.as_str())
     }
 
     /// The field of the stats hash that counts its misses.
     pub fn misses_field(self) -> String {
-        format!("kv:{}:misses", self.as_str())
+        MISSES_FIELD.replace("{ns}", self.as_str())
     }
 }
 

@@ -1,10 +1,13 @@
 //! [`RedisBroker`]: the queue shared by every API replica and worker. Every state transition
 //! is one Lua script (`src/lua/`), so it is atomic, and every timestamp comes from Redis `TIME`,
-//! so all nodes share one clock. Submission is in `redis_broker/submit.rs`, cancelling in
-//! `redis_broker/cancel.rs`, reads of tasks and batch logs in `redis_broker/views.rs`, tenants
-//! in `redis_broker/tenants.rs`, recent activity in `redis_broker/activity.rs`, the scripts in
-//! `redis_broker/scripts.rs`, the optional `WAIT` for replicas in `redis_broker/replicas.rs`; the key layout, and which role reaches which keys, in
-//! `redis_broker/keys.rs`.
+//! so all nodes share one clock. Submission is in `redis_broker/submit.rs`, claiming in
+//! `redis_broker/claim.rs`, renewing, completing, releasing and reaping leases in
+//! `redis_broker/leases.rs`, cancelling in `redis_broker/cancel.rs`, reads of tasks and batch
+//! logs in `redis_broker/views.rs`, the worker registry's writes in `redis_broker/workers.rs`,
+//! tenants in `redis_broker/tenants.rs`, recent activity in `redis_broker/activity.rs`, the
+//! scripts in `redis_broker/scripts.rs`, the optional `WAIT` for replicas in
+//! `redis_broker/replicas.rs`; the key table (every key's name, what it holds, which role
+//! reaches it) in `redis_broker/keys.rs`.
 
 mod activity;
 mod cancel;
@@ -12,6 +15,7 @@ mod claim;
 mod drain;
 mod keys;
 mod kv_if_absent;
+mod leases;
 mod reaper_lease;
 mod replicas;
 mod scripts;
@@ -20,18 +24,19 @@ mod tenants;
 #[cfg(test)]
 mod tests;
 mod views;
+mod workers;
 
 use keys::Keys;
 use scripts::Scripts;
 use views::{VIEW_FIELDS, decode_view};
 
-use crate::activity::{ActivityReport, Outcome};
+use crate::activity::ActivityReport;
 use crate::broker::{
     AckOutcome, Broker, BrokerError, CancelOutcome, FinishedPage, HeartbeatAnswer, Lease,
     LeaseState, ReapReport, Submitted,
 };
 use crate::kv::{KvCounts, KvNamespace};
-use crate::policy::{CLAIM_CYCLE, worker_retention};
+use crate::policy::CLAIM_CYCLE;
 use crate::redis_conn::{
     CONNECT_TIMEOUT, ConnectError, Connection, Manager, Nodes, Pool, RedisTarget, check,
 };
@@ -40,7 +45,6 @@ use chrono::{DateTime, Utc};
 use crucible_shared::{
     BatchCancelCounts, BatchId, BatchStatus, BrokerConfig, DeviceClass, EvalResult, QueueStatus,
     StatusCounts, TaskId, TaskSpec, TaskStatus, TaskView, TenantId, WorkerId, WorkerInfo,
-    wire_name,
 };
 use deadpool::Runtime;
 use redis::aio::MultiplexedConnection;
@@ -352,138 +356,27 @@ impl Broker for RedisBroker {
     }
 
     async fn renew(&self, lease: &Lease) -> Result<LeaseState, BrokerError> {
-        let mut c = self.conn().await?;
-        let reply: String = self
-            .scripts
-            .renew
-            .arg(self.prefix())
-            .arg(lease.task_id.as_str())
-            .arg(lease.token.as_str())
-            .arg(ms(self.cfg.lease_ttl))
-            .invoke_async(&mut c)
-            .await
-            .map_err(redis_err)?;
-        match reply.as_str() {
-            "held" => Ok(LeaseState::Held),
-            "cancelled" => Ok(LeaseState::Cancelled),
-            "lost" => Ok(LeaseState::Lost),
-            other => Err(corrupt(format!("unexpected renew reply {other:?}"))),
-        }
+        self.renew_lease(lease).await
     }
 
     async fn complete(&self, lease: &Lease, result: EvalResult) -> Result<AckOutcome, BrokerError> {
-        let json = serde_json::to_string(&result).map_err(|e| corrupt(format!("result: {e}")))?;
-        let outcome = Outcome::of(&result);
-        let mut c = self.conn().await?;
-        let reply: String = self
-            .scripts
-            .complete
-            .arg(self.prefix())
-            .arg(lease.task_id.as_str())
-            .arg(lease.token.as_str())
-            .arg(json)
-            .arg(ms(self.cfg.result_ttl))
-            .arg(wire_name(&outcome.verdict))
-            .arg(
-                outcome
-                    .error_code
-                    .map(|c| wire_name(&c))
-                    .unwrap_or_default(),
-            )
-            .arg(outcome.message.unwrap_or_default())
-            .invoke_async(&mut c)
-            .await
-            .map_err(redis_err)?;
-        match reply.as_str() {
-            "accepted" => {
-                self.await_replicas(&mut c, "complete").await?;
-                Ok(AckOutcome::Accepted)
-            }
-            "stale" => {
-                tracing::info!(task_id = %lease.task_id, worker_id = %lease.worker_id, "stale result ignored");
-                Ok(AckOutcome::Stale)
-            }
-            other => Err(corrupt(format!("unexpected complete reply {other:?}"))),
-        }
+        self.complete_lease(lease, result).await
     }
 
     async fn release(&self, lease: &Lease, reason: &str) -> Result<AckOutcome, BrokerError> {
-        let mut c = self.conn().await?;
-        let reply: String = self
-            .scripts
-            .release
-            .arg(self.prefix())
-            .arg(lease.task_id.as_str())
-            .arg(lease.token.as_str())
-            .arg(reason)
-            .arg(self.cfg.max_attempts)
-            .arg(ms(self.cfg.result_ttl))
-            .invoke_async(&mut c)
-            .await
-            .map_err(redis_err)?;
-        match reply.as_str() {
-            "requeued" | "failed" => {
-                tracing::info!(task_id = %lease.task_id, worker_id = %lease.worker_id, outcome = reply.as_str(), reason, "task released");
-                Ok(AckOutcome::Accepted)
-            }
-            "stale" => Ok(AckOutcome::Stale),
-            other => Err(corrupt(format!("unexpected release reply {other:?}"))),
-        }
+        self.release_lease(lease, reason).await
     }
 
     async fn reap_expired(&self) -> Result<ReapReport, BrokerError> {
-        let mut report = ReapReport::default();
-        let mut c = self.conn().await?;
-        loop {
-            let (requeued, failed, examined): (u64, u64, u64) = self
-                .scripts
-                .reap
-                .arg(self.prefix())
-                .arg(self.cfg.max_attempts)
-                .arg(ms(self.cfg.result_ttl))
-                .arg(REAP_CHUNK)
-                .invoke_async(&mut c)
-                .await
-                .map_err(redis_err)?;
-            report.requeued += requeued;
-            report.failed += failed;
-            if examined < REAP_CHUNK {
-                break;
-            }
-        }
-        Ok(report)
+        self.reap_leases().await
     }
 
     async fn worker_heartbeat(&self, info: &WorkerInfo) -> Result<HeartbeatAnswer, BrokerError> {
-        let json = serde_json::to_string(info).map_err(|e| corrupt(format!("worker: {e}")))?;
-        let mut c = self.conn().await?;
-        let drain: i64 = self
-            .scripts
-            .heartbeat
-            .arg(self.prefix())
-            .arg(info.worker_id.as_str())
-            .arg(json)
-            .arg(ms(worker_retention(self.cfg.worker_liveness)))
-            .invoke_async(&mut c)
-            .await
-            .map_err(redis_err)?;
-        Ok(HeartbeatAnswer { drain: drain == 1 })
+        self.heartbeat(info).await
     }
 
     async fn deregister_worker(&self, id: &WorkerId) -> Result<(), BrokerError> {
-        let mut c = self.conn().await?;
-        let _: (u64, u64) = redis::pipe()
-            .atomic()
-            .cmd("DEL")
-            .arg(self.keys().worker(id))
-            .arg(self.keys().drain(id))
-            .cmd("ZREM")
-            .arg(self.keys().workers())
-            .arg(id.as_str())
-            .query_async(&mut c)
-            .await
-            .map_err(redis_err)?;
-        Ok(())
+        self.deregister(id).await
     }
 
     async fn list_workers(&self) -> Result<Vec<WorkerInfo>, BrokerError> {

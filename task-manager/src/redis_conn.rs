@@ -14,18 +14,19 @@
 //! A primary managed by Redis Sentinel is named by `redis+sentinel://` or, over TLS,
 //! `rediss+sentinel://` (`redis_conn/sentinel.rs` parses it); every connection then goes to the
 //! primary the Sentinels name at the time, and the pool (`redis_conn/pool.rs`) drops
-//! connections made to a former one.
+//! connections made to a former one. The TLS files the environment names are read and checked
+//! in `redis_conn/tls.rs`.
 
 mod pool;
 mod sentinel;
+mod tls;
 
 pub(crate) use pool::{Connection, Manager, Nodes, Pool};
 use sentinel::{Primary, SentinelUrl, is_sentinel_url};
+pub use tls::TlsFiles;
 
 use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError, ServerErrorKind};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// How long one connection attempt to Redis may take.
@@ -167,103 +168,6 @@ pub fn redact_url(raw: &str) -> String {
         url.query_pairs_mut().clear().extend_pairs(pairs);
     }
     url.to_string()
-}
-
-/// TLS files named by the environment (all PEM). Only meaningful with a `rediss://` URL.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct TlsFiles {
-    /// Trust exactly these CAs for the server's certificate instead of the system roots.
-    pub ca_file: Option<PathBuf>,
-    /// Client certificate chain and key for mutual TLS; both or neither.
-    pub client_cert: Option<PathBuf>,
-    /// The private key of `client_cert`.
-    pub client_key: Option<PathBuf>,
-}
-
-impl TlsFiles {
-    /// Reads [`CA_FILE_ENV`], [`CLIENT_CERT_ENV`] and [`CLIENT_KEY_ENV`] (empty means unset).
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConnectError> {
-        let path = |var: &str| {
-            lookup(var)
-                .filter(|v| !v.trim().is_empty())
-                .map(PathBuf::from)
-        };
-        let files = Self {
-            ca_file: path(CA_FILE_ENV),
-            client_cert: path(CLIENT_CERT_ENV),
-            client_key: path(CLIENT_KEY_ENV),
-        };
-        match (&files.client_cert, &files.client_key) {
-            (Some(_), None) => Err(ConnectError::TlsSettings(format!(
-                "{CLIENT_CERT_ENV} is set without {CLIENT_KEY_ENV}: mutual TLS needs both"
-            ))),
-            (None, Some(_)) => Err(ConnectError::TlsSettings(format!(
-                "{CLIENT_KEY_ENV} is set without {CLIENT_CERT_ENV}: mutual TLS needs both"
-            ))),
-            _ => Ok(files),
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self == &Self::default()
-    }
-
-    /// The files' contents, checked to hold what each must: certificates, a key.
-    fn load(&self) -> Result<redis::TlsCertificates, ConnectError> {
-        let root_cert = self
-            .ca_file
-            .as_deref()
-            .map(|p| read_certificates(CA_FILE_ENV, p))
-            .transpose()?;
-        let client_tls = match (&self.client_cert, &self.client_key) {
-            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
-                client_cert: read_certificates(CLIENT_CERT_ENV, cert)?,
-                client_key: read_key(key)?,
-            }),
-            _ => None,
-        };
-        Ok(redis::TlsCertificates {
-            client_tls,
-            root_cert,
-        })
-    }
-}
-
-fn read_file(var: &'static str, path: &Path) -> Result<Vec<u8>, ConnectError> {
-    std::fs::read(path).map_err(|e| ConnectError::TlsFile {
-        var,
-        path: path.to_owned(),
-        reason: format!("cannot read it: {e}"),
-    })
-}
-
-/// The file's bytes, once it is known to hold at least one PEM certificate and nothing
-/// malformed: an empty trust store would fail every handshake with a misleading message.
-fn read_certificates(var: &'static str, path: &Path) -> Result<Vec<u8>, ConnectError> {
-    let pem = read_file(var, path)?;
-    let bad = |reason: String| ConnectError::TlsFile {
-        var,
-        path: path.to_owned(),
-        reason,
-    };
-    let count = CertificateDer::pem_slice_iter(&pem)
-        .try_fold(0usize, |n, c| c.map(|_| n + 1))
-        .map_err(|e| bad(format!("malformed PEM: {e}")))?;
-    if count == 0 {
-        return Err(bad("no PEM certificate in it".to_owned()));
-    }
-    Ok(pem)
-}
-
-fn read_key(path: &Path) -> Result<Vec<u8>, ConnectError> {
-    let pem = read_file(CLIENT_KEY_ENV, path)?;
-    // The parser's message never includes key material.
-    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| ConnectError::TlsFile {
-        var: CLIENT_KEY_ENV,
-        path: path.to_owned(),
-        reason: format!("no usable PEM private key: {e}"),
-    })?;
-    Ok(pem)
 }
 
 /// Where and how to connect. Its `Debug` form is redacted.

@@ -9,7 +9,6 @@
 -- Returns {task_id, spec_json, attempt, ms queued (submission to this claim)} or nil.
 local worker, token, lease_ttl, cycle = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local pass_scale, class = tonumber(ARGV[6]), ARGV[7]
-local names = { h = 'high', n = 'normal', l = 'low' }
 local active = active_key(class)
 local mine = { class, ANY }
 
@@ -22,11 +21,11 @@ for i = 1, #unclassed, 2 do activate(class, unclassed[i]) end
 
 -- The tenant's priorities in the order its next claim tries them.
 local function order_of(tenant)
-  local seq = tonumber(redis.call('HGET', CLAIM_SEQ, class .. ':' .. tenant)) or 0
+  local seq = tonumber(redis.call('HGET', CLAIM_SEQ, claim_seq_field(class, tenant))) or 0
   local slot = (seq % #cycle) + 1
-  local preferred = names[string.sub(cycle, slot, slot)]
+  local preferred = PRIORITY_BY_INITIAL[string.sub(cycle, slot, slot)]
   local order = { preferred }
-  for _, prio in ipairs({ 'high', 'normal', 'low' }) do
+  for _, prio in ipairs(PRIORITIES) do
     if prio ~= preferred then order[#order + 1] = prio end
   end
   return order
@@ -75,7 +74,7 @@ while true do
     -- until it has work for the class again.
     redis.call('ZREM', active, tenant)
   else
-    redis.call('HINCRBY', CLAIM_SEQ, class .. ':' .. tenant, 1)
+    redis.call('HINCRBY', CLAIM_SEQ, claim_seq_field(class, tenant), 1)
     if queue_len(tenant, mine) == 0 then
       redis.call('ZREM', active, tenant)
     else

@@ -2,8 +2,8 @@
 -- (heartbeat.lua) answers the mark. Returns 1, or 0 when no such worker is registered. The mark
 -- expires with the registry's retention, so a worker that never comes back leaves nothing.
 local id, retention = ARGV[2], tonumber(ARGV[3])
-if redis.call('EXISTS', P .. ':worker:' .. id) == 0 then
+if redis.call('EXISTS', worker_key(id)) == 0 then
   return 0
 end
-redis.call('SET', P .. ':drain:' .. id, '1', 'PX', retention)
+redis.call('SET', drain_key(id), '1', 'PX', retention)
 return 1

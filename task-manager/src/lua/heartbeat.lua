@@ -3,9 +3,8 @@
 -- asked to drain (drain_worker.lua), else 0.
 local id, json, retention = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local now = now_ms()
-local registry = P .. ':workers'
-redis.call('SET', P .. ':worker:' .. id, json, 'PX', retention)
-redis.call('ZADD', registry, now, id)
-redis.call('ZREMRANGEBYSCORE', registry, '-inf', now - retention)
-redis.call('PEXPIRE', registry, retention)
-return redis.call('EXISTS', P .. ':drain:' .. id)
+redis.call('SET', worker_key(id), json, 'PX', retention)
+redis.call('ZADD', WORKERS, now, id)
+redis.call('ZREMRANGEBYSCORE', WORKERS, '-inf', now - retention)
+redis.call('PEXPIRE', WORKERS, retention)
+return redis.call('EXISTS', drain_key(id))

@@ -3,8 +3,8 @@
 local ns, key = ARGV[2], ARGV[3]
 local value = redis.call('GET', kv_key(ns, key))
 if value then
-  redis.call('HINCRBY', STATS, 'kv:' .. ns .. ':hits', 1)
+  redis.call('HINCRBY', STATS, kv_hits_field(ns), 1)
 else
-  redis.call('HINCRBY', STATS, 'kv:' .. ns .. ':misses', 1)
+  redis.call('HINCRBY', STATS, kv_misses_field(ns), 1)
 end
 return value

@@ -1,52 +1,9 @@
--- Shared helpers, concatenated in front of every script. Every script takes the key prefix as
--- ARGV[1] and builds its keys from it (single-node Redis; the key layout is not cluster-slotted).
--- The layout, and which role's ACL user reaches which key, is described in
--- redis_broker/keys.rs; the names below spell it.
-
-local P = ARGV[1]
-local STATS = P .. ':stats'
-local LEASES = P .. ':leases'
--- The holder of the cluster's reaper lease (a string expiring with the lease): the one process
--- of those running the reaper that reaps.
-local REAPER = P .. ':reaper'
--- The queue class of tasks without a device class (no device class may be named so).
-local ANY = 'any'
--- '{class}:{tenant id}' -> claims the class's workers served the tenant: its place in the
--- priority cycle.
-local CLAIM_SEQ = P .. ':claim_seq'
--- Tasks in status queued per priority, per queue class (`any` included) and queued / running
--- per tenant id; kept by the transitions below, so quotas, the cap and the views are read in
--- O(1). QUEUED_CLASS keeps a field for every class that ever had a queued task: the list of
--- queue classes a deleted tenant's tasks may be in.
-local QUEUED = P .. ':queued'
-local QUEUED_CLASS = P .. ':queued_class'
-local TENANT_QUEUED = P .. ':tenant_queued'
-local TENANT_RUNNING = P .. ':tenant_running'
--- Tenant id -> its queued tasks of no class: the tenants each claim enters into its class's
--- fair share.
-local UNCLASSED = P .. ':unclassed'
--- Device class -> when a worker of it last claimed: the classes whose wake lists a task of no
--- class wakes, and whose fair shares a deleted tenant leaves.
-local CLAIM_CLASSES = P .. ':claim_classes'
--- Tenant id -> its weight in the fair share: the one setting a claim reads, kept out of the
--- registry so that workers never need to read it.
-local TENANT_WEIGHTS = P .. ':tenant_weights'
--- The tenant registry: every key that names a tenant or holds its token's SHA-256 or its
--- settings lives under REGISTRY, which only the API's ACL user may reach (deploy/redis.conf).
-local REGISTRY = P .. ':tenants:'
--- Tenant name -> id, and token SHA-256 -> id.
-local TENANT_NAMES = REGISTRY .. 'names'
-local TOKENS = REGISTRY .. 'tokens'
--- Id of a deleted tenant whose queued tasks are still being cancelled -> the error they get.
-local PURGING = REGISTRY .. 'purging'
-local WAKE_MAX = 1024
--- Tokens only matter to claimers blocked right now; an unread token is useless after a while.
-local WAKE_TTL_MS = 60000
-
-local TERMINAL = { done = true, failed = true, cancelled = true }
--- Field of STATS: the spec bytes of open (queued or running) tasks, which the queue byte budget
--- (queue_cap_bytes) bounds. Added at submission, taken off when a task becomes terminal.
-local OPEN_BYTES = 'open_bytes'
+-- Shared helpers, concatenated in front of every script, after the header Rust makes from the
+-- key table (redis_broker/keys.rs, keys/lua.rs): every key name (`STATS`, `task_key(id)`, ...),
+-- shared hash field (`OPEN_BYTES`, `activity_field(minute)`, ...) and constant (`ANY`, the queue
+-- class of tasks without a device class; `WAKE_MAX`, `WAKE_TTL_MS`, `TERMINAL`, `PRIORITIES`,
+-- `ACTIVITY_*`) comes from there, so no script spells one. Every script takes the key prefix as
+-- ARGV[1] (single-node Redis; the key layout is not cluster-slotted).
 
 -- One clock for every node: the Redis server's.
 local function now_ms()
@@ -54,36 +11,11 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local function task_key(id) return P .. ':task:' .. id end
-local function batch_key(b) return P .. ':batch:' .. b end
-local function batch_tasks_key(b) return P .. ':batch:' .. b .. ':tasks' end
--- Distinct tasks of the batch in the order they finished (each once): what a reader of the
--- batch's results pages through.
-local function batch_finished_key(b) return P .. ':batch:' .. b .. ':finished' end
--- Tenant ids (`tn_...`) and device classes hold no ':', so these keys cannot spell one
--- another. `class` is a device class or ANY.
-local function queue_key(class, tenant, prio)
-  return P .. ':queue:' .. class .. ':' .. tenant .. ':' .. prio
-end
--- Tenants with work for the workers of `class` (tasks of the class; those with tasks of no
--- class join at the class's claims), scored by their pass in the class's fair share (fair.rs).
-local function active_key(class) return P .. ':active:' .. class end
--- The list a blocked claimer of `class` BLPOPs on.
-local function wake_key(class) return P .. ':wake:' .. class end
 -- A task's queue class: its device class, or ANY.
 local function queue_class(class)
   if class and class ~= '' then return class end
   return ANY
 end
-local function idem_key(tenant, k) return P .. ':idem:' .. tenant .. ':' .. k end
-local function tenant_key(tenant) return REGISTRY .. 'record:' .. tenant end
--- `ckey` is the scoped result cache key (cache scope, ':', hex SHA-256 of the request); `ns`
--- the cache namespace of the task's tenant (its id, or the one shared namespace). In-flight
--- entries are always the tenant's own: coalescing never crosses tenants.
-local function rcache_key(ns, ckey) return P .. ':rcache:' .. ns .. ':' .. ckey end
-local function inflight_key(tenant, ckey) return P .. ':inflight:' .. tenant .. ':' .. ckey end
--- The namespace is length-prefixed so that no (namespace, key) pair spells another's key.
-local function kv_key(ns, key) return P .. ':kv:' .. #ns .. ':' .. ns .. ':' .. key end
 
 -- A tenant as the Rust side reads it (redis_broker/tenants.rs, `TENANT_ROW`): {id, name,
 -- max_queued, weight, share_cache, created_at}, false where unset; or false when it has no
@@ -95,7 +27,7 @@ local function tenant_row(id)
 end
 
 local function queued_total()
-  local n = redis.call('HMGET', QUEUED, 'high', 'normal', 'low')
+  local n = redis.call('HMGET', QUEUED, unpack(PRIORITIES))
   return (tonumber(n[1]) or 0) + (tonumber(n[2]) or 0) + (tonumber(n[3]) or 0)
 end
 
@@ -113,7 +45,7 @@ end
 local function queue_len(tenant, classes)
   local n = 0
   for _, class in ipairs(classes) do
-    for _, prio in ipairs({ 'high', 'normal', 'low' }) do
+    for _, prio in ipairs(PRIORITIES) do
       n = n + redis.call('LLEN', queue_key(class, tenant, prio))
     end
   end
@@ -190,15 +122,9 @@ local function expire_batch_if_finished(b, ttl)
   end
 end
 
--- Recent activity (task-manager/src/activity.rs says what and why; the ACTIVITY_* constants
--- come from the header Rust puts in front of every script). Fields of STATS, which every role
--- that makes a transition may already read and write: `activity:{minute}` the JSON counts of
--- the tasks that finished in that minute of Redis time, only the last ACTIVITY_BUCKETS kept;
--- `activity:head` the newest minute written; `activity:failures` a JSON array of the latest
--- ACTIVITY_FAILURES failures, newest first.
-local ACTIVITY_HEAD = 'activity:head'
-local ACTIVITY_FAILURES_FIELD = 'activity:failures'
-local function activity_field(minute) return 'activity:' .. minute end
+-- Recent activity (task-manager/src/activity.rs says what and why; its fields of STATS, which
+-- every role that makes a transition may already read and write, are described with the key
+-- table).
 
 -- `s` cut to at most `n` bytes, never inside a UTF-8 sequence, with an ellipsis when cut
 -- (crucible_shared::clip).

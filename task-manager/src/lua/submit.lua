@@ -116,7 +116,7 @@ for i = 1, n do
     -- queues of a class and of no class.
     redis.call('HSET', key, 'status', 'queued', 'spec', arg(i, 4), 'attempts', 0,
       'priority', prio, 'submitted_at', now, 'ckey', ckey, 'tenant', tenant, 'cns', cns,
-      'qseq', redis.call('HINCRBY', STATS, 'queue_seq', 1), 'bytes', #arg(i, 4))
+      'qseq', redis.call('HINCRBY', STATS, QUEUE_SEQ, 1), 'bytes', #arg(i, 4))
     if class ~= '' then redis.call('HSET', key, 'class', class) end
     if idem ~= '' then
       redis.call('HSET', key, 'idem', idem)

@@ -9,7 +9,7 @@ local classes = queue_classes()
 for i = 1, #purging, 2 do
   local id, reason = purging[i], purging[i + 1]
   for _, class in ipairs(classes) do
-    for _, prio in ipairs({ 'high', 'normal', 'low' }) do
+    for _, prio in ipairs(PRIORITIES) do
       while examined < limit do
         local task = redis.call('LPOP', queue_key(class, id, prio))
         if not task then break end
@@ -28,7 +28,7 @@ for i = 1, #purging, 2 do
     redis.call('HDEL', TENANT_RUNNING, id)
     redis.call('HDEL', UNCLASSED, id)
     local claimers = redis.call('HGETALL', CLAIM_CLASSES)
-    for j = 1, #claimers, 2 do redis.call('HDEL', CLAIM_SEQ, claimers[j] .. ':' .. id) end
+    for j = 1, #claimers, 2 do redis.call('HDEL', CLAIM_SEQ, claim_seq_field(claimers[j], id)) end
   end
   if examined >= limit then break end
 end

@@ -15,8 +15,8 @@ struct Scripts {
 }
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    take: script(include_str!("../lua/reaper_lease.lua")),
-    release: script(include_str!("../lua/reaper_release.lua")),
+    take: script("reaper_lease"),
+    release: script("reaper_release"),
 });
 
 impl RedisBroker {

@@ -29,12 +29,12 @@ struct Scripts {
 }
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    create: script(include_str!("../lua/tenant_create.lua")),
-    auth: script(include_str!("../lua/tenant_auth.lua")),
-    list: script(include_str!("../lua/tenant_list.lua")),
-    delete: script(include_str!("../lua/tenant_delete.lua")),
-    purge: script(include_str!("../lua/tenant_purge.lua")),
-    loads: script(include_str!("../lua/tenant_loads.lua")),
+    create: script("tenant_create"),
+    auth: script("tenant_auth"),
+    list: script("tenant_list"),
+    delete: script("tenant_delete"),
+    purge: script("tenant_purge"),
+    loads: script("tenant_loads"),
 });
 
 /// A tenant from the row `tenant_row` in `lua/prelude.lua` returns: id, name, max_queued,

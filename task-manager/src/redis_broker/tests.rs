@@ -29,13 +29,3 @@ fn claim_cycle_is_spelled_for_the_script() {
     let broker = RedisBroker::connect("redis://127.0.0.1:1", BrokerConfig::default()).unwrap();
     assert_eq!(broker.claim_cycle, "hnhlhnh");
 }
-
-#[test]
-fn the_scripts_name_the_queues_of_no_class_as_the_shared_crate_does() {
-    // No device class may take this name (`DeviceClass::parse` refuses it), so no class's
-    // queues can be the unclassed ones.
-    let prelude = include_str!("../lua/prelude.lua");
-    let unclassed = crucible_shared::device::UNCLASSED;
-    assert!(prelude.contains(&format!("local ANY = '{unclassed}'")));
-    assert!(crucible_shared::DeviceClass::parse(unclassed).is_err());
-}

@@ -1,5 +1,6 @@
 use super::*;
 use std::collections::HashMap;
+use std::path::Path;
 
 const SECRET: &str = "s3cr3t-pa55";
 
