@@ -18,7 +18,9 @@ use crucible_corpus::ProblemQuery;
 use crucible_shared::prompt::{
     Prompt, PromptOption, PromptRequest, PromptSettings, WorkedExample, first_turn_with,
 };
-use crucible_shared::{ApiError, ApiErrorCode, MAX_CODE_BYTES, ProblemRef, problem_hash};
+use crucible_shared::{
+    ApiError, ApiErrorCode, CodeError, MAX_CODE_BYTES, ProblemRef, check_code, problem_hash,
+};
 
 /// The first-turn prompt of a problem given by its reference source (and its registry entry,
 /// when it has one). Retrieval leaves out the corpus entries of the problem itself: those
@@ -127,13 +129,16 @@ pub async fn prompt(
     ApiJson(request): ApiJson<PromptRequest>,
 ) -> Result<Json<Prompt>, HttpError> {
     if let Some(code) = &request.reference_code
-        && (code.trim().is_empty() || code.len() > MAX_CODE_BYTES)
+        && let Err(e) = check_code(code)
     {
-        return Err(ApiError::invalid(
-            "reference_code",
-            format!("reference_code must be 1-{MAX_CODE_BYTES} bytes"),
-        )
-        .into());
+        let message = match e {
+            // As `/evaluate` words it (this check is new: the prompt path did not have it).
+            CodeError::Nul => e.to_string(),
+            CodeError::Empty | CodeError::TooLarge(_) => {
+                format!("reference_code must be 1-{MAX_CODE_BYTES} bytes")
+            }
+        };
+        return Err(ApiError::invalid("reference_code", message).into());
     }
     let code = crate::submission::resolve_reference(
         request.problem,

@@ -3,7 +3,7 @@
 //! solutions. Read whole and checked before anything is written.
 
 use crate::CorpusError;
-use crucible_shared::{Backend, MAX_CODE_BYTES};
+use crucible_shared::{Backend, CodeError, MAX_CODE_BYTES, check_code};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
@@ -30,13 +30,15 @@ impl CorpusEntry {
         if self.id.trim().is_empty() {
             return Err("id is empty".into());
         }
-        if self.code.trim().is_empty() {
-            return Err("code is empty".into());
+        match check_code(&self.code) {
+            Ok(()) => {}
+            Err(CodeError::Empty) => return Err("code is empty".into()),
+            Err(CodeError::TooLarge(_)) => return Err(too_large("code")),
+            Err(e @ CodeError::Nul) => return Err(format!("code {e}")),
         }
-        for (field, text) in [("code", &self.code), ("description", &self.description)] {
-            if text.len() > MAX_CODE_BYTES {
-                return Err(format!("{field} is larger than {MAX_CODE_BYTES} bytes"));
-            }
+        // A description is text, not code: only its size is bounded (by the code's bound).
+        if self.description.len() > MAX_CODE_BYTES {
+            return Err(too_large("description"));
         }
         if let Some(hash) = &self.problem_hash {
             let hex = hash.strip_prefix("sha256:").unwrap_or("");
@@ -48,6 +50,10 @@ impl CorpusEntry {
         }
         Ok(())
     }
+}
+
+fn too_large(field: &str) -> String {
+    format!("{field} is larger than {MAX_CODE_BYTES} bytes")
 }
 
 /// Every entry of a JSONL corpus (`path` names it in errors); blank lines are skipped. The
@@ -125,5 +131,25 @@ mod tests {
             parse_jsonl("\n\n", Path::new("c.jsonl")),
             Err(CorpusError::Empty(_))
         ));
+    }
+
+    /// Code is checked as a request's is (`crucible_shared::check_code`): a NUL byte too.
+    #[test]
+    fn code_is_checked_as_a_requests_is() {
+        let (_, msg) =
+            line_error("{\"id\":\"a\",\"backend\":\"triton\",\"description\":\"\",\"code\":\" \"}");
+        assert_eq!(msg, "code is empty");
+        let (_, msg) = line_error(
+            "{\"id\":\"a\",\"backend\":\"triton\",\"description\":\"\",\"code\":\"a\\u0000b\"}",
+        );
+        assert_eq!(msg, "code must not contain NUL bytes");
+        let big = "x".repeat(MAX_CODE_BYTES + 1);
+        let (_, msg) = line_error(&format!(
+            "{{\"id\":\"a\",\"backend\":\"triton\",\"description\":\"{big}\",\"code\":\"c\"}}"
+        ));
+        assert_eq!(
+            msg,
+            format!("description is larger than {MAX_CODE_BYTES} bytes")
+        );
     }
 }

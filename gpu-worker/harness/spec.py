@@ -134,6 +134,9 @@ def parse_spec(raw):
                        ("reference_backend", REFERENCE_BACKENDS)):
         if spec[key] not in names:
             raise SetupError(f"spec.{key} must be one of {', '.join(names)}")
+    # A cross-field rule is the request validation's (EvaluateRequest::validate, in Rust); it
+    # is checked again only so that no spec is ever run against it, on the same cases
+    # (tests/harness/cross_field_cases.json, read by both sides' tests).
     if spec["timing_method"] == "do_bench" and spec["timing"]["mode"] != "fixed":
         raise SetupError("spec.timing_method do_bench needs fixed timing")
     screening = spec["screening"] if spec["screening"] is not None else {}

@@ -4,6 +4,10 @@
 //! (`parity`) (all serde + utoipa schemas), the API error codes with their one HTTP mapping,
 //! request validation and configuration parsing. Nothing here does I/O.
 
+// First: the one list of settings is a macro, expanded in `request`.
+#[macro_use]
+mod settings;
+
 pub mod activity;
 pub mod bounds;
 pub mod cancel;
@@ -49,7 +53,10 @@ pub use ids::{BatchId, EpisodeGroupId, EpisodeId, LeaseToken, TaskId, TenantId, 
 pub use parity::{Precision, ReferenceBackend, TimingMethod};
 pub use placement::{ClassQueue, LiveClasses, QueuedByClass};
 pub use problem::{Problem, ProblemInfo, ProblemList, ProblemRef, problem_hash};
-pub use request::{Backend, BatchRequest, EvaluateRequest, Priority, ScreeningAction, TaskSpec};
+pub use request::{
+    Backend, BatchRequest, CodeError, EvaluateRequest, HarnessSettings, MeasurementOptions,
+    Priority, ScreeningAction, TaskSpec, check_code,
+};
 pub use sandbox::{LayerState, LayerStatus, SandboxLayer, SandboxStatus};
 pub use status::{BatchStatus, HealthStatus, QueueStatus, StatusCounts};
 pub use task::{
@@ -61,6 +68,6 @@ pub use tenant::{
     BUILTIN_TENANT_NAME, CreateTenantRequest, CreatedTenant, DeletedTenant, TenantCounts,
     TenantInfo, TenantList,
 };
-pub use timing::{TimingMode, TimingRequest};
+pub use timing::{HarnessTiming, TimingMode, TimingRequest};
 pub use wire::wire_name;
 pub use worker::{DrainRequested, WorkerInfo, WorkerState};

@@ -2,8 +2,7 @@
 //! a server); the defaults and bounds themselves are in `bounds`.
 
 use crate::bounds::{
-    Bounds, CORRECT_TRIALS, MAX_BATCH_TASKS, MAX_CODE_BYTES, MAX_IDEMPOTENCY_KEY_BYTES,
-    MAX_SCREENING_RULES, MAX_SPEEDUP, PERF_TRIALS, TIMEOUT_S, TOLERANCE, atol_schema,
+    Bounds, MAX_BATCH_TASKS, MAX_CODE_BYTES, MAX_IDEMPOTENCY_KEY_BYTES, TOLERANCE, atol_schema,
     batch_tasks_schema, correct_trials_schema, default_correct_trials, default_false,
     default_max_speedup, default_perf_trials, default_timeout_s, default_tolerance, default_true,
     idempotency_key_schema, kernel_code_schema, max_speedup_schema, perf_trials_schema,
@@ -12,9 +11,8 @@ use crate::bounds::{
 use crate::device::DeviceClass;
 use crate::error::ApiError;
 use crate::parity::{Precision, ReferenceBackend, TimingMethod};
-use crate::timing::TimingRequest;
+use crate::timing::{HarnessTiming, TimingRequest};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use utoipa::ToSchema;
 
@@ -89,100 +87,9 @@ impl Priority {
     }
 }
 
-/// `POST /evaluate`: one KernelBench-style evaluation. Unknown fields are refused, so a typo
-/// (`num_perf_trial`) is an error instead of a silent default.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct EvaluateRequest {
-    /// KernelBench problem source: `class Model`, `get_inputs()`, `get_init_inputs()`. Leave
-    /// it out when naming a registered `problem` instead.
-    #[serde(default)]
-    #[schema(schema_with = reference_code_schema)]
-    pub reference_code: String,
-    /// A problem of the server's registry (`GET /problems`), instead of `reference_code`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub problem: Option<crate::problem::ProblemRef>,
-    /// Candidate source defining `class ModelNew`.
-    #[schema(schema_with = kernel_code_schema)]
-    pub kernel_code: String,
-    /// How the candidate implements its kernels.
-    #[serde(default)]
-    pub backend: Backend,
-    /// Correctness trials, each on fresh seeded inputs ([`CORRECT_TRIALS`]).
-    #[serde(default = "default_correct_trials")]
-    #[schema(schema_with = correct_trials_schema)]
-    pub num_correct_trials: u32,
-    /// Timed trials for reference and candidate ([`PERF_TRIALS`]).
-    #[serde(default = "default_perf_trials")]
-    #[schema(schema_with = perf_trials_schema)]
-    pub num_perf_trials: u32,
-    /// Time the candidate (only when it is correct).
-    #[serde(default = "default_true")]
-    #[schema(default = default_true)]
-    pub measure_performance: bool,
-    /// Absolute tolerance of the correctness check ([`TOLERANCE`]).
-    #[serde(default = "default_tolerance")]
-    #[schema(schema_with = atol_schema)]
-    pub atol: f64,
-    /// Relative tolerance of the correctness check ([`TOLERANCE`]).
-    #[serde(default = "default_tolerance")]
-    #[schema(schema_with = rtol_schema)]
-    pub rtol: f64,
-    /// Wall-clock budget of the evaluation child, in seconds ([`TIMEOUT_S`]).
-    #[serde(default = "default_timeout_s")]
-    #[schema(schema_with = timeout_s_schema)]
-    pub timeout_s: u32,
-    /// Queue priority; it steers scheduling only, never the verdict.
-    #[serde(default)]
-    pub priority: Priority,
-    /// Resubmitting with the same key returns the same task.
-    #[serde(default)]
-    #[schema(schema_with = idempotency_key_schema)]
-    pub idempotency_key: Option<String>,
-    /// Seed of the models' parameters (set before `get_init_inputs()` and before building
-    /// each model, as KernelBench does); a random one is chosen when absent. The seeds of the
-    /// inputs are secret: the evaluation draws them itself, out of the candidate's reach.
-    #[serde(default)]
-    pub seed: Option<u64>,
-    /// A speedup above this is flagged `implausible-speedup` (not trusted silently;
-    /// [`MAX_SPEEDUP`]).
-    #[serde(default = "default_max_speedup")]
-    #[schema(schema_with = max_speedup_schema)]
-    pub max_speedup: f64,
-    /// Evaluate anew even when an identical request has a cached result or is in flight (the
-    /// new result still replaces the cached one).
-    #[serde(default)]
-    #[schema(default = default_false)]
-    pub force_refresh: bool,
-    /// Static screening policy overrides, rule id → `reject` | `flag` | `off` (rules not named
-    /// keep their defaults; see docs/harness-protocol.md, "Screening").
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub screening: BTreeMap<String, ScreeningAction>,
-    /// How many timed calls each model gets: left out, the fixed KernelBench protocol
-    /// (`num_perf_trials` calls); `{"mode": "adaptive"}` stops early once the median is known
-    /// well enough (docs/harness-protocol.md, "Adaptive timing").
-    #[serde(default, skip_serializing_if = "TimingRequest::is_default")]
-    pub timing: TimingRequest,
-    /// The precision both models run in: `fp32` (as written), `fp16` or `bf16` (floating
-    /// inputs, parameters and buffers cast, as KernelBench's `precision`).
-    #[serde(default, skip_serializing_if = "Precision::is_default")]
-    pub precision: Precision,
-    /// How each call is timed: `cuda_event` (events, `num_perf_trials` calls), `do_bench`
-    /// (events, calls until 100 ms as triton's `do_bench` budgets them) or `host_time` (the
-    /// host's clock, launch overhead included).
-    #[serde(default, skip_serializing_if = "TimingMethod::is_default")]
-    pub timing_method: TimingMethod,
-    /// What the speedup is measured against: `eager` (the reference as written) or `compile`
-    /// (`torch.compile`d; correctness is still checked against eager).
-    #[serde(default, skip_serializing_if = "ReferenceBackend::is_default")]
-    pub reference_backend: ReferenceBackend,
-    /// Run only on a worker of this device class (`h100`, `a100`, `cpu`, ...); left out, any
-    /// worker may run it. A class no live worker has is refused (422
-    /// `DEVICE_CLASS_UNAVAILABLE`, naming the classes there are). It changes the timings, not
-    /// the verdict, and is part of the result cache key.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub device_class: Option<DeviceClass>,
-}
+// `EvaluateRequest`, `RolloutEvalSettings` (re-exported by `rollout`) and `HarnessSettings`,
+// made from the one list of settings (`settings.rs`).
+for_eval_settings!(eval_settings);
 
 /// What static screening does with a rule's findings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
@@ -196,170 +103,37 @@ pub enum ScreeningAction {
     Off,
 }
 
-impl EvaluateRequest {
-    /// A request with every default, for tests and clients.
-    pub fn new(reference_code: impl Into<String>, kernel_code: impl Into<String>) -> Self {
-        Self {
-            reference_code: reference_code.into(),
-            problem: None,
-            kernel_code: kernel_code.into(),
-            backend: Backend::default(),
-            num_correct_trials: default_correct_trials(),
-            num_perf_trials: default_perf_trials(),
-            measure_performance: default_true(),
-            atol: default_tolerance(),
-            rtol: default_tolerance(),
-            timeout_s: default_timeout_s(),
-            priority: Priority::default(),
-            idempotency_key: None,
-            seed: None,
-            max_speedup: default_max_speedup(),
-            force_refresh: default_false(),
-            screening: BTreeMap::new(),
-            timing: TimingRequest::default(),
-            precision: Precision::default(),
-            timing_method: TimingMethod::default(),
-            reference_backend: ReferenceBackend::default(),
-            device_class: None,
-        }
-    }
-
-    /// Hex SHA-256 of everything that decides the verdict, so identical requests share one
-    /// result. Priority, idempotency key and `force_refresh` only steer scheduling; the seed
-    /// counts only when the client chose it (a random one carries no meaning to match on). The
-    /// device is not known here: brokers qualify this key with their cache scope.
-    pub fn result_cache_key(&self) -> String {
-        let mut h = Sha256::new();
-        // Every field is named and length-prefixed, so no two requests encode alike; the
-        // version tag retires old keys when the encoding or the verdict semantics change.
-        let mut field = |name: &str, value: &[u8]| {
-            h.update(name.as_bytes());
-            h.update((value.len() as u64).to_le_bytes());
-            h.update(value);
-        };
-        // 2: static screening (and its policy) decide verdicts; 3: runtime integrity checks,
-        // secret input seeds, verdict field.
-        field("v", b"3");
-        field("reference_code", self.reference_code.as_bytes());
-        field("kernel_code", self.kernel_code.as_bytes());
-        field("backend", self.backend.as_str().as_bytes());
-        field("num_correct_trials", &self.num_correct_trials.to_le_bytes());
-        field("num_perf_trials", &self.num_perf_trials.to_le_bytes());
-        field("measure_performance", &[u8::from(self.measure_performance)]);
-        field("atol", &self.atol.to_bits().to_le_bytes());
-        field("rtol", &self.rtol.to_bits().to_le_bytes());
-        field("timeout_s", &self.timeout_s.to_le_bytes());
-        field("max_speedup", &self.max_speedup.to_bits().to_le_bytes());
-        match self.seed {
-            Some(seed) => field("seed", &seed.to_le_bytes()),
-            None => field("seed", b""),
-        }
-        for (rule, action) in &self.screening {
-            let action: &[u8] = match action {
-                ScreeningAction::Reject => b"reject",
-                ScreeningAction::Flag => b"flag",
-                ScreeningAction::Off => b"off",
-            };
-            field("screening", rule.as_bytes());
-            field("screening_action", action);
-        }
-        // Only adaptive timing changes what is measured: fixed requests keep the keys they had
-        // before `timing` existed, whatever unused numbers they carry.
-        if !self.timing.is_fixed() {
-            field("timing_mode", self.timing.mode.as_str().as_bytes());
-            field(
-                "timing_target_rel_error",
-                &self.timing.target_rel_error.to_bits().to_le_bytes(),
-            );
-            field("timing_max_time_ms", &self.timing.max_time_ms.to_le_bytes());
-        }
-        // The same for the measurement options: named only when not the default.
-        if !self.precision.is_default() {
-            field("precision", self.precision.as_str().as_bytes());
-        }
-        if !self.timing_method.is_default() {
-            field("timing_method", self.timing_method.as_str().as_bytes());
-        }
-        if !self.reference_backend.is_default() {
-            field(
-                "reference_backend",
-                self.reference_backend.as_str().as_bytes(),
-            );
-        }
-        // The class decides where the timings come from: a speedup measured on an h100 must
-        // not answer a request for an a100, nor a result of whichever worker ran an unclassed
-        // request answer one that asked for a class. Requests without one keep their old keys.
-        if let Some(class) = &self.device_class {
-            field("device_class", class.as_str().as_bytes());
-        }
-        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
-    }
-
-    /// Checks every bound; the error names the first offending field. `prefix` is prepended to
-    /// field names (e.g. `tasks[3].`) so batch errors point at the task.
-    pub fn validate_with_prefix(&self, prefix: &str) -> Result<(), ApiError> {
-        let field = |name: &str| format!("{prefix}{name}");
-        validate_code(&field("reference_code"), &self.reference_code)?;
-        validate_code(&field("kernel_code"), &self.kernel_code)?;
-        validate_range(
-            &field("num_correct_trials"),
-            self.num_correct_trials,
-            CORRECT_TRIALS,
-        )?;
-        validate_range(&field("num_perf_trials"), self.num_perf_trials, PERF_TRIALS)?;
-        validate_range(&field("timeout_s"), self.timeout_s, TIMEOUT_S)?;
-        self.timing.validate(prefix, self.num_perf_trials)?;
-        if self.timing_method == TimingMethod::DoBench && !self.timing.is_fixed() {
-            return Err(ApiError::invalid(
-                &field("timing_method"),
-                "do_bench budgets its own timed calls: use it with fixed `timing`",
-            ));
-        }
-        validate_tolerance(&field("atol"), self.atol)?;
-        validate_tolerance(&field("rtol"), self.rtol)?;
-        let Bounds { min, max, .. } = MAX_SPEEDUP;
-        if !(self.max_speedup.is_finite() && (min..=max).contains(&self.max_speedup)) {
-            return Err(ApiError::invalid(
-                &field("max_speedup"),
-                format!("must be a finite number from {min} to {max:e}"),
-            ));
-        }
-        if let Some(key) = &self.idempotency_key {
-            validate_idempotency_key(&field("idempotency_key"), key)?;
-        }
-        if self.screening.len() > MAX_SCREENING_RULES
-            || self.screening.keys().any(|k| {
-                k.is_empty()
-                    || k.len() > 64
-                    || !k.bytes().all(|b| b.is_ascii_lowercase() || b == b'-')
-            })
-        {
-            return Err(ApiError::invalid(
-                &field("screening"),
-                format!("at most {MAX_SCREENING_RULES} rule ids of lowercase letters and '-'"),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Checks every bound of a single request; the error names the first offending field.
-    pub fn validate(&self) -> Result<(), ApiError> {
-        self.validate_with_prefix("")
-    }
+pub(crate) fn validate_code(field: &str, code: &str) -> Result<(), ApiError> {
+    check_code(code).map_err(|e| ApiError::invalid(field, e.to_string()))
 }
 
-fn validate_code(field: &str, code: &str) -> Result<(), ApiError> {
+/// Why a source (a request's `reference_code` or `kernel_code`, a prompt's reference, a corpus
+/// entry's code) is refused; the text follows the field's name (`kernel_code must not be
+/// empty`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CodeError {
+    /// Empty or only whitespace.
+    #[error("must not be empty")]
+    Empty,
+    /// Over [`MAX_CODE_BYTES`]; the source's length in bytes.
+    #[error("is {0} bytes; the limit is {MAX_CODE_BYTES}")]
+    TooLarge(usize),
+    /// Holds a NUL byte, which no Python source file may.
+    #[error("must not contain NUL bytes")]
+    Nul,
+}
+
+/// The one check of a source's text: not blank, at most [`MAX_CODE_BYTES`], no NUL byte. Every
+/// place that takes code checks it here (each words its own message from the reason).
+pub fn check_code(code: &str) -> Result<(), CodeError> {
     if code.trim().is_empty() {
-        return Err(ApiError::invalid(field, "must not be empty"));
+        return Err(CodeError::Empty);
     }
     if code.len() > MAX_CODE_BYTES {
-        return Err(ApiError::invalid(
-            field,
-            format!("is {} bytes; the limit is {MAX_CODE_BYTES}", code.len()),
-        ));
+        return Err(CodeError::TooLarge(code.len()));
     }
     if code.contains('\0') {
-        return Err(ApiError::invalid(field, "must not contain NUL bytes"));
+        return Err(CodeError::Nul);
     }
     Ok(())
 }
@@ -383,7 +157,7 @@ pub(crate) fn validate_idempotency_key(field: &str, key: &str) -> Result<(), Api
     Ok(())
 }
 
-fn validate_range(field: &str, value: u32, bounds: Bounds<u32>) -> Result<(), ApiError> {
+pub(crate) fn validate_range(field: &str, value: u32, bounds: Bounds<u32>) -> Result<(), ApiError> {
     let Bounds { min, max, .. } = bounds;
     if (min..=max).contains(&value) {
         Ok(())
@@ -395,7 +169,7 @@ fn validate_range(field: &str, value: u32, bounds: Bounds<u32>) -> Result<(), Ap
     }
 }
 
-fn validate_tolerance(field: &str, value: f64) -> Result<(), ApiError> {
+pub(crate) fn validate_tolerance(field: &str, value: f64) -> Result<(), ApiError> {
     let Bounds { min, max, .. } = TOLERANCE;
     if value.is_finite() && (min..=max).contains(&value) {
         Ok(())
@@ -404,6 +178,48 @@ fn validate_tolerance(field: &str, value: f64) -> Result<(), ApiError> {
             field,
             format!("{value} must be a finite number in {min}-{max}"),
         ))
+    }
+}
+
+/// The settings that change what a reference's timing measures besides its trials and its
+/// `timing` (each named in a cache key only when not the default, so the keys made before an
+/// option existed still match the requests that leave it out). Both keys take them from here:
+/// the result cache key ([`EvaluateRequest::result_cache_key`]) and the worker's reference
+/// timing key.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct MeasurementOptions {
+    /// The request's `precision`.
+    pub precision: Precision,
+    /// The request's `timing_method`.
+    pub timing_method: TimingMethod,
+    /// The request's `reference_backend`: a compiled reference's timing is not the eager one's.
+    pub reference_backend: ReferenceBackend,
+}
+
+impl MeasurementOptions {
+    /// `r`'s measurement options.
+    pub fn of(r: &EvaluateRequest) -> Self {
+        Self {
+            precision: r.precision,
+            timing_method: r.timing_method,
+            reference_backend: r.reference_backend,
+        }
+    }
+
+    /// Hands each option that is not the default to `field` (name, bytes), in key order.
+    pub fn write_key(&self, field: &mut impl FnMut(&str, &[u8])) {
+        if !self.precision.is_default() {
+            field("precision", self.precision.as_str().as_bytes());
+        }
+        if !self.timing_method.is_default() {
+            field("timing_method", self.timing_method.as_str().as_bytes());
+        }
+        if !self.reference_backend.is_default() {
+            field(
+                "reference_backend",
+                self.reference_backend.as_str().as_bytes(),
+            );
+        }
     }
 }
 

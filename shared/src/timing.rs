@@ -55,6 +55,32 @@ pub struct TimingRequest {
     pub max_time_ms: u32,
 }
 
+/// `spec.json`'s `timing`: the request's, with the least number of timed calls of adaptive
+/// timing, written only in `bounds.rs` (the harness takes it from here rather than write it
+/// again).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct HarnessTiming {
+    /// `fixed` or `adaptive`.
+    pub mode: TimingMode,
+    /// Adaptive: stop once the relative standard error of the median is at most this.
+    pub target_rel_error: f64,
+    /// Adaptive: stop once one model's timed calls have taken this much wall time, in ms.
+    pub max_time_ms: u32,
+    /// Adaptive: fewest timed calls before it may stop ([`MIN_ADAPTIVE_TRIALS`]).
+    pub min_trials: u32,
+}
+
+impl From<TimingRequest> for HarnessTiming {
+    fn from(t: TimingRequest) -> Self {
+        Self {
+            mode: t.mode,
+            target_rel_error: t.target_rel_error,
+            max_time_ms: t.max_time_ms,
+            min_trials: MIN_ADAPTIVE_TRIALS,
+        }
+    }
+}
+
 impl Default for TimingRequest {
     fn default() -> Self {
         Self {

@@ -2,6 +2,7 @@
 alone), a field the harness does not know is refused by name, the self-test's spec needs none
 of a task's numbers. Run by scripts/test.sh; exit 1 on the first failure."""
 import importlib.util
+import json
 import os
 import sys
 
@@ -53,6 +54,20 @@ for key, good, bad in (("precision", "bf16", "fp8"), ("timing_method", "host_tim
     refused({k: v for k, v in TASK.items() if k != key}, ["lacks", key])
 refused(dict(TASK, timing_method="do_bench", timing=adaptive), ["do_bench", "fixed"])
 assert parse_spec(dict(TASK, timing_method="do_bench")).timing_method == "do_bench"
+# The cross-field rules, on the cases the Rust validation is tested on too: the rule is
+# Rust's (EvaluateRequest::validate); the harness keeps it only so it never runs a spec
+# against it, and must agree case for case.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "cross_field_cases.json"),
+          encoding="utf-8") as f:
+    CROSS_FIELD = json.load(f)["cases"]
+assert CROSS_FIELD
+for case in CROSS_FIELD:
+    raw = dict(TASK, timing_method=case["timing_method"],
+               timing=dict(TASK["timing"], mode=case["timing_mode"]))
+    if case["accepted"]:
+        assert parse_spec(raw).timing_method == case["timing_method"], case
+    else:
+        refused(raw, [case["timing_method"]])
 # reference_timing: the five figures, optionally the trial count and the median's interval.
 FIVE = {"median": 1.0, "mean": 1.1, "std": 0.1, "min": 0.9, "max": 1.5}
 assert parse_spec(dict(TASK, reference_timing=FIVE)).reference_timing == FIVE
@@ -67,4 +82,4 @@ refused(dict(TASK, triton_precompile=True), ["triton_precompile"])
 selftest = parse_spec({"stage": "selftest", "device": "cpu", "backend": "triton",
                        "selftest": {"tcp": ["127.0.0.1", 1]}})
 assert selftest.stage == "selftest"
-print("spec: 19 checks passed")
+print("spec: 20 checks passed")

@@ -10,8 +10,7 @@
 use crate::child::protocol::SoftwareReport;
 use crate::device::DeviceSlot;
 use crucible_shared::{
-    DeviceInfo, EvaluateRequest, Precision, ReferenceBackend, RuntimeStats, TaskSpec, TimingMethod,
-    TimingRequest,
+    DeviceInfo, EvaluateRequest, MeasurementOptions, RuntimeStats, TaskSpec, TimingRequest,
 };
 use sha2::{Digest, Sha256};
 
@@ -72,13 +71,9 @@ pub struct TimingConfig {
     /// How each call is measured on this device, e.g. CUDA events after an L2 flush, or the
     /// CPU clock with a given thread count.
     pub policy: String,
-    /// The request's precision, timing method and reference backend (each changes the
-    /// reference's numbers); named in the key only when not the default.
-    pub precision: Precision,
-    /// See `precision`.
-    pub timing_method: TimingMethod,
-    /// See `precision`: a compiled reference's timing is not the eager one's.
-    pub reference_backend: ReferenceBackend,
+    /// The request's measurement options (each changes the reference's numbers); named in
+    /// the key as the result cache key names them (`MeasurementOptions::write_key`).
+    pub options: MeasurementOptions,
 }
 
 impl TimingConfig {
@@ -103,9 +98,7 @@ impl TimingConfig {
             timing,
             protocol: TIMING_PROTOCOL,
             policy,
-            precision: Precision::default(),
-            timing_method: TimingMethod::default(),
-            reference_backend: ReferenceBackend::default(),
+            options: MeasurementOptions::default(),
         }
     }
 
@@ -116,9 +109,7 @@ impl TimingConfig {
         cpu_threads: Option<u32>,
     ) -> Self {
         Self {
-            precision: request.precision,
-            timing_method: request.timing_method,
-            reference_backend: request.reference_backend,
+            options: MeasurementOptions::of(request),
             ..Self::new(request.num_perf_trials, request.timing, device, cpu_threads)
         }
     }
@@ -172,18 +163,7 @@ pub fn reference_cache_key(
     field("policy", timing.policy.as_bytes());
     // Named only when not the default, so the timings cached before these options existed
     // still match the requests that leave them out.
-    if !timing.precision.is_default() {
-        field("precision", timing.precision.as_str().as_bytes());
-    }
-    if !timing.timing_method.is_default() {
-        field("timing_method", timing.timing_method.as_str().as_bytes());
-    }
-    if !timing.reference_backend.is_default() {
-        field(
-            "reference_backend",
-            timing.reference_backend.as_str().as_bytes(),
-        );
-    }
+    timing.options.write_key(&mut field);
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -236,7 +216,7 @@ pub fn decode(value: &str) -> Option<RuntimeStats> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crucible_shared::{DeviceKind, EvaluateRequest};
+    use crucible_shared::{DeviceKind, EvaluateRequest, Precision, ReferenceBackend, TimingMethod};
 
     fn software() -> SoftwareVersions {
         SoftwareVersions {
@@ -328,11 +308,11 @@ mod tests {
             },
             |t: &mut TimingConfig| t.protocol = "timing-v0",
             |t: &mut TimingConfig| t.policy = "other".into(),
-            |t: &mut TimingConfig| t.precision = Precision::Bf16,
-            |t: &mut TimingConfig| t.precision = Precision::Fp16,
-            |t: &mut TimingConfig| t.timing_method = TimingMethod::DoBench,
-            |t: &mut TimingConfig| t.timing_method = TimingMethod::HostTime,
-            |t: &mut TimingConfig| t.reference_backend = ReferenceBackend::Compile,
+            |t: &mut TimingConfig| t.options.precision = Precision::Bf16,
+            |t: &mut TimingConfig| t.options.precision = Precision::Fp16,
+            |t: &mut TimingConfig| t.options.timing_method = TimingMethod::DoBench,
+            |t: &mut TimingConfig| t.options.timing_method = TimingMethod::HostTime,
+            |t: &mut TimingConfig| t.options.reference_backend = ReferenceBackend::Compile,
         ] {
             let mut t = timing();
             change(&mut t);

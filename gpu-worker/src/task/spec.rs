@@ -6,9 +6,8 @@
 use crate::cache::reference_cache::NUM_WARMUP;
 use crate::child::protocol::BuiltExtension;
 use crate::device::DeviceSlot;
-use crucible_shared::{MIN_ADAPTIVE_TRIALS, RuntimeStats, ScreeningAction, TaskSpec, TimingMode};
+use crucible_shared::{HarnessSettings, RuntimeStats, TaskSpec};
 use serde::Serialize;
-use std::collections::BTreeMap;
 
 /// Which harness stage a `spec.json` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -35,27 +34,18 @@ pub struct HarnessSpec<'a> {
     pub backend: &'static str,
     /// `cuda` or `cpu`.
     pub device: &'static str,
-    /// Correctness trials, each with fresh inputs.
-    pub num_correct_trials: u32,
-    /// Timed calls per model.
-    pub num_perf_trials: u32,
+    /// The request's settings the harness reads (trials, tolerances, screening, timing,
+    /// the measurement options), each under its own name: made from the one list of settings
+    /// in `crucible_shared` with the request.
+    #[serde(flatten)]
+    pub settings: HarnessSettings,
     /// Untimed calls per model before timing.
     pub num_warmup: u32,
-    /// Whether to time a correct candidate at all.
-    pub measure_performance: bool,
-    /// Absolute tolerance of the correctness comparison.
-    pub atol: f64,
-    /// Relative tolerance of the correctness comparison.
-    pub rtol: f64,
     /// Seeds the inputs of every trial.
     pub seed: u64,
     /// The worker's cached timing of the reference; the harness then times only the
     /// candidate.
     pub reference_timing: Option<RuntimeStats>,
-    /// What the static screening does with each of its rules' findings (reject, flag, off).
-    pub screening: &'a BTreeMap<String, ScreeningAction>,
-    /// Largest plausible speedup: above it the integrity checks report a finding.
-    pub max_speedup: f64,
     /// Whether the harness runs its integrity checks after timing.
     pub integrity_checks: bool,
     /// The seconds the CPU stage may spend on a dry run of a Triton candidate that compiles
@@ -67,29 +57,6 @@ pub struct HarnessSpec<'a> {
     /// candidate's builds; written only when the worker has them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pch_dir: Option<String>,
-    /// How many timed calls each model gets (the request's `timing`).
-    pub timing: HarnessTiming,
-    /// `fp32`, `fp16` or `bf16`: what floating inputs and both models are cast to.
-    pub precision: &'static str,
-    /// `cuda_event`, `do_bench` or `host_time`: how each call is timed.
-    pub timing_method: &'static str,
-    /// `eager` or `compile`: what the reference is timed as.
-    pub reference_backend: &'static str,
-}
-
-/// `spec.json`'s `timing`: the request's, with the least number of timed calls of adaptive
-/// timing, written only in `bounds.rs` (the harness takes it from here rather than write it
-/// again).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct HarnessTiming {
-    /// `fixed` or `adaptive`.
-    pub mode: TimingMode,
-    /// Adaptive: stop once the relative standard error of the median is at most this.
-    pub target_rel_error: f64,
-    /// Adaptive: stop once one model's timed calls have taken this much wall time, in ms.
-    pub max_time_ms: u32,
-    /// Adaptive: fewest timed calls before it may stop ([`MIN_ADAPTIVE_TRIALS`]).
-    pub min_trials: u32,
 }
 
 /// The harness's `spec.json` for `stage`.
@@ -112,35 +79,20 @@ pub fn harness_spec<'a>(
             DeviceSlot::Gpu { .. } => "cuda",
             DeviceSlot::Cpu { .. } => "cpu",
         },
-        num_correct_trials: r.num_correct_trials,
-        num_perf_trials: r.num_perf_trials,
+        settings: HarnessSettings::of(r),
         num_warmup: NUM_WARMUP,
-        measure_performance: r.measure_performance,
-        atol: r.atol,
-        rtol: r.rtol,
         seed: spec.seed,
         reference_timing,
-        screening: &r.screening,
-        max_speedup: r.max_speedup,
         integrity_checks,
         triton_precompile: None,
         pch_dir: None,
-        timing: HarnessTiming {
-            mode: r.timing.mode,
-            target_rel_error: r.timing.target_rel_error,
-            max_time_ms: r.timing.max_time_ms,
-            min_trials: MIN_ADAPTIVE_TRIALS,
-        },
-        precision: r.precision.as_str(),
-        timing_method: r.timing_method.as_str(),
-        reference_backend: r.reference_backend.as_str(),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crucible_shared::Backend;
+    use crucible_shared::{Backend, MIN_ADAPTIVE_TRIALS, TimingMode};
 
     /// What the worker adds to a stage that the spec carries.
     #[derive(Default)]

@@ -1,5 +1,6 @@
 //! `EvaluateRequest`'s defaults, validation and result cache key.
 use super::*;
+use crate::bounds::{CORRECT_TRIALS, MAX_SPEEDUP};
 
 fn valid() -> EvaluateRequest {
     EvaluateRequest::new("class Model: pass", "class ModelNew: pass")
@@ -316,4 +317,41 @@ fn idempotency_keys_refuse_control_characters() {
     assert_eq!(schema["pattern"], crate::bounds::IDEMPOTENCY_KEY_PATTERN);
     assert_eq!(schema["minLength"], 1);
     assert_eq!(schema["maxLength"], MAX_IDEMPOTENCY_KEY_BYTES);
+}
+
+/// The cross-field rules on the cases the harness's spec check is tested on too
+/// (tests/harness/cross_field_cases.json, read by tests/harness/check_spec.py): the rule is
+/// validated here, and the harness, which keeps it for safety, agrees case for case.
+#[test]
+fn cross_field_rules_agree_with_the_harness_cases() {
+    let cases: serde_json::Value = serde_json::from_str(include_str!(
+        "../../../tests/harness/cross_field_cases.json"
+    ))
+    .unwrap();
+    let cases = cases["cases"].as_array().unwrap();
+    assert!(!cases.is_empty());
+    for case in cases {
+        let mut r = valid();
+        r.timing_method = serde_json::from_value(case["timing_method"].clone()).unwrap();
+        r.timing.mode = serde_json::from_value(case["timing_mode"].clone()).unwrap();
+        match (r.validate(), case["accepted"].as_bool().unwrap()) {
+            (Ok(()), true) => {}
+            (Err(e), false) => assert_eq!(e.field.as_deref(), Some("timing_method"), "{case}"),
+            (answer, _) => panic!("{case}: {answer:?}"),
+        }
+    }
+}
+
+/// Every place that takes code refuses the same sources: blank, over the bound, a NUL byte.
+#[test]
+fn code_is_checked_in_one_place() {
+    assert_eq!(check_code("class ModelNew: pass"), Ok(()));
+    assert_eq!(check_code(" \n\t"), Err(CodeError::Empty));
+    let big = "x".repeat(MAX_CODE_BYTES + 1);
+    assert_eq!(
+        check_code(&big),
+        Err(CodeError::TooLarge(MAX_CODE_BYTES + 1))
+    );
+    assert_eq!(check_code("a\0b"), Err(CodeError::Nul));
+    assert_eq!(CodeError::Nul.to_string(), "must not contain NUL bytes");
 }

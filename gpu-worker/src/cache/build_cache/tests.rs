@@ -319,3 +319,17 @@ async fn slots_bound_concurrent_builds() {
     let c = tokio::time::timeout(Duration::from_secs(10), cache.slot()).await;
     assert!(c.is_ok(), "a slot frees up when a build ends");
 }
+
+/// The build protocol is written twice: here, where it keys the build cache, and in the
+/// harness's builds.py, which keys its own builds on it. Read from the file (not through the
+/// embedded harness) so that the check does not depend on where either side's module lives.
+#[test]
+fn the_build_protocol_is_the_harness_s() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/harness/builds.py");
+    let builds = std::fs::read_to_string(path).unwrap();
+    let line = format!("BUILD_PROTOCOL = \"{BUILD_PROTOCOL}\"");
+    assert!(
+        builds.lines().any(|l| l == line),
+        "{path} does not say {line}"
+    );
+}
