@@ -20,12 +20,14 @@ import re
 import sys
 from pathlib import Path
 
-LIMIT = 600
+LIMIT = 500
 # Files allowed over LIMIT, each with why. Keep this short.
 LONG_FILES = {}
 CRATES = ["shared", "task-manager", "api-server", "gpu-worker", "client", "cli", "runtime",
-          "test-support", "tests"]
-PYTHON_DIRS = ["gpu-worker/harness", "clients/python/crucible_client"]
+          "test-support", "tests", "corpus"]
+# Python checked for length (every .py below them but tests): the harness, the client, the
+# scripts (benchmarks, chaos, generators).
+PYTHON_DIRS = ["gpu-worker/harness", "clients/python/crucible_client", "scripts"]
 # Rule 3: crate → {top-level module → the other top-level modules it may import via `crate::`}.
 # gpu-worker bottom first (ARCHITECTURE.md's codemap says what each owns): the processes and
 # directories, the OS boundary, one child process, what the node keeps between tasks, the
@@ -167,7 +169,7 @@ def long_files():
         src, files = rust_files(crate)
         paths += [f for f in files if not is_test_file(f.relative_to(crate))]
     for d in PYTHON_DIRS:
-        paths += sorted(Path(d).glob("*.py"))
+        paths += sorted(p for p in Path(d).rglob("*.py") if not p.name.startswith("test_"))
     for p in paths:
         n = sum(1 for _ in p.open(encoding="utf-8"))
         if n > LIMIT and str(p) not in LONG_FILES:
