@@ -24,7 +24,7 @@ LIMIT = 500
 # Files allowed over LIMIT, each with why. Keep this short.
 LONG_FILES = {}
 CRATES = ["shared", "task-manager", "api-server", "gpu-worker", "client", "cli", "runtime",
-          "test-support", "tests", "corpus"]
+          "test-support", "tests", "corpus", "rl"]
 # Python checked for length (every .py below them but tests): the harness, the client, the
 # scripts (benchmarks, chaos, generators).
 PYTHON_DIRS = ["gpu-worker/harness", "clients/python/crucible_client", "scripts"]

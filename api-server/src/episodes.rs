@@ -22,13 +22,13 @@ use crate::submission::resolve_reference;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
-use crucible_shared::episode::{
+use crucible_rl::episode::{
     EpisodeRecord, EpisodeRequest, EpisodeView, EpisodesStarted, TurnRecord, TurnRequest,
     TurnStatus, TurnView, completion_digest, turn_status,
 };
-use crucible_shared::prompt::PromptSettings;
-use crucible_shared::reward::parse_completion;
-use crucible_shared::rollout::{Rollout, RolloutBatchRequest};
+use crucible_rl::prompt::PromptSettings;
+use crucible_rl::reward::parse_completion;
+use crucible_rl::rollout::{Rollout, RolloutBatchRequest};
 use crucible_shared::{
     ApiError, ApiErrorCode, EpisodeGroupId, EpisodeId, MAX_CODE_BYTES,
     bounds::MAX_PROMPT_KERNEL_BYTES,

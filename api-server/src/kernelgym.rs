@@ -1,7 +1,7 @@
 //! KernelGYM's evaluation API (`/kernelgym/evaluate`, `/kernelgym/status/{task_id}`,
 //! `/kernelgym/results/{task_id}`), so a KernelGYM or Dr.Kernel reward client runs against
 //! Crucible with its server URL changed to `…/kernelgym`. The shapes and the mapping are
-//! `crucible_shared::kernelgym`'s; this module submits through `routes::submit_evaluation`
+//! `crucible_rl::kernelgym`'s; this module submits through `routes::submit_evaluation`
 //! and keeps the client's task id.
 //!
 //! The client names its evaluations (`task_id`). That name is kept per tenant in the broker's
@@ -17,10 +17,10 @@ use crate::routes::submit_evaluation;
 use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::{Extension, Json};
-use crucible_shared::bounds::WAIT_S;
-use crucible_shared::kernelgym::{
+use crucible_rl::kernelgym::{
     KernelGymRequest, KernelGymResult, KernelGymStatus, result_of, status_of,
 };
+use crucible_shared::bounds::WAIT_S;
 use crucible_shared::{ApiError, ApiErrorCode, TaskId, TaskView};
 use crucible_task_manager::KvNamespace;
 use serde::{Deserialize, Serialize};

@@ -16,14 +16,14 @@ use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
-use crucible_shared::bounds::{OPENENV_STEP_RETRIES, WAIT_S};
-use crucible_shared::episode::{EpisodeView, TurnRequest, TurnStatus, TurnView};
-use crucible_shared::openenv::{
+use crucible_rl::episode::{EpisodeView, TurnRequest, TurnStatus, TurnView};
+use crucible_rl::openenv::{
     OpenEnvAction, OpenEnvHealth, OpenEnvMetadata, OpenEnvReset, OpenEnvResult, OpenEnvState,
     OpenEnvStepRequest, default_episode, episode_observation, episode_state, pick_problem,
     started_observation, turn_observation,
 };
-use crucible_shared::problem_set::{Split, problem_set};
+use crucible_rl::problem_set::{Split, problem_set};
+use crucible_shared::bounds::{OPENENV_STEP_RETRIES, WAIT_S};
 use crucible_shared::{ApiError, EpisodeId};
 use serde::Deserialize;
 use std::time::Duration;
@@ -205,7 +205,7 @@ pub async fn metadata() -> Json<OpenEnvMetadata> {
     responses((status = 200, description = "`{action, observation, state}` JSON schemas", body = Object))
 )]
 pub async fn schema() -> Json<serde_json::Value> {
-    Json(crucible_shared::openenv::schemas())
+    Json(crucible_rl::openenv::schemas())
 }
 
 /// Starts an episode (or attaches to one) and answers its first observation. Over HTTP the

@@ -1,6 +1,6 @@
 //! `GET /problem-sets` and `POST /problem-sets/batches`: the registry's problems as a training
 //! run's train and test splits, and the problems of each step of each epoch. Both are pure
-//! functions of the request and the registry (`crucible_shared::problem_set`), which every
+//! functions of the request and the registry (`crucible_rl::problem_set`), which every
 //! replica loads from the same files: any replica answers any step the same way.
 
 use crate::error::HttpError;
@@ -8,7 +8,7 @@ use crate::extract::{ApiJson, ApiQuery};
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;
-use crucible_shared::problem_set::{
+use crucible_rl::problem_set::{
     ProblemBatch, ProblemBatchRequest, ProblemSet, ProblemSetSelection, problem_batch, problem_set,
 };
 use crucible_shared::{ApiError, Backend};

@@ -1,5 +1,5 @@
 //! Prompts for problems: the examples each option carries, chosen here, and the text from
-//! `crucible_shared::prompt` in the words of the configured templates. [`first_prompt`] is the
+//! `crucible_rl::prompt` in the words of the configured templates. [`first_prompt`] is the
 //! one entry point every route that hands out a first-turn prompt uses
 //! (`GET /problems/{level}/{id}/prompt`, `POST /prompts`, `POST /episodes`).
 //!
@@ -15,7 +15,7 @@ use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;
 use crucible_corpus::ProblemQuery;
-use crucible_shared::prompt::{
+use crucible_rl::prompt::{
     Prompt, PromptOption, PromptRequest, PromptSettings, WorkedExample, first_turn_with,
 };
 use crucible_shared::{

@@ -1,6 +1,6 @@
 //! `GET /batches/{id}/report`: the checkpoint evaluation of a batch, per level and overall
 //! (correct rate, fast_p, mean and geometric-mean speedup, hacks and decoys). The arithmetic is
-//! `crucible_shared::report`'s; this module only gathers the samples: a rollout batch's
+//! `crucible_rl::report`'s; this module only gathers the samples: a rollout batch's
 //! records (one sample per rollout, its level from the problem it named), or an evaluation
 //! batch's tasks (one per task, its level from the problem its request named).
 
@@ -11,7 +11,7 @@ use crate::rollouts::stored_records;
 use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::{Extension, Json};
-use crucible_shared::report::{BatchReport, ReportSource, Sample, SampleOutcome};
+use crucible_rl::report::{BatchReport, ReportSource, Sample, SampleOutcome};
 use crucible_shared::{ApiError, BatchId, TaskId, TaskView};
 use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;

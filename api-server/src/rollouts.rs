@@ -16,8 +16,8 @@ use crate::submission::{resolve_reference, spec_of};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
-use crucible_shared::reward::parse_completion;
-use crucible_shared::rollout::{
+use crucible_rl::reward::parse_completion;
+use crucible_rl::rollout::{
     MAX_RESULTS_PAGE, RolloutBatchRequest, RolloutBatchResponse, RolloutRecord, RolloutResultsPage,
     page_start, rollout_results,
 };

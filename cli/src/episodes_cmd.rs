@@ -6,9 +6,9 @@
 use crate::{BACKEND_HELP, BackendArg, Remote};
 use anyhow::Context;
 use clap::Subcommand;
-use crucible_shared::episode::{EpisodeRequest, TurnRequest};
-use crucible_shared::prompt::PromptOption;
-use crucible_shared::reward::RewardProfile;
+use crucible_rl::episode::{EpisodeRequest, TurnRequest};
+use crucible_rl::prompt::PromptOption;
+use crucible_rl::reward::RewardProfile;
 use crucible_shared::{EpisodeId, ProblemRef};
 use std::path::PathBuf;
 use std::time::Duration;

@@ -4,8 +4,8 @@
 
 use crate::Remote;
 use anyhow::{Context, bail};
+use crucible_rl::report::{BatchReport, FAST_P_THRESHOLDS, GroupReport};
 use crucible_shared::BatchId;
-use crucible_shared::report::{BatchReport, FAST_P_THRESHOLDS, GroupReport};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -106,8 +106,8 @@ pub fn table(report: &BatchReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crucible_rl::report::{ReportSource, Sample, SampleOutcome};
     use crucible_shared::Verdict;
-    use crucible_shared::report::{ReportSource, Sample, SampleOutcome};
 
     #[test]
     fn the_table_has_a_row_per_level_and_one_for_all() {

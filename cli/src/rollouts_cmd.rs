@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Subcommand;
 use crucible_client::Client;
 use crucible_client::summary::RolloutSummary;
-use crucible_shared::rollout::{Rollout, RolloutEvalSettings, RolloutResult};
+use crucible_rl::rollout::{Rollout, RolloutEvalSettings, RolloutResult};
 use crucible_shared::{BatchId, DeviceClass};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::{BufWriter, IsTerminal, Write};
@@ -262,7 +262,7 @@ fn print_summary(s: &RolloutSummary) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crucible_shared::rollout::RolloutBatchRequest;
+    use crucible_rl::rollout::RolloutBatchRequest;
 
     /// What `submit` sends first: the file read, then one batch the server would accept.
     fn submittable(repo_path: &str) -> usize {

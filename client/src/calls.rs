@@ -2,11 +2,11 @@
 //! long-poll of one task); rollouts are in `rollouts`, episodes in `episodes`.
 
 use crate::{Client, ClientError};
-use crucible_shared::problem_set::{
+use crucible_rl::problem_set::{
     ProblemBatch, ProblemBatchRequest, ProblemSet, ProblemSetSelection,
 };
-use crucible_shared::prompt::{Prompt, PromptRequest, PromptSettings};
-use crucible_shared::report::BatchReport;
+use crucible_rl::prompt::{Prompt, PromptRequest, PromptSettings};
+use crucible_rl::report::BatchReport;
 use crucible_shared::{
     BatchCancelResponse, BatchId, BatchRequest, BatchStatus, CancelResponse, CreateTenantRequest,
     CreatedTenant, DeletedTenant, DrainRequested, EvaluateRequest, Problem, ProblemList,

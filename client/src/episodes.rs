@@ -4,11 +4,11 @@
 //! [`Client::wait_turn`] long-polls it to the end.
 
 use crate::{Client, ClientError};
-use crucible_shared::EpisodeId;
-use crucible_shared::bounds::WAIT_S;
-use crucible_shared::episode::{
+use crucible_rl::episode::{
     EpisodeRequest, EpisodeView, EpisodesStarted, TurnRequest, TurnStatus, TurnView,
 };
+use crucible_shared::EpisodeId;
+use crucible_shared::bounds::WAIT_S;
 use std::time::Duration;
 
 /// `?wait=` in seconds as the server takes it (it refuses a longer one).

@@ -2,7 +2,7 @@
 //! requires one; retries with backoff on 429, 503 and connection errors; rollout batches
 //! resubmitted under one idempotency key) used by
 //! trainers and by the `crucible` CLI, the multi-turn return helpers
-//! (`returns`, from `crucible_shared::returns`) and the
+//! (`returns`, from `crucible_rl::returns`) and the
 //! summary of a scored batch (`summary`).
 //!
 //! Modules by concept: `transport` (the [`Client`], one request and its retries), `retry`

@@ -2,11 +2,11 @@
 //! results read back by long-polls, every batch at once.
 
 use crate::{Client, ClientError};
-use crucible_shared::BatchId;
-use crucible_shared::rollout::{
+use crucible_rl::rollout::{
     MAX_ROLLOUTS, Rollout, RolloutBatchRequest, RolloutBatchResponse, RolloutEvalSettings,
     RolloutResult, RolloutResultsPage,
 };
+use crucible_shared::BatchId;
 use std::time::Duration;
 
 impl Client {

@@ -1,8 +1,8 @@
 //! What a trainer wants to know about a scored batch at a glance: how many were correct, how
 //! fast, how many were caught cheating, the mean reward. Pure, over the results.
 
-use crucible_shared::report::{GroupReport, SampleOutcome};
-use crucible_shared::rollout::{RolloutResult, RolloutStatus};
+use crucible_rl::report::{GroupReport, SampleOutcome};
+use crucible_rl::rollout::{RolloutResult, RolloutStatus};
 use serde::Serialize;
 
 /// The headline figures of a set of rollout results (`Serialize`, for a trainer's logs).
@@ -33,7 +33,7 @@ pub struct RolloutSummary {
 
 impl RolloutSummary {
     /// The summary of `results`; all zero (rates 0, means None) for none. The rates and
-    /// speedups are `crucible_shared::report`'s, the one definition of them.
+    /// speedups are `crucible_rl::report`'s, the one definition of them.
     pub fn of<'a>(results: impl IntoIterator<Item = &'a RolloutResult>) -> Self {
         let mut s = Self::default();
         let mut rewards = Vec::new();
@@ -63,8 +63,8 @@ impl RolloutSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crucible_rl::reward::RewardProfile;
     use crucible_shared::Verdict;
-    use crucible_shared::reward::RewardProfile;
     use crucible_shared::{DeviceInfo, DeviceKind, EvalResult, VerdictCode};
 
     fn rollout(

@@ -108,7 +108,9 @@ pub(crate) fn default_correct_trials() -> u32 {
 pub(crate) fn default_perf_trials() -> u32 {
     PERF_TRIALS.default
 }
-pub(crate) fn default_true() -> bool {
+/// serde's default of the field it names (`true`), from the bound above; `pub` for the
+/// crates whose types carry the field (`#[serde(default = "...")]`).
+pub fn default_true() -> bool {
     true
 }
 pub(crate) fn default_false() -> bool {
@@ -126,13 +128,19 @@ pub(crate) fn default_timeout_s() -> u32 {
 
 // The descriptions of the bounded fields live with their schemas: `schema_with` replaces the
 // doc comment's.
-pub(crate) fn correct_trials_schema() -> utoipa::openapi::Object {
+/// The OpenAPI schema of `correct_trials` with its bounds; `pub` for the crates whose types carry
+/// the field (`#[schema(schema_with = ...)]`).
+pub fn correct_trials_schema() -> utoipa::openapi::Object {
     CORRECT_TRIALS.schema(true, "Correctness trials, each on fresh seeded inputs.")
 }
-pub(crate) fn perf_trials_schema() -> utoipa::openapi::Object {
+/// The OpenAPI schema of `perf_trials` with its bounds; `pub` for the crates whose types carry
+/// the field (`#[schema(schema_with = ...)]`).
+pub fn perf_trials_schema() -> utoipa::openapi::Object {
     PERF_TRIALS.schema(true, "Timed trials for reference and candidate.")
 }
-pub(crate) fn timeout_s_schema() -> utoipa::openapi::Object {
+/// The OpenAPI schema of `timeout_s` with its bounds; `pub` for the crates whose types carry
+/// the field (`#[schema(schema_with = ...)]`).
+pub fn timeout_s_schema() -> utoipa::openapi::Object {
     TIMEOUT_S.schema(
         true,
         "Wall-clock budget of the evaluation child, in seconds.",
@@ -249,7 +257,7 @@ pub const IDEMPOTENCY_KEY_PATTERN: &str = r"^[^\u0000-\u001F\u007F-\u009F]*$";
 /// A string field of 1 to `max_bytes` bytes (`maxLength` counts characters: at most as many as
 /// bytes, so it is the bound a client can check without encoding), nullable when the field is
 /// optional.
-pub(crate) fn bounded_string(
+pub fn bounded_string(
     max_bytes: usize,
     nullable: bool,
     description: String,
@@ -267,7 +275,9 @@ pub(crate) fn bounded_string(
         .max_length(Some(max_bytes))
 }
 
-pub(crate) fn idempotency_key_schema() -> utoipa::openapi::Object {
+/// The OpenAPI schema of `idempotency_key` with its bounds; `pub` for the crates whose types carry
+/// the field (`#[schema(schema_with = ...)]`).
+pub fn idempotency_key_schema() -> utoipa::openapi::Object {
     bounded_string(
         MAX_IDEMPOTENCY_KEY_BYTES,
         true,
@@ -291,7 +301,9 @@ pub(crate) fn reference_code_schema() -> utoipa::openapi::Object {
     )
     .build()
 }
-pub(crate) fn rollout_reference_code_schema() -> utoipa::openapi::Object {
+/// The OpenAPI schema of `rollout_reference_code` with its bounds; `pub` for the crates whose types carry
+/// the field (`#[schema(schema_with = ...)]`).
+pub fn rollout_reference_code_schema() -> utoipa::openapi::Object {
     bounded_string(
         MAX_CODE_BYTES,
         true,
@@ -299,7 +311,9 @@ pub(crate) fn rollout_reference_code_schema() -> utoipa::openapi::Object {
     )
     .build()
 }
-pub(crate) fn kernel_code_schema() -> utoipa::openapi::Object {
+/// The OpenAPI schema of `kernel_code` with its bounds; `pub` for the crates whose types carry
+/// the field (`#[schema(schema_with = ...)]`).
+pub fn kernel_code_schema() -> utoipa::openapi::Object {
     bounded_string(
         MAX_CODE_BYTES,
         false,
@@ -326,7 +340,9 @@ pub(crate) fn batch_tasks_schema() -> utoipa::openapi::Array {
     )
 }
 
-pub(crate) fn rollout_id_schema() -> utoipa::openapi::Object {
+/// The OpenAPI schema of `rollout_id` with its bounds; `pub` for the crates whose types carry
+/// the field (`#[schema(schema_with = ...)]`).
+pub fn rollout_id_schema() -> utoipa::openapi::Object {
     bounded_string(
         MAX_ROLLOUT_ID_BYTES,
         false,
@@ -338,7 +354,9 @@ pub(crate) fn rollout_id_schema() -> utoipa::openapi::Object {
     .build()
 }
 
-pub(crate) fn rollouts_schema() -> utoipa::openapi::Array {
+/// The OpenAPI schema of `rollouts` with its bounds; `pub` for the crates whose types carry
+/// the field (`#[schema(schema_with = ...)]`).
+pub fn rollouts_schema() -> utoipa::openapi::Array {
     bounded_array(
         "Rollout",
         MAX_ROLLOUTS,

@@ -1,8 +1,11 @@
-//! Wire types shared by every Crucible process: requests, task views, results, cancel answers,
-//! worker and queue views, device classes and where tasks may run, recent activity and the
-//! status page's view, tenants, problems, rollouts and rewards, OpenEnv sessions over episodes, KernelGYM's evaluation API, the measurement options
-//! (`parity`) (all serde + utoipa schemas), the API error codes with their one HTTP mapping,
-//! request validation and configuration parsing. Nothing here does I/O.
+//! The evaluation service's wire types, shared by every Crucible process: requests and their
+//! settings (written once, `settings`), task views, results and verdicts, cancel answers, worker
+//! and queue views, device classes and where tasks may run, recent activity and the status
+//! page's view, tenants, problems, the measurement options (`parity`) (all serde + utoipa
+//! schemas), the bounds of every field, the API error codes with their one HTTP mapping,
+//! request validation and configuration parsing. Nothing here does I/O. The RL environment
+//! built on these (rollouts, episodes, rewards, prompts, problem sets, reports, the trainer
+//! protocols) is `crucible-rl`.
 
 // First: the one list of settings is a macro, expanded in `request`.
 #[macro_use]
@@ -13,21 +16,12 @@ pub mod bounds;
 pub mod cancel;
 pub mod config;
 pub mod device;
-pub mod episode;
 pub mod error;
 pub mod ids;
-pub mod kernelgym;
-pub mod openenv;
 pub mod parity;
 pub mod placement;
 pub mod problem;
-pub mod problem_set;
-pub mod prompt;
-pub mod report;
 pub mod request;
-pub mod returns;
-pub mod reward;
-pub mod rollout;
 pub mod sandbox;
 pub mod status;
 pub mod task;

@@ -141,7 +141,7 @@ pub fn check_code(code: &str) -> Result<(), CodeError> {
 /// An idempotency key (of `/evaluate` or `/rollouts`) is 1 to [`MAX_IDEMPOTENCY_KEY_BYTES`]
 /// bytes without control characters: a NUL or a newline in a key is a client's bug, and one
 /// that reached logs or Redis keys would be hard to see.
-pub(crate) fn validate_idempotency_key(field: &str, key: &str) -> Result<(), ApiError> {
+pub fn validate_idempotency_key(field: &str, key: &str) -> Result<(), ApiError> {
     if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_BYTES {
         return Err(ApiError::invalid(
             field,

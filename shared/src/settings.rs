@@ -8,7 +8,7 @@
 //! for a new one.
 //!
 //! [`EvaluateRequest`]: crate::request::EvaluateRequest
-//! [`RolloutEvalSettings`]: crate::rollout::RolloutEvalSettings
+//! [`RolloutEvalSettings`]: crate::request::RolloutEvalSettings
 //! [`HarnessSettings`]: crate::request::HarnessSettings
 //! [`MeasurementOptions`]: crate::request::MeasurementOptions
 

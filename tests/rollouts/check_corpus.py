@@ -8,7 +8,7 @@
     python3 tests/rollouts/check_corpus.py --verify-mapping      # problems.jsonl vs KernelBench
 
 Always: every rollout's completion is parsed with a re-implementation of
-shared/src/reward.rs `parse_completion` and format_ok / thinking / kernel_bytes / status are
+rl/src/reward.rs `parse_completion` and format_ok / thinking / kernel_bytes / status are
 compared with expected.json; the corpus's own rules are checked (ids, registry, profiles,
 one long kernel, reward specs that follow the profile formulas).
 
@@ -66,7 +66,7 @@ KERNELBENCH_SMALL = {
 
 
 # ---------------------------------------------------------------------------------------------
-# shared/src/reward.rs, re-implemented
+# rl/src/reward.rs, re-implemented
 # ---------------------------------------------------------------------------------------------
 
 def _section(text, tag):

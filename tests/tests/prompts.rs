@@ -5,7 +5,7 @@
 //! a problem of the same operator family, and none solves the problem itself); the
 //! configuration faults that stop the server; the CLI's refusal of a bad corpus line.
 
-use crucible_shared::prompt::{PromptOption, PromptRequest, PromptSettings};
+use crucible_rl::prompt::{PromptOption, PromptRequest, PromptSettings};
 use crucible_shared::{Backend, ProblemRef};
 use crucible_tests::*;
 use serde_json::{Value, json};

@@ -3,12 +3,12 @@
 
 use crate::error::HttpError;
 use crate::state::AppState;
-use crucible_shared::EpisodeId;
-use crucible_shared::episode::{
+use crucible_rl::episode::{
     EpisodeRecord, TurnRecord, TurnStatus, TurnView, ends_episode, episode_returns, next_prompt,
     turn_status,
 };
-use crucible_shared::rollout::{RolloutResult, rollout_results};
+use crucible_rl::rollout::{RolloutResult, rollout_results};
+use crucible_shared::EpisodeId;
 use std::time::Duration;
 
 /// Each turn scored as its rollout (None while its task is open); the last one waits up to

@@ -17,14 +17,14 @@ use axum::extract::State;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::response::{IntoResponse, Response};
+use crucible_rl::episode::TurnStatus;
+use crucible_rl::openenv::{
+    OpenEnvAction, OpenEnvError, OpenEnvMessage, OpenEnvReply, OpenEnvReset, OpenEnvState,
+    episode_state, turn_observation,
+};
 use crucible_shared::bounds::{
     OPENENV_MESSAGE_BYTES, OPENENV_SESSION_IDLE_S, OPENENV_SESSIONS, OPENENV_STEP_RETRIES,
     OPENENV_WS_STEP_WAIT_S,
-};
-use crucible_shared::episode::TurnStatus;
-use crucible_shared::openenv::{
-    OpenEnvAction, OpenEnvError, OpenEnvMessage, OpenEnvReply, OpenEnvReset, OpenEnvState,
-    episode_state, turn_observation,
 };
 use crucible_shared::{ApiError, ApiErrorCode, EpisodeId};
 use std::collections::VecDeque;

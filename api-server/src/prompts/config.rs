@@ -3,7 +3,7 @@
 //! or a directory that is not an index stops the server with the reason, before it serves.
 
 use crucible_corpus::{Corpus, CorpusError};
-use crucible_shared::prompt::template::{TemplateError, TemplateName, Templates};
+use crucible_rl::prompt::template::{TemplateError, TemplateName, Templates};
 use std::path::{Path, PathBuf};
 
 /// The directory of template overrides.

@@ -3,8 +3,8 @@
 //! in from files that `scripts/check_worked_examples.py` checks (the Triton ones run against
 //! their Model on CPU through the Triton interpreter).
 
+use crucible_rl::prompt::WorkedExample;
 use crucible_shared::Backend;
-use crucible_shared::prompt::WorkedExample;
 
 /// One worked problem: its id, its reference and its solutions.
 struct Worked {
@@ -59,7 +59,7 @@ pub fn examples(backend: Backend, n: usize) -> Vec<WorkedExample> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crucible_shared::prompt::FEW_SHOT_K;
+    use crucible_rl::prompt::FEW_SHOT_K;
 
     #[test]
     fn every_backend_has_as_many_examples_as_few_shot_may_ask_for() {

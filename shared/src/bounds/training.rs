@@ -31,16 +31,24 @@ pub const GROUP_SIZE: Bounds<u32> = Bounds {
     max: 1000,
 };
 
-pub(crate) fn default_problem_set_level() -> u32 {
+/// serde's default of the field it names (`problem_set_level`), from the bound above; `pub` for the
+/// crates whose types carry the field (`#[serde(default = "...")]`).
+pub fn default_problem_set_level() -> u32 {
     PROBLEM_SET_LEVEL
 }
-pub(crate) fn default_test_fraction() -> f64 {
+/// serde's default of the field it names (`test_fraction`), from the bound above; `pub` for the
+/// crates whose types carry the field (`#[serde(default = "...")]`).
+pub fn default_test_fraction() -> f64 {
     TEST_FRACTION.default
 }
-pub(crate) fn default_batch_size() -> u32 {
+/// serde's default of the field it names (`batch_size`), from the bound above; `pub` for the
+/// crates whose types carry the field (`#[serde(default = "...")]`).
+pub fn default_batch_size() -> u32 {
     PROBLEM_BATCH_SIZE.default
 }
-pub(crate) fn default_group_size() -> u32 {
+/// serde's default of the field it names (`group_size`), from the bound above; `pub` for the
+/// crates whose types carry the field (`#[serde(default = "...")]`).
+pub fn default_group_size() -> u32 {
     GROUP_SIZE.default
 }
 
@@ -55,7 +63,9 @@ pub fn test_fraction_schema() -> utoipa::openapi::Object {
     object.exclusive_maximum = Some(TEST_FRACTION.max.into());
     object
 }
-pub(crate) fn batch_size_schema() -> utoipa::openapi::Object {
+/// The OpenAPI schema of `batch_size` with its bounds; `pub` for the crates whose types carry
+/// the field (`#[schema(schema_with = ...)]`).
+pub fn batch_size_schema() -> utoipa::openapi::Object {
     PROBLEM_BATCH_SIZE.schema(
         true,
         &format!(
@@ -64,7 +74,9 @@ pub(crate) fn batch_size_schema() -> utoipa::openapi::Object {
         ),
     )
 }
-pub(crate) fn group_size_schema() -> utoipa::openapi::Object {
+/// The OpenAPI schema of `group_size` with its bounds; `pub` for the crates whose types carry
+/// the field (`#[schema(schema_with = ...)]`).
+pub fn group_size_schema() -> utoipa::openapi::Object {
     GROUP_SIZE.schema(true, "Rollouts per problem (a GRPO group).")
 }
 /// The schema of `level` of a problem set ([`PROBLEM_SET_LEVEL`]).
@@ -105,22 +117,32 @@ pub const MAX_PROMPT_KERNEL_BYTES: usize = 32 * 1024;
 /// (`reward::feedback` is capped below it already; the cap holds whatever it becomes).
 pub const MAX_PROMPT_FEEDBACK_BYTES: usize = 2 * 1024;
 
-pub(crate) fn default_max_turns() -> u32 {
+/// serde's default of the field it names (`max_turns`), from the bound above; `pub` for the
+/// crates whose types carry the field (`#[serde(default = "...")]`).
+pub fn default_max_turns() -> u32 {
     EPISODE_TURNS.default
 }
-pub(crate) fn default_gamma() -> f64 {
+/// serde's default of the field it names (`gamma`), from the bound above; `pub` for the
+/// crates whose types carry the field (`#[serde(default = "...")]`).
+pub fn default_gamma() -> f64 {
     EPISODE_GAMMA.default
 }
-pub(crate) fn max_turns_schema() -> utoipa::openapi::Object {
+/// The OpenAPI schema of `max_turns` with its bounds; `pub` for the crates whose types carry
+/// the field (`#[schema(schema_with = ...)]`).
+pub fn max_turns_schema() -> utoipa::openapi::Object {
     EPISODE_TURNS.schema(true, "Most turns of the episode (kernel_rl, Kevin: 4).")
 }
-pub(crate) fn gamma_schema() -> utoipa::openapi::Object {
+/// The OpenAPI schema of `gamma` with its bounds; `pub` for the crates whose types carry
+/// the field (`#[schema(schema_with = ...)]`).
+pub fn gamma_schema() -> utoipa::openapi::Object {
     EPISODE_GAMMA.schema(
         false,
         "Discount of the returns `R_t = s_t + gamma * R_{t+1}` (kernel_rl: 0.4).",
     )
 }
-pub(crate) fn episode_group_size_schema() -> utoipa::openapi::Object {
+/// The OpenAPI schema of `episode_group_size` with its bounds; `pub` for the crates whose types carry
+/// the field (`#[schema(schema_with = ...)]`).
+pub fn episode_group_size_schema() -> utoipa::openapi::Object {
     EPISODE_GROUP.schema(
         true,
         "Start this many episodes of the problem in one call (a GRPO group); they share the \
@@ -153,7 +175,9 @@ pub const OPENENV_SESSION_IDLE_S: u64 = 30 * 60;
 /// Largest WebSocket message a session reads: a completion at its limit, JSON-escaped.
 pub const OPENENV_MESSAGE_BYTES: usize = 4 << 20;
 
-pub(crate) fn openenv_step_wait_schema() -> utoipa::openapi::Object {
+/// The OpenAPI schema of `openenv_step_wait` with its bounds; `pub` for the crates whose types carry
+/// the field (`#[schema(schema_with = ...)]`).
+pub fn openenv_step_wait_schema() -> utoipa::openapi::Object {
     OPENENV_HTTP_STEP_WAIT_S.schema(
         false,
         "Seconds to wait for the turn's score; unscored by then, 202 with the turn pending \

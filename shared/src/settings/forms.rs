@@ -1,6 +1,6 @@
 //! What `settings.rs`'s one field list is made into: the request's fields with their defaults
 //! ([`EvaluateRequest`](crate::request::EvaluateRequest)), the rollout batch's
-//! [`RolloutEvalSettings`](crate::rollout::RolloutEvalSettings) (each setting optional, left
+//! [`RolloutEvalSettings`](crate::request::RolloutEvalSettings) (each setting optional, left
 //! out: the request's default) and the harness's `spec.json` part,
 //! [`HarnessSettings`](crate::settings::HarnessSettings). A macro, not a generic or
 //! `#[serde(flatten)]`: flattening does not combine with `deny_unknown_fields`, and the forms'

@@ -2,7 +2,7 @@
 //! bytes [`split_key`] and [`epoch_key`] document), and every refusal naming its field.
 
 use super::*;
-use crate::problem::problem_hash;
+use crucible_shared::problem::problem_hash;
 
 /// Ten level-1 problems with ids 1-10 (sources `problem {id}`) and one of level 2.
 fn registry() -> Vec<ProblemInfo> {

@@ -3,13 +3,13 @@
 //! `POST /rollouts` and `GET /batches/{id}/results`, what the API keeps per rollout while its
 //! evaluation runs, and the pure step from finished tasks to rollout results.
 
-use crate::error::ApiError;
-use crate::ids::{BatchId, TaskId};
-use crate::problem::ProblemRef;
-use crate::request::Backend;
+use crucible_shared::error::ApiError;
+use crucible_shared::ids::{BatchId, TaskId};
+use crucible_shared::problem::ProblemRef;
+use crucible_shared::request::Backend;
 // Made from the one list of settings (`settings.rs`), with the request.
-pub use crate::request::RolloutEvalSettings;
 use crate::reward::{CompletionFacts, DecoyReward, RewardProfile, RewardWeights, WeightsOverride};
+pub use crucible_shared::request::RolloutEvalSettings;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use utoipa::ToSchema;
@@ -18,7 +18,7 @@ mod results;
 pub use results::{RolloutResult, RolloutResultsPage, RolloutStatus, page_start, rollout_results};
 
 // The bounds of the rollout wire types live with the others (`bounds`).
-pub use crate::bounds::{
+pub use crucible_shared::bounds::{
     MAX_COMPLETION_BYTES, MAX_RESULTS_PAGE, MAX_ROLLOUT_ID_BYTES, MAX_ROLLOUTS,
 };
 
@@ -27,14 +27,14 @@ pub use crate::bounds::{
 #[serde(deny_unknown_fields)]
 pub struct Rollout {
     /// The client's id of this rollout (unique within the batch); results carry it back.
-    #[schema(schema_with = crate::bounds::rollout_id_schema)]
+    #[schema(schema_with = crucible_shared::bounds::rollout_id_schema)]
     pub id: String,
     /// The problem, by reference (`GET /problems`) ...
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem: Option<ProblemRef>,
     /// ... or its source.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = crate::bounds::rollout_reference_code_schema)]
+    #[schema(schema_with = crucible_shared::bounds::rollout_reference_code_schema)]
     pub reference_code: Option<String>,
     /// The raw completion: the kernel is extracted from it (docs/REWARDS.md).
     pub completion: String,
@@ -61,7 +61,7 @@ pub struct Rollout {
 #[serde(deny_unknown_fields)]
 pub struct RolloutBatchRequest {
     /// The completions to score (1 to [`MAX_ROLLOUTS`]); ids unique within the batch.
-    #[schema(schema_with = crate::bounds::rollouts_schema)]
+    #[schema(schema_with = crucible_shared::bounds::rollouts_schema)]
     pub rollouts: Vec<Rollout>,
     /// How every rollout's kernel is evaluated.
     #[serde(default)]
@@ -69,7 +69,7 @@ pub struct RolloutBatchRequest {
     /// Resubmitting a batch under the same key (a retry after a lost answer) returns the first
     /// batch instead of making another.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = crate::bounds::idempotency_key_schema)]
+    #[schema(schema_with = crucible_shared::bounds::idempotency_key_schema)]
     pub idempotency_key: Option<String>,
 }
 
@@ -100,7 +100,7 @@ impl RolloutBatchRequest {
             ));
         }
         if let Some(key) = &self.idempotency_key {
-            crate::request::validate_idempotency_key("idempotency_key", key)?;
+            crucible_shared::request::validate_idempotency_key("idempotency_key", key)?;
         }
         let mut ids = HashSet::new();
         for (i, r) in self.rollouts.iter().enumerate() {

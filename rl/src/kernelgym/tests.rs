@@ -1,8 +1,8 @@
 use super::*;
-use crate::device::{DeviceInfo, DeviceKind};
-use crate::ids::{TaskId, WorkerId};
-use crate::task::RuntimeStats;
 use chrono::{TimeZone, Utc};
+use crucible_shared::device::{DeviceInfo, DeviceKind};
+use crucible_shared::ids::{TaskId, WorkerId};
+use crucible_shared::task::RuntimeStats;
 use serde_json::json;
 
 fn request(extra: serde_json::Value) -> Result<KernelGymRequest, serde_json::Error> {

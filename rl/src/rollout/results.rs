@@ -2,10 +2,10 @@
 //! `GET /batches/{id}/results` it fills.
 
 use super::RolloutRecord;
-use crate::ids::{BatchId, TaskId};
-use crate::problem::ProblemRef;
 use crate::reward::{RewardComponents, RewardProfile, feedback, reward};
-use crate::task::{EvalResult, TaskStatus, TaskView};
+use crucible_shared::ids::{BatchId, TaskId};
+use crucible_shared::problem::ProblemRef;
+use crucible_shared::task::{EvalResult, TaskStatus, TaskView};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use utoipa::ToSchema;
@@ -42,7 +42,7 @@ pub struct RolloutResult {
     /// The problem, when the rollout named it by reference.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem: Option<ProblemRef>,
-    /// Version of the problem evaluated ([`crate::problem::problem_hash`]).
+    /// Version of the problem evaluated (`sha256:` and the hex SHA-256 of its reference source).
     pub problem_hash: String,
     /// The profile `reward` was computed with.
     pub profile: RewardProfile,

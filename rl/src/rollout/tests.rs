@@ -1,9 +1,9 @@
 //! Rollout batches' validation and the step from finished tasks to scored rollouts.
 use super::*;
-use crate::request::Priority;
 use crate::reward::parse_completion;
-use crate::task::{DeviceInfo, DeviceKind, Verdict, VerdictCode};
-use crate::task::{EvalResult, TaskStatus, TaskView};
+use crucible_shared::request::Priority;
+use crucible_shared::task::{DeviceInfo, DeviceKind, Verdict, VerdictCode};
+use crucible_shared::task::{EvalResult, TaskStatus, TaskView};
 
 fn record(id: &str, task: Option<&str>, completion: &str) -> RolloutRecord {
     let facts = parse_completion(completion).facts();
@@ -164,4 +164,45 @@ fn batches_are_validated_per_rollout() {
         batch.validate().unwrap_err().field.as_deref(),
         Some("rollouts[0].weights.speed")
     );
+}
+
+/// A NUL, a newline or any other control character in an idempotency key is refused, by
+/// `/evaluate` and `/rollouts` alike (one check), and the schema says so.
+#[test]
+fn idempotency_keys_refuse_control_characters() {
+    use crucible_shared::{EvaluateRequest, MAX_IDEMPOTENCY_KEY_BYTES};
+    let valid = || EvaluateRequest::new("class Model: pass", "class ModelNew: pass");
+    let rollouts = |key: &str| RolloutBatchRequest {
+        rollouts: vec![
+            serde_json::from_value(
+                serde_json::json!({"id": "a", "reference_code": "x", "completion": "c"}),
+            )
+            .unwrap(),
+        ],
+        eval: RolloutEvalSettings::default(),
+        idempotency_key: Some(key.into()),
+    };
+    for bad in ["a\0b", "line\nbreak", "tab\t", "\u{7f}", "\u{85}"] {
+        let mut req = valid();
+        req.idempotency_key = Some(bad.into());
+        for err in [
+            req.validate().unwrap_err(),
+            rollouts(bad).validate().unwrap_err(),
+        ] {
+            assert_eq!(err.field.as_deref(), Some("idempotency_key"), "{err}");
+            assert!(err.message.contains("control characters"), "{err}");
+            assert_eq!(err.http_status(), 422);
+        }
+    }
+    let mut req = valid();
+    req.idempotency_key = Some("run-7/step 3:é".into());
+    assert!(req.validate().is_ok());
+    assert!(rollouts("run-7/step 3:é").validate().is_ok());
+    let schema = serde_json::to_value(crucible_shared::bounds::idempotency_key_schema()).unwrap();
+    assert_eq!(
+        schema["pattern"],
+        crucible_shared::bounds::IDEMPOTENCY_KEY_PATTERN
+    );
+    assert_eq!(schema["minLength"], 1);
+    assert_eq!(schema["maxLength"], MAX_IDEMPOTENCY_KEY_BYTES);
 }

@@ -11,11 +11,11 @@
 //! with their field named, never silently run as something else. A field KernelGYM does not
 //! know is refused too.
 
-use crate::bounds::{CORRECT_TRIALS, PERF_TRIALS, TIMEOUT_S};
-use crate::error::ApiError;
-use crate::parity::ReferenceBackend;
-use crate::request::{Backend, EvaluateRequest, Priority};
-use crate::task::{EvalResult, TaskStatus, TaskView, Verdict, VerdictCode};
+use crucible_shared::bounds::{CORRECT_TRIALS, PERF_TRIALS, TIMEOUT_S};
+use crucible_shared::error::ApiError;
+use crucible_shared::parity::ReferenceBackend;
+use crucible_shared::request::{Backend, EvaluateRequest, Priority};
+use crucible_shared::task::{EvalResult, TaskStatus, TaskView, Verdict, VerdictCode};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -68,7 +68,7 @@ pub struct KernelGymRequest {
     #[schema(schema_with = kernelgym_reference_schema)]
     pub reference_code: Option<String>,
     /// The candidate (`class ModelNew`).
-    #[schema(schema_with = crate::bounds::kernel_code_schema)]
+    #[schema(schema_with = crucible_shared::bounds::kernel_code_schema)]
     pub kernel_code: String,
     /// `kernelbench` only.
     #[serde(default)]
@@ -82,11 +82,11 @@ pub struct KernelGymRequest {
     pub backend: Option<Backend>,
     /// As ours.
     #[serde(default)]
-    #[schema(schema_with = crate::bounds::correct_trials_schema)]
+    #[schema(schema_with = crucible_shared::bounds::correct_trials_schema)]
     pub num_correct_trials: Option<u32>,
     /// As ours.
     #[serde(default)]
-    #[schema(schema_with = crate::bounds::perf_trials_schema)]
+    #[schema(schema_with = crucible_shared::bounds::perf_trials_schema)]
     pub num_perf_trials: Option<u32>,
     /// 3 only: Crucible's protocol warms up three times.
     #[serde(default)]
@@ -94,7 +94,7 @@ pub struct KernelGymRequest {
     pub num_warmup: Option<u32>,
     /// Seconds: ours `timeout_s`.
     #[serde(default)]
-    #[schema(schema_with = crate::bounds::timeout_s_schema)]
+    #[schema(schema_with = crucible_shared::bounds::timeout_s_schema)]
     pub timeout: Option<u32>,
     /// `low`, `normal` or `high`.
     #[serde(default)]
@@ -165,18 +165,18 @@ pub struct KernelGymRequest {
 }
 
 fn kernelgym_task_id_schema() -> utoipa::openapi::Object {
-    crate::bounds::bounded_string(
+    crucible_shared::bounds::bounded_string(
         MAX_TASK_ID_CHARS,
         false,
         format!("The client's id: 1-{MAX_TASK_ID_CHARS} characters, no control characters."),
     )
-    .pattern(Some(crate::bounds::IDEMPOTENCY_KEY_PATTERN))
+    .pattern(Some(crucible_shared::bounds::IDEMPOTENCY_KEY_PATTERN))
     .build()
 }
 
 fn kernelgym_reference_schema() -> utoipa::openapi::Object {
-    crate::bounds::bounded_string(
-        crate::bounds::MAX_CODE_BYTES,
+    crucible_shared::bounds::bounded_string(
+        crucible_shared::bounds::MAX_CODE_BYTES,
         true,
         "The PyTorch reference: `class Model`, `get_inputs()`, `get_init_inputs()` \
          (required: KernelGYM's kernelbench workflow)."

@@ -1,8 +1,8 @@
 use super::*;
 use crate::episode::TurnStatus;
-use crate::ids::BatchId;
 use crate::prompt::{Prompt, PromptOption, PromptSettings};
-use crate::request::Backend;
+use crucible_shared::ids::BatchId;
+use crucible_shared::request::Backend;
 use serde_json::json;
 
 fn prompt(text: &str) -> Prompt {
@@ -70,8 +70,14 @@ fn an_empty_reset_is_every_default_and_the_default_episode_is_post_episodes_own(
     assert_eq!(reset, OpenEnvReset::default());
     reset.validate().unwrap();
     let episode = default_episode();
-    assert_eq!(episode.max_turns, crate::bounds::EPISODE_TURNS.default);
-    assert_eq!(episode.gamma, crate::bounds::EPISODE_GAMMA.default);
+    assert_eq!(
+        episode.max_turns,
+        crucible_shared::bounds::EPISODE_TURNS.default
+    );
+    assert_eq!(
+        episode.gamma,
+        crucible_shared::bounds::EPISODE_GAMMA.default
+    );
     assert!(episode.early_stop_on_correct);
     assert!(episode.problem.is_none() && episode.reference_code.is_none());
 }

@@ -5,20 +5,20 @@
 //! `POST /episodes`, `POST /episodes/{id}/turns` and their reads, what the API keeps of an
 //! episode and each turn in the broker, and the pure steps between them.
 
-use crate::bounds::{
-    EPISODE_GAMMA, EPISODE_GROUP, EPISODE_TURNS, MAX_PROMPT_FEEDBACK_BYTES,
-    MAX_PROMPT_KERNEL_BYTES, MAX_SPEEDUP,
-};
-use crate::error::ApiError;
-use crate::ids::{BatchId, EpisodeGroupId, EpisodeId, TenantId};
-use crate::problem::ProblemRef;
 use crate::prompt::{Prompt, PromptOption};
-use crate::request::Backend;
 use crate::returns::{discounted_returns, stops_early};
 use crate::reward::{DecoyReward, RewardProfile, RewardWeights, WeightsOverride};
 use crate::rollout::{
     MAX_COMPLETION_BYTES, RolloutEvalSettings, RolloutRecord, RolloutResult, RolloutStatus,
 };
+use crucible_shared::bounds::{
+    EPISODE_GAMMA, EPISODE_GROUP, EPISODE_TURNS, MAX_PROMPT_FEEDBACK_BYTES,
+    MAX_PROMPT_KERNEL_BYTES, MAX_SPEEDUP,
+};
+use crucible_shared::error::ApiError;
+use crucible_shared::ids::{BatchId, EpisodeGroupId, EpisodeId, TenantId};
+use crucible_shared::problem::ProblemRef;
+use crucible_shared::request::Backend;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
@@ -32,7 +32,7 @@ pub struct EpisodeRequest {
     pub problem: Option<ProblemRef>,
     /// ... or its source.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = crate::bounds::rollout_reference_code_schema)]
+    #[schema(schema_with = crucible_shared::bounds::rollout_reference_code_schema)]
     pub reference_code: Option<String>,
     /// How every turn is scored.
     #[serde(default)]
@@ -54,15 +54,15 @@ pub struct EpisodeRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking: Option<bool>,
     /// Most turns.
-    #[serde(default = "crate::bounds::default_max_turns")]
-    #[schema(schema_with = crate::bounds::max_turns_schema)]
+    #[serde(default = "crucible_shared::bounds::default_max_turns")]
+    #[schema(schema_with = crucible_shared::bounds::max_turns_schema)]
     pub max_turns: u32,
     /// Discount of the returns.
-    #[serde(default = "crate::bounds::default_gamma")]
-    #[schema(schema_with = crate::bounds::gamma_schema)]
+    #[serde(default = "crucible_shared::bounds::default_gamma")]
+    #[schema(schema_with = crucible_shared::bounds::gamma_schema)]
     pub gamma: f64,
     /// End the episode at the first correct kernel (verdict `ok`).
-    #[serde(default = "crate::bounds::default_true")]
+    #[serde(default = "crucible_shared::bounds::default_true")]
     pub early_stop_on_correct: bool,
     /// With `early_stop_on_correct`, stop only at a correct kernel at least this fast.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -72,7 +72,7 @@ pub struct EpisodeRequest {
     pub eval: RolloutEvalSettings,
     /// Episodes of this problem to start (a GRPO group); left out, one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = crate::bounds::episode_group_size_schema)]
+    #[schema(schema_with = crucible_shared::bounds::episode_group_size_schema)]
     pub group_size: Option<u32>,
 }
 
@@ -243,7 +243,7 @@ pub struct EpisodeView {
     /// The problem, when named by reference.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem: Option<ProblemRef>,
-    /// Version of the problem ([`crate::problem::problem_hash`]).
+    /// Version of the problem (`sha256:` and the hex SHA-256 of its reference source).
     pub problem_hash: String,
     /// How turns are scored.
     pub profile: RewardProfile,
@@ -362,14 +362,14 @@ pub fn next_prompt(first: &Prompt, turn: u32, kernel: Option<&str>, feedback: &s
     match kernel {
         Some(k) => text.push_str(&format!(
             "```python\n{}\n```\n",
-            crate::activity::clip(k.trim_end(), MAX_PROMPT_KERNEL_BYTES)
+            crucible_shared::activity::clip(k.trim_end(), MAX_PROMPT_KERNEL_BYTES)
         )),
         None => text.push_str("(no kernel could be read from it)\n"),
     }
     text.push_str(&format!(
         "\nFeedback on it:\n{}\n\nWrite an improved version: fix what failed, or make it faster \
          if it was correct. Answer in the same format as before.\n",
-        crate::activity::clip(feedback.trim_end(), MAX_PROMPT_FEEDBACK_BYTES)
+        crucible_shared::activity::clip(feedback.trim_end(), MAX_PROMPT_FEEDBACK_BYTES)
     ));
     Prompt {
         text,

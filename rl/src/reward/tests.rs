@@ -1,7 +1,7 @@
 //! The reward profiles, completion parsing and feedback, on hand-made results.
 
 use super::*;
-use crate::task::{DeviceInfo, DeviceKind, VerdictCode};
+use crucible_shared::task::{DeviceInfo, DeviceKind, VerdictCode};
 
 const GOOD: &str = "<think>use one block per row</think>\nHere it is.\n<KERNEL>\n```python\nclass ModelNew: pass\n```";
 
@@ -118,9 +118,9 @@ fn feedback_says_what_happened_in_a_few_capped_lines() {
 fn a_decoys_feedback_says_why() {
     let good = parse_completion(GOOD);
     let mut decoy = result(Verdict::Decoy, 5, None);
-    decoy.flags.push(crate::task::Flag {
+    decoy.flags.push(crucible_shared::task::Flag {
         rule: "no-custom-kernel".into(),
-        severity: crate::task::SEVERITY_FLAG.into(),
+        severity: crucible_shared::task::SEVERITY_FLAG.into(),
         detail: "load_inline(name='relu') raised RuntimeError: Error building extension; the \
                  candidate caught it and its fallback ran instead"
             .into(),

@@ -7,10 +7,10 @@
 
 pub mod template;
 
-use crate::ApiError;
-use crate::bounds::Bounds;
-use crate::problem::ProblemRef;
-use crate::request::Backend;
+use crucible_shared::ApiError;
+use crucible_shared::bounds::Bounds;
+use crucible_shared::problem::ProblemRef;
+use crucible_shared::request::Backend;
 use serde::{Deserialize, Serialize};
 use template::Templates;
 use utoipa::{IntoParams, ToSchema};

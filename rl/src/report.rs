@@ -12,9 +12,9 @@
 //!   count as not correct and are reported as `unscored` (`pending` for the running ones);
 //! - mean and geometric-mean speedup are over the correct samples with a speedup.
 
-use crate::ids::BatchId;
 use crate::rollout::{RolloutResult, RolloutStatus};
-use crate::task::{TaskStatus, TaskView, Verdict};
+use crucible_shared::ids::BatchId;
+use crucible_shared::task::{TaskStatus, TaskView, Verdict};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use utoipa::ToSchema;

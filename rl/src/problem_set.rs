@@ -7,13 +7,13 @@
 //! asks the same question gets the same answer, and a problem whose source changed moves (it is
 //! a different problem). The exact bytes are written in [`split_key`] and [`epoch_key`].
 
-use crate::bounds::{
+use crucible_shared::bounds::{
     GROUP_SIZE, MAX_ROLLOUTS, PROBLEM_BATCH_SIZE, TEST_FRACTION, default_batch_size,
     default_group_size, default_problem_set_level, default_test_fraction, default_true,
 };
-use crate::error::ApiError;
-use crate::problem::ProblemInfo;
-use crate::request::Backend;
+use crucible_shared::error::ApiError;
+use crucible_shared::problem::ProblemInfo;
+use crucible_shared::request::Backend;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
@@ -24,7 +24,7 @@ use utoipa::ToSchema;
 pub struct ProblemSetSelection {
     /// KernelBench level of the set's problems.
     #[serde(default = "default_problem_set_level")]
-    #[schema(schema_with = crate::bounds::problem_set_level_schema)]
+    #[schema(schema_with = crucible_shared::bounds::problem_set_level_schema)]
     pub level: u32,
     /// Smallest problem id taken (inclusive); left out, the level's first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -38,7 +38,7 @@ pub struct ProblemSetSelection {
     pub backend: Backend,
     /// Share of the selected problems held out as the test split, in [0, 1).
     #[serde(default = "default_test_fraction")]
-    #[schema(schema_with = crate::bounds::test_fraction_schema)]
+    #[schema(schema_with = crucible_shared::bounds::test_fraction_schema)]
     pub test_fraction: f64,
     /// Seed of the split and of every epoch's shuffle (default 0).
     #[serde(default)]
@@ -108,11 +108,11 @@ pub struct ProblemBatchRequest {
     pub step: u32,
     /// Problems per step.
     #[serde(default = "default_batch_size")]
-    #[schema(schema_with = crate::bounds::batch_size_schema)]
+    #[schema(schema_with = crucible_shared::bounds::batch_size_schema)]
     pub batch_size: u32,
     /// Rollouts per problem.
     #[serde(default = "default_group_size")]
-    #[schema(schema_with = crate::bounds::group_size_schema)]
+    #[schema(schema_with = crucible_shared::bounds::group_size_schema)]
     pub group_size: u32,
     /// Shuffle the split's problems per epoch (by seed and epoch); false keeps id order.
     #[serde(default = "default_true")]

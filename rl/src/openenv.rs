@@ -9,12 +9,12 @@
 //! episode stands. Over HTTP the session is the `episode_id` each request carries; over the
 //! WebSocket it is the connection.
 
-use crate::bounds::{OPENENV_HTTP_STEP_WAIT_S, WAIT_S};
 use crate::episode::{EpisodeRequest, EpisodeView, EpisodesStarted, TurnStatus, TurnView};
-use crate::error::ApiError;
-use crate::ids::EpisodeId;
-use crate::problem::{ProblemInfo, ProblemRef};
 use crate::problem_set::{ProblemSetSelection, Split};
+use crucible_shared::bounds::{OPENENV_HTTP_STEP_WAIT_S, WAIT_S};
+use crucible_shared::error::ApiError;
+use crucible_shared::ids::EpisodeId;
+use crucible_shared::problem::{ProblemInfo, ProblemRef};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -125,7 +125,7 @@ pub struct OpenEnvStepRequest {
     /// Seconds to wait for the turn's score; unscored by then, the answer is 202 with the turn
     /// `pending`, and the same step again goes on waiting (it is not evaluated twice).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = crate::bounds::openenv_step_wait_schema)]
+    #[schema(schema_with = crucible_shared::bounds::openenv_step_wait_schema)]
     pub timeout_s: Option<f64>,
     /// OpenEnv's request identifier; logged, not read otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -404,7 +404,7 @@ impl OpenEnvError {
     /// The API's error, under OpenEnv's code for it: a request the client got wrong is a
     /// `VALIDATION_ERROR`, anything else an `EXECUTION_ERROR`.
     pub fn from_api(error: &ApiError) -> Self {
-        use crate::error::ApiErrorCode::{MalformedJson, Validation};
+        use crucible_shared::error::ApiErrorCode::{MalformedJson, Validation};
         let code = match error.code {
             Validation | MalformedJson => "VALIDATION_ERROR",
             _ => "EXECUTION_ERROR",

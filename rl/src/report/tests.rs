@@ -81,7 +81,7 @@ fn an_empty_group_has_zero_rates_and_no_means() {
 
 #[test]
 fn tasks_map_to_outcomes_by_status() {
-    use crate::ids::TaskId;
+    use crucible_shared::ids::TaskId;
     let view = |status| TaskView {
         task_id: TaskId("t".into()),
         status,

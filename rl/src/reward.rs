@@ -4,7 +4,7 @@
 //! (`kernel_rl`, `kevin`, `drkernel`; formulas in docs/REWARDS.md). Pure functions: the API and
 //! the clients call them, nothing here does I/O.
 
-use crate::task::{EvalResult, Verdict};
+use crucible_shared::task::{EvalResult, Verdict};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -371,7 +371,7 @@ pub fn feedback(facts: &CompletionFacts, result: Option<&EvalResult>) -> String 
     for f in r
         .flags
         .iter()
-        .filter(|f| f.severity != crate::task::SEVERITY_FLAG)
+        .filter(|f| f.severity != crucible_shared::task::SEVERITY_FLAG)
     {
         lines.push(format!("Finding {}: {}", f.rule, f.detail));
     }

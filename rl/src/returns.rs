@@ -2,10 +2,10 @@
 //! `R_t = s_t + γ · R_{t+1}`, and the rule that ends a trajectory early. The one definition:
 //! the server's episodes (`episode`) and the clients (`crucible_client::returns`) use these.
 
-use crate::task::{EvalResult, Verdict};
+use crucible_shared::task::{EvalResult, Verdict};
 
-/// γ of the recipes (kernel_rl, Kevin): 0.4 ([`crate::bounds::EPISODE_GAMMA`]).
-pub const DEFAULT_GAMMA: f64 = crate::bounds::EPISODE_GAMMA.default;
+/// γ of the recipes (kernel_rl, Kevin): 0.4 ([`crucible_shared::bounds::EPISODE_GAMMA`]).
+pub const DEFAULT_GAMMA: f64 = crucible_shared::bounds::EPISODE_GAMMA.default;
 
 /// `R_t = s_t + γ · R_{t+1}` for every turn `t` of one trajectory, from its per-turn scores.
 pub fn discounted_returns(scores: &[f64], gamma: f64) -> Vec<f64> {
@@ -28,7 +28,7 @@ pub fn stops_early(result: &EvalResult, min_speedup: Option<f64>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::task::{DeviceInfo, DeviceKind, VerdictCode};
+    use crucible_shared::task::{DeviceInfo, DeviceKind, VerdictCode};
 
     #[test]
     fn returns_discount_later_turns() {
