@@ -80,12 +80,14 @@ ensure_python() {
   venv=$(crucible_venv)
   if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import torch, triton' 2>/dev/null; then
     # load_inline builds with ninja (venvs made before it was needed lack it).
+    # `python -m pip`, not bin/pip: the venv is made as $venv.partial and moved, and its
+    # scripts' #! lines still name the old path.
     "$venv/bin/python" -c 'import ninja' 2>/dev/null ||
-      "$venv/bin/pip" install --quiet --disable-pip-version-check ninja
+      "$venv/bin/python" -m pip install --quiet --disable-pip-version-check ninja
     # The Python client's tests (clients/python) need its dependencies (httpx, tenacity),
     # pytest and unasync (the check that client.py is generated from aio.py).
     "$venv/bin/python" -c 'import httpx, tenacity, pytest, unasync' 2>/dev/null ||
-      "$venv/bin/pip" install --quiet --disable-pip-version-check httpx tenacity pytest unasync
+      "$venv/bin/python" -m pip install --quiet --disable-pip-version-check httpx tenacity pytest unasync
     export CRUCIBLE_PYTHON="$venv/bin/python"; return 0
   fi
   if [ -z "${CRUCIBLE_FORCE_VENV:-}" ] && python3 -c 'import torch, triton' 2>/dev/null; then
