@@ -108,8 +108,8 @@ pub(crate) fn default_correct_trials() -> u32 {
 pub(crate) fn default_perf_trials() -> u32 {
     PERF_TRIALS.default
 }
-/// serde's default of the field it names (`true`), from the bound above; `pub` for the
-/// crates whose types carry the field (`#[serde(default = "...")]`).
+/// serde's default of the boolean fields that are on unless turned off; `pub` for the crates
+/// whose types carry such a field (`#[serde(default = "...")]`).
 pub fn default_true() -> bool {
     true
 }
