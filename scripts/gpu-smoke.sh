@@ -14,6 +14,8 @@ API_PORT=${API_PORT:-10907}
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 "$PY" -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' | tee -a "$OUT/gpu.txt"
+# The timing check's packed slots across two processes (the harness's CUDA IPC, no service).
+"$PY" tests/harness/check_slots_cuda.py | tee "$OUT/slots-cuda.txt" || { echo "check_slots_cuda failed"; exit 1; }
 
 # Only redis-server gets the bundled libraries: the workers' Python must not see them.
 LD_LIBRARY_PATH="$BUNDLE/redis" "$BUNDLE/redis/redis-server" --port "$REDIS_PORT" --bind 127.0.0.1 \

@@ -10,9 +10,7 @@ judge's process from the sandbox to the exit status.
 May import: every module below it, but never runner.py (harness.py hands main() the runner's
 entry point; tests/harness/check_layers.py checks both).
 """
-import base64
 import os
-import pickle
 import platform
 import sys
 import traceback
@@ -233,7 +231,7 @@ class Evaluation(SetupStage, LoadStage, CorrectnessStage, PerformanceStage, Timi
                 descs.append({"tensor": desc})
                 views.append(view)
             else:
-                descs.append({"value": base64.b64encode(pickle.dumps(x)).decode("ascii")})
+                descs.append(transport.value_description(x))
                 views.append(x)
         return descs, views
 

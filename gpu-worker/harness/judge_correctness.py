@@ -21,11 +21,21 @@ from crucible_trusted import Trusted
 class CorrectnessStage:
     """Evaluation's correctness and profile stages."""
 
-    def _run_reference(self, args, context):
+    def _run_reference(self, args, context, sync=True):
+        """The reference's output for `args`; without `sync` its kernels may still be queued
+        (the caller syncs once for several, through reference_synced)."""
         try:
             out = self.ref_model(*args)
-            self.sync()
+            if sync:
+                self.sync()
             return out
+        except CAUGHT as e:
+            self.reference_failed(e, context)
+
+    def reference_synced(self, context):
+        """Waits for the reference's queued kernels: a fault among them is the problem's."""
+        try:
+            self.sync()
         except CAUGHT as e:
             self.reference_failed(e, context)
 

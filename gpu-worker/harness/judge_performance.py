@@ -232,13 +232,15 @@ class PerformanceStage:
                 break
         return pool
 
-    def write_content(self, views, inputs):
-        """Writes an input set into the runner's slot views, and waits for it."""
+    def write_content(self, views, inputs, wait=True):
+        """Writes an input set into the runner's slot views, and waits for it (unless `wait`
+        is false: the caller waits once for several)."""
         torch = Trusted.torch
         for view, src in zip(views, inputs):
             if isinstance(src, torch.Tensor):
                 view.copy_(src)
-        self.sync()
+        if wait:
+            self.sync()
 
     def observe_task(self, when):
         """What the judge sees of the task from outside the runner (/proc, the kernel's word,

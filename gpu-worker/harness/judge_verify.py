@@ -7,15 +7,18 @@ Owns: TimingVerification, a part of Evaluation (verify_timing and its batches, t
 slots the runner writes into, the calibration of the per-call copy), the rounds of batches
 while a claim looks forged, and which input sets fit slots shared for another (set_signature).
 
-May import: trusted, errors, tensors, memory, timing_check.
+May import: trusted, errors, transport, tensors, memory, timing_check.
 """
 import random
+
+import crucible_transport as transport
 
 from crucible_errors import MAX_ERROR_CHARS, Verdict
 from crucible_memory import verify_sets
 from crucible_tensors import DiffStats, compare, deep_clone, outputs_match, tensor_nbytes
 from crucible_timing_check import (INFLIGHT_ALLOWANCE_MS, VERIFY_BATCHES, Lap, output_tensors,
-                                   sample_matches, timing_floor, timing_mismatch, verify_plan)
+                                   sample_matches, sets_match, timing_floor, timing_mismatch,
+                                   verify_plan)
 from crucible_trusted import Trusted, perf_counter_ns
 
 CALIBRATION_CALLS = 10       # the judge's own per-call copies, timed to subtract ...
@@ -56,11 +59,20 @@ class TimingVerification:
 
     def fresh_set(self, seeds):
         """An input set never shown to the runner, and the reference's output tensors for it."""
-        inputs = self._fresh_inputs(seeds.randrange(2 ** 32), "get_inputs() failed (timing check)")
-        args = deep_clone(inputs) if self.reference_mutates else inputs
-        expected = output_tensors(self._run_reference(args,
-                                                      "reference forward failed (timing check)"))
-        return inputs, expected
+        return self.fresh_sets(seeds, 1)[0]
+
+    def fresh_sets(self, seeds, n):
+        """`n` such sets, their references queued back to back and waited for once: a device
+        sync per set was a third of a small problem's timing check (docs/BENCHMARKS.md)."""
+        context = "reference forward failed (timing check)"
+        sets = []
+        for _ in range(n):
+            inputs = self._fresh_inputs(seeds.randrange(2 ** 32),
+                                        "get_inputs() failed (timing check)")
+            args = deep_clone(inputs) if self.reference_mutates else inputs
+            sets.append((inputs, output_tensors(self._run_reference(args, context, sync=False))))
+        self.reference_synced(context)
+        return sets
 
     def verify_timing(self, claimed_ms, wall_ms):
         """The judge's floor under the candidate's per-call time: VERIFY_BATCHES batches of
@@ -104,23 +116,53 @@ class TimingVerification:
     def share_verify_slots(self, sets):
         """Empty slots for a batch shaped like `sets`, mapped by the runner before their content
         exists: returns the arena (its signature and the judge's views of each set's slots)."""
-        entries, fills = [], []
-        for inputs, expected in sets:
-            in_descs, in_views = self.share_inputs(inputs, content=False)
-            out_descs, out_views = self.share_slots(expected)
-            entries.append({"inputs": in_descs, "outputs": out_descs})
-            fills.append((in_views, out_views))
+        if self.device == "cuda":
+            entries, fills = self.packed_verify_slots(sets)
+        else:
+            entries, fills = [], []
+            for inputs, expected in sets:
+                in_descs, in_views = self.share_inputs(inputs, content=False)
+                out_descs, out_views = self.share_slots(expected)
+                entries.append({"inputs": in_descs, "outputs": out_descs})
+                fills.append((in_views, out_views))
         self.ask("verify_setup", sets=entries)
         return set_signature(sets[0]), fills
+
+    def packed_verify_slots(self, sets):
+        """On CUDA every slot of a batch is a view of one allocation of the share pool, shaped
+        and strided as empty_like would make it and exported once
+        (transport.Exporter.export_packed): slots of their own cost a batch of 256 sets 512
+        exports and as many mappings, each through the driver's node-wide lock. Returns the
+        runner's entries and the judge's (input views, output views) per set."""
+        torch = Trusted.torch
+        like = [torch.empty_like(t, device="meta") for inputs, expected in sets
+                for t in [*inputs, *expected] if isinstance(t, torch.Tensor)]
+        with torch.cuda.use_mem_pool(self.share_pool):
+            descs, views = self.exporter.export_packed(like, torch.cuda.current_device())
+        slots = iter(zip(descs, views))
+        entries, fills = [], []
+        for inputs, expected in sets:
+            in_descs, in_views = [], []
+            for x in inputs:
+                if isinstance(x, torch.Tensor):
+                    desc, view = next(slots)
+                    in_descs.append({"tensor": desc})
+                    in_views.append(view)
+                else:
+                    in_descs.append(transport.value_description(x))
+                    in_views.append(x)
+            outs = [next(slots) for _ in expected]
+            entries.append({"inputs": in_descs, "outputs": [desc for desc, _ in outs]})
+            fills.append((in_views, [view for _, view in outs]))
+        return entries, fills
 
     def verify_batch(self, seeds, first, calls, arena, batch):
         """One batch of the timing check (`first`, when given, is its first set), in `arena`'s
         slots when its sets are shaped alike (else in slots shared anew): returns its wall time
         by the judge's clock, in ms, and the arena it used."""
-        spec = self.spec
         lap = Lap(self.stage_ms)
         sets = [first] if first is not None else []
-        sets += [self.fresh_set(seeds) for _ in range(calls - len(sets))]
+        sets += self.fresh_sets(seeds, calls - len(sets))
         lap("verify_sets")
         if arena is None or any(set_signature(s) != arena[0] for s in sets):
             if arena is not None:
@@ -132,7 +174,8 @@ class TimingVerification:
             for (inputs, _), (in_views, out_views) in zip(sets, fills):
                 for slot in out_views:
                     slot.fill_(float("nan") if slot.is_floating_point() else 0)
-                self.write_content(in_views, inputs)
+                self.write_content(in_views, inputs, wait=False)
+            self.sync()
             self.check_in_flight("while its process was stopped before a timing check")
             # The rest of the task stays stopped; the runner sees the content only now.
             stop.resume_runner()
@@ -141,9 +184,41 @@ class TimingVerification:
             wall = (perf_counter_ns() - t0) / 1e6
         self.check_in_flight("after a timing check ended")
         lap("verify_run")
+        sample_seeds = [self.rng.getrandbits(63) for _ in sets]
+        if not self.batch_right(sets, fills, sample_seeds):
+            self.find_wrong_sets(sets, fills, sample_seeds, batch)
+        lap("verify_compare")
+        return wall, arena
+
+    def batch_right(self, sets, fills, sample_seeds):
+        """Whether every output of a batch matches the reference's (timing_check.sets_match,
+        each set's elements drawn with its seed) and every input is as the judge wrote it,
+        decided on the device with two synchronisations for the whole batch. False sends the
+        caller through the sets one by one (find_wrong_sets), which says which and how."""
+        torch = Trusted.torch
+        spec = self.spec
+        if not sets_match([expected for _, expected in sets],
+                          [out_views for _, out_views in fills], spec.atol, spec.rtol,
+                          sample_seeds):
+            return False
+        unchanged = []
+        for (inputs, _), (in_views, _) in zip(sets, fills):
+            for view, orig in zip(in_views, inputs):
+                if not isinstance(orig, torch.Tensor):
+                    continue
+                if self.device == "cpu":
+                    view = view.clone()   # the file as it is now
+                if view.shape != orig.shape:
+                    return False
+                unchanged.append(torch.eq(view, orig).all())
+        return not unchanged or bool(torch.stack(unchanged).all())
+
+    def find_wrong_sets(self, sets, fills, sample_seeds, batch):
+        """The sets of a batch batch_right refused, one at a time: the first wrong output is
+        CORRECTNESS; a changed input is the finding `input-mutated`."""
+        spec = self.spec
         for i, ((inputs, expected), (in_views, out_views)) in enumerate(zip(sets, fills)):
-            if not sample_matches(expected, out_views, spec.atol, spec.rtol,
-                                  self.rng.getrandbits(63)):
+            if not sample_matches(expected, out_views, spec.atol, spec.rtol, sample_seeds[i]):
                 self.ask("release")
                 problems = compare(expected, out_views, spec.atol, spec.rtol,
                                    DiffStats()) or ["output differs"]
@@ -153,8 +228,6 @@ class TimingVerification:
             changed = self.inputs_changed(in_views, inputs)
             if changed is not None:
                 self.add_finding("input-mutated", f"timing check: input {changed} was changed")
-        lap("verify_compare")
-        return wall, arena
 
     def check_in_flight(self, when):
         """The hack `work-in-flight` when another context's work kept the device busy for

@@ -210,14 +210,14 @@ class Runner(CandidateChecks, KernelCounting):
     def sync(self):
         sync_device(self.device)
 
-    def import_inputs(self, descs):
+    def import_inputs(self, descs, storages=None):
         torch = Trusted.torch
         args = []
         for d in descs:
             if "tensor" in d:
                 index = torch.cuda.current_device() if self.device == "cuda" else None
                 args.append(transport.import_tensor(torch, d["tensor"], self.xfer_dir, index,
-                                                     shared=True))
+                                                     shared=True, storages=storages))
             else:
                 args.append(pickle.loads(base64.b64decode(d["value"])))
         return args
@@ -269,18 +269,20 @@ class Runner(CandidateChecks, KernelCounting):
         self.sync()
         return {"ms": ms, "slots": kind}
 
-    def import_slots(self, descs):
+    def import_slots(self, descs, storages=None):
         """The judge's output slots (mapped shared: what is written here is there for it)."""
         index = Trusted.torch.cuda.current_device() if self.device == "cuda" else None
-        return [transport.import_tensor(Trusted.torch, d, self.xfer_dir, index, shared=True)
-                for d in descs]
+        return [transport.import_tensor(Trusted.torch, d, self.xfer_dir, index, shared=True,
+                                        storages=storages) for d in descs]
 
     def op_verify_setup(self, msg):
         """Maps the judge's verification slots: per set, its input slots and the slots its
         outputs go to. Their content is written by the judge afterwards, while this process
-        is stopped."""
-        self.verify_sets = [(self.import_inputs(entry["inputs"]),
-                             self.import_slots(entry["outputs"])) for entry in msg["sets"]]
+        is stopped. On CUDA the judge packs them into one allocation, mapped here once."""
+        storages = {}
+        self.verify_sets = [(self.import_inputs(entry["inputs"], storages),
+                             self.import_slots(entry["outputs"], storages))
+                            for entry in msg["sets"]]
         return {}
 
     def op_verify_run(self, msg):

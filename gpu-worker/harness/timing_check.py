@@ -22,7 +22,8 @@ checks the claim with what it measures itself:
   probe can only be its own runner's leftover work: the hack `work-in-flight`.
 
 Owns: the probe and its thresholds, the batch sizing (verify_plan), the floor and the check
-(timing_floor, timing_mismatch), and their constants; Lap, the judge's clock split into the
+(timing_floor, timing_mismatch), and their constants; the sampled output check of a call
+(sample_matches) and of a whole batch (sets_match); Lap, the judge's clock split into the
 named laps of a stage's wall time (stage_ms's timing_* and verify_* keys).
 
 May import: trusted, errors, tensors.
@@ -160,31 +161,70 @@ def sample_matches(ref_tensors, out_tensors, atol, rtol, seed):
     that is wrong in more than a sliver of its elements (kept from another input, skipped work,
     garbage) fails with near certainty, for the cost of a gather, not of a pass over gigabytes.
     Shapes and dtypes must match exactly."""
+    return sets_match([ref_tensors], [out_tensors], atol, rtol, [seed])
+
+
+def sets_match(ref_sets, out_sets, atol, rtol, seeds):
+    """Whether every set's output tensors match the reference's as sample_matches decides with
+    that set's seed, with one synchronisation for all of them: the samples of each output
+    position are stacked across the sets and compared in one pass. A timing-check batch runs
+    up to memory.VERIFY_MAX_SETS sets; a comparison and a sync per set were a fifth of a small
+    problem's exclusive timing turn (docs/BENCHMARKS.md)."""
+    torch = Trusted.torch
+    positions = None
+    for refs, outs, seed in zip(ref_sets, out_sets, seeds):
+        picked = _samples(refs, outs, seed)
+        if picked is None:
+            return False
+        if positions is None:
+            positions = [([], []) for _ in picked]
+        if len(picked) != len(positions):
+            return False
+        for (rs, os_), (r_all, o_all) in zip(picked, positions):
+            r_all.append(rs)
+            o_all.append(os_)
+    verdicts = []
+    for r_all, o_all in positions or []:
+        if len(r_all) == 1 or any(r.shape != r_all[0].shape or r.dtype != r_all[0].dtype
+                                  for r in r_all):
+            # One call's, or sets shaped otherwise (no arena shares their slots): one by one.
+            pairs = zip(r_all, o_all)
+        else:
+            pairs = [(torch.stack(r_all), torch.stack(o_all))]
+        for rs, os_ in pairs:
+            if rs.dtype == torch.bool:
+                verdicts.append(torch.eq(rs, os_).all())
+            else:
+                verdicts.append(Trusted.isclose(os_, rs, rtol=rtol, atol=atol,
+                                                equal_nan=True).all())
+    return not verdicts or bool(torch.stack(verdicts).all())
+
+
+def _samples(ref_tensors, out_tensors, seed):
+    """The elements sample_matches compares, as (reference, output) flat tensors per output
+    tensor (empty tensors left out), or None when the outputs are not shaped like the
+    reference's: no kernel waits on anything here."""
     torch = Trusted.torch
     if len(ref_tensors) != len(out_tensors):
-        return False
+        return None
     gen = None
+    picked = []
     for r, o in zip(ref_tensors, out_tensors):
         if o.shape != r.shape or o.dtype != r.dtype or o.device != r.device:
-            return False
+            return None
         n = r.numel()
         if n == 0:
             continue
         if n <= SAMPLE_ELEMENTS:
-            rs, os_ = r.reshape(-1), o.reshape(-1)
-        else:
-            if gen is None:
-                gen = torch.Generator(device=r.device)
-                gen.manual_seed(seed)
-            flat = torch.randint(0, n, (SAMPLE_ELEMENTS,), generator=gen, device=r.device)
-            index = torch.unravel_index(flat, r.shape) if r.dim() > 1 else (flat,)
-            rs, os_ = r[index], o[index]
-        if r.dtype == torch.bool:
-            if not bool(torch.equal(rs, os_)):
-                return False
-        elif not bool(Trusted.isclose(os_, rs, rtol=rtol, atol=atol, equal_nan=True).all()):
-            return False
-    return True
+            picked.append((r.reshape(-1), o.reshape(-1)))
+            continue
+        if gen is None:
+            gen = torch.Generator(device=r.device)
+            gen.manual_seed(seed)
+        flat = torch.randint(0, n, (SAMPLE_ELEMENTS,), generator=gen, device=r.device)
+        index = torch.unravel_index(flat, r.shape) if r.dim() > 1 else (flat,)
+        picked.append((r[index], o[index]))
+    return picked
 
 
 def output_tensors(out):

@@ -9,6 +9,9 @@ process sends):
 * CUDA tensors are shared in place with CUDA IPC: the exporter's storage handle, and the
   importer maps that allocation. The judge exports the inputs from a memory pool of their own
   (so the runner maps inputs and nothing else of the judge's) and maps the runner's outputs.
+  Many slots at once (the timing check's) are views of one allocation exported once.
+* Inputs that are not tensors go from the judge to the runner pickled (value_description);
+  nothing the runner sends is ever unpickled.
 * CPU tensors go through files in the transfer directory, mapped shared by the runner so
   that what it writes into an input is there for the judge to see.
 
@@ -20,12 +23,15 @@ May import: the standard library only (no harness module); the judge and the run
 import base64
 import json
 import os
+import pickle
 import stat
 import struct
 
 MAX_FRAME = 16 << 20
 MAX_DIMS = 16
 MAX_ELEMENTS = 1 << 36
+# Where the views of one packed allocation start (bytes): a multiple of every dtype's size.
+PACK_ALIGN = 256
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8",
           "uint8", "bool", "complex64", "complex128")
 
@@ -172,6 +178,55 @@ class Exporter:
         return desc, mapped
 
 
+    def export_packed(self, like, device):
+        """Empty tensors shaped, strided and typed like each of `like` (tensors on any device,
+        e.g. "meta"), packed into one new allocation on CUDA `device` that is exported once:
+        one IPC handle, reference count and interprocess event for all of them instead of one
+        each, and each of those is a call through the driver's node-wide lock
+        (docs/gpu-runs/2026-11-28-contention-h200/). The caller allocates inside its share
+        pool. Returns (descriptions, views): the descriptions differ only in their view."""
+        torch = self.torch
+        starts, total = pack_layout(like)
+        buf = torch.empty(max(total, 1), dtype=torch.uint8, device=f"cuda:{device}")
+        base, _ = self.export(buf)
+        views = packed_views(torch, buf, like, starts)
+        descs = [dict(base, dtype=_dtype_name(torch, v.dtype), shape=list(v.shape),
+                      stride=list(v.stride()), offset=v.storage_offset()) for v in views]
+        return descs, views
+
+
+def pack_layout(like):
+    """Pure: where the view shaped like each of `like` starts in one packed allocation (bytes,
+    in order, each at a multiple of PACK_ALIGN, none overlapping the next) and the bytes the
+    allocation needs."""
+    starts, total = [], 0
+    for t in like:
+        total = -(-total // PACK_ALIGN) * PACK_ALIGN
+        starts.append(total)
+        if t.numel():
+            total += (1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))) \
+                * t.element_size()
+    return starts, total
+
+
+def packed_views(torch, buf, like, starts):
+    """Views of the uint8 tensor `buf`'s storage shaped, strided and typed like each of
+    `like`, at `starts` (pack_layout)."""
+    storage = buf.untyped_storage()
+    views = []
+    for t, start in zip(like, starts):
+        view = torch.empty((0,), dtype=t.dtype, device=buf.device)
+        view.set_(storage, start // t.element_size(), t.shape, t.stride())
+        views.append(view)
+    return views
+
+
+def value_description(x):
+    """An input that is not a tensor, as the judge sends it to the runner: by value, pickled.
+    Only ever the judge's own object; nothing the runner sends is unpickled."""
+    return {"value": base64.b64encode(pickle.dumps(x)).decode("ascii")}
+
+
 def _contiguous_stride(shape):
     stride, acc = [], 1
     for s in reversed(shape):
@@ -196,12 +251,14 @@ def dtype_of(torch, name):
     return getattr(torch, name)
 
 
-def import_tensor(torch, desc, xfer_dir, device_index=None, shared=False):
+def import_tensor(torch, desc, xfer_dir, device_index=None, shared=False, storages=None):
     """The tensor a description names, checked before anything is mapped.
 
     CUDA: maps the exporter's allocation (torch keeps the exporter's block alive until this
-    mapping is dropped). File: reads the file (no symlinks, regular, exact size) into fresh
-    memory, or with `shared` maps it shared (the runner's view of an input)."""
+    mapping is dropped); with `storages` (a dict the caller keeps), an allocation already
+    mapped through it is reused, so the views of a packed export (Exporter.export_packed) cost
+    one mapping. File: reads the file (no symlinks, regular, exact size) into fresh memory, or
+    with `shared` maps it shared (the runner's view of an input)."""
     if not isinstance(desc, dict):
         raise TransportError("tensor description is not an object")
     dtype = dtype_of(torch, desc.get("dtype"))
@@ -222,10 +279,16 @@ def import_tensor(torch, desc, xfer_dir, device_index=None, shared=False):
             return torch.empty(shape, dtype=dtype, device=f"cuda:{device}")
         if ref_handle is None or not ref_handle.startswith(b"/torch_"):
             raise TransportError("bad ref counter handle")
-        storage = torch.UntypedStorage._new_shared_cuda(
-            device, handle, size_bytes, _int(desc.get("offset_bytes"), "storage offset"),
-            ref_handle, _int(desc.get("ref_offset"), "ref counter offset"), event_handle,
-            bool(desc.get("event_sync")))
+        offset_bytes = _int(desc.get("offset_bytes"), "storage offset")
+        key = (device, handle, size_bytes, offset_bytes)
+        storage = storages.get(key) if storages is not None else None
+        if storage is None:
+            storage = torch.UntypedStorage._new_shared_cuda(
+                device, handle, size_bytes, offset_bytes, ref_handle,
+                _int(desc.get("ref_offset"), "ref counter offset"), event_handle,
+                bool(desc.get("event_sync")))
+            if storages is not None:
+                storages[key] = storage
         t = torch.empty((0,), dtype=dtype, device=f"cuda:{device}")
         t.set_(storage, offset, shape, stride)
         return t

@@ -85,4 +85,24 @@ for other, what in [(([torch.randn(4, 6), 3], [y]), "an input's shape"),
                     (([x, 3], [y, y]), "the number of outputs")]:
     check(set_signature(other) != same, f"{what} changes the signature")
 
+# The timing check's slots packed into one allocation (transport.pack_layout, packed_views):
+# each view shaped, strided and typed as empty_like makes it, aligned, none overlapping.
+templates = [torch.randn(3, 5), torch.randn(2, 3, 4, 4).to(memory_format=torch.channels_last),
+             torch.zeros(0, 7), torch.randn(7).half(), torch.ones(3, dtype=torch.bool),
+             torch.arange(5, dtype=torch.int64), torch.randn(4, 4).t()]
+like = [torch.empty_like(t, device="meta") for t in templates]
+starts, total = transport.pack_layout(like)
+check(all(st % transport.PACK_ALIGN == 0 for st in starts), "every view starts aligned")
+check(starts == sorted(starts) and total >= starts[-1], "in order, inside the allocation")
+packed = transport.packed_views(torch, torch.empty(total, dtype=torch.uint8), like, starts)
+for t, v in zip(templates, packed):
+    check(v.shape == t.shape and v.dtype == t.dtype and v.stride() == torch.empty_like(t).stride(),
+          f"a view like empty_like({tuple(t.shape)}, {t.dtype})")
+for i, v in enumerate(packed):
+    if v.numel():
+        v.copy_(templates[i])
+check(all(torch.equal(v, t) for v, t in zip(packed, templates)),
+      "written one after another, every view keeps its own content (no overlap)")
+check(transport.pack_layout([]) == ([], 0), "nothing to pack")
+
 print(f"slots: {checks} checks passed")

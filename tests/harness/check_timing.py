@@ -20,8 +20,8 @@ from crucible_judge_performance import DO_BENCH_REP_MS, adaptive_limits, enough 
 from crucible_tensors import (adaptive_should_stop, median_ci_rank, median_interval,  # noqa: E402
                               median_rel_error, runtime_stats)
 from crucible_timing_check import (MISMATCH_REL_TOL, OVERHEAD_MAX_MS, VERIFY_BUDGET_MS,  # noqa: E402
-                                   VERIFY_TARGET_MS, sample_matches, timing_floor,
-                                   timing_mismatch, verify_plan)
+                                   VERIFY_TARGET_MS, sample_matches, sets_match,
+                                   timing_floor, timing_mismatch, verify_plan)
 
 MIN, CAP, TARGET, BUDGET = 3, 100, 1e-3, 2000.0
 checks = 0
@@ -137,6 +137,40 @@ check(not sample_matches([ref_t], [], 1e-2, 1e-2, 7), "a tensor missing")
 small = torch.randn(10)
 check(sample_matches([small], [small.clone()], 1e-2, 1e-2, 7), "a small tensor in full")
 check(sample_matches([ref_t.t()], [ref_t.t().clone()], 1e-2, 1e-2, 7), "a strided output")
+
+# A timing-check batch: every set decided at once, as the sets one by one would be.
+refs = [[torch.randn(64, 32), torch.randn(300, 1000)] for _ in range(12)]
+outs = [[t + 1e-4 for t in r] for r in refs]
+seeds = list(range(12))
+check(sets_match(refs, outs, 1e-2, 1e-2, seeds), "a right batch")
+check(sets_match([], [], 1e-2, 1e-2, []), "an empty batch")
+for wrong_set, wrong_tensor in ((0, 0), (11, 1), (5, 0)):
+    bad = [list(o) for o in outs]
+    bad[wrong_set][wrong_tensor] = torch.randn_like(bad[wrong_set][wrong_tensor])
+    check(not sets_match(refs, bad, 1e-2, 1e-2, seeds),
+          f"set {wrong_set}'s output {wrong_tensor} wrong")
+    check(all(sample_matches(r, o, 1e-2, 1e-2, s) for r, o, s in zip(refs, bad, seeds)) is False,
+          "the sets one by one agree")
+half_set = [list(o) for o in outs]
+half_set[3][1] = half_set[3][1].clone()
+half_set[3][1][150:] = 0
+check(not sets_match(refs, half_set, 1e-2, 1e-2, seeds), "half of one set's large output skipped")
+shape = [list(o) for o in outs]
+shape[7][0] = shape[7][0].t().contiguous()
+check(not sets_match(refs, shape, 1e-2, 1e-2, seeds), "one set's output of another shape")
+check(not sets_match(refs, [o[:1] for o in outs], 1e-2, 1e-2, seeds), "a tensor missing")
+mixed_refs = [[torch.randn(8)], [torch.randn(9)]]
+check(sets_match(mixed_refs, [[r[0].clone()] for r in mixed_refs], 1e-2, 1e-2, [1, 2]),
+      "sets shaped otherwise, compared one by one")
+check(not sets_match(mixed_refs, [[mixed_refs[0][0].clone()], [torch.zeros(9)]], 1e-2, 1e-2,
+                     [1, 2]), "... and still refused when wrong")
+flags = [[torch.rand(50) > 0.5] for _ in range(4)]
+check(sets_match(flags, [[f[0].clone()] for f in flags], 0.0, 0.0, [1, 2, 3, 4]), "bool outputs")
+check(not sets_match(flags, [[~f[0]] for f in flags], 0.0, 0.0, [1, 2, 3, 4]),
+      "bool outputs, flipped")
+nan_ref = [[torch.tensor([float("nan"), 1.0])] for _ in range(3)]
+check(sets_match(nan_ref, [[r[0].clone()] for r in nan_ref], 1e-2, 1e-2, [1, 2, 3]),
+      "NaN where the reference has NaN")
 
 # What the judge sees from outside that a candidate compiled a kernel of its own.
 import os  # noqa: E402
