@@ -127,8 +127,14 @@ def _check_view(desc):
         numel *= s
     if numel > MAX_ELEMENTS:
         raise TransportError("tensor too large")
-    span = 0 if numel == 0 else offset + 1 + sum((s - 1) * st for s, st in zip(shape, stride))
+    span = 0 if numel == 0 else offset + reach(shape, stride)
     return shape, stride, offset, numel, span
+
+
+def reach(shape, stride):
+    """Pure: how many elements a non-empty view of `shape` and `stride` reaches from its
+    first one (the last it touches, plus one)."""
+    return 1 + sum((s - 1) * st for s, st in zip(shape, stride))
 
 
 class Exporter:
@@ -177,7 +183,6 @@ class Exporter:
             mapped = map_file_shared(torch, path, t.dtype, list(t.shape))
         return desc, mapped
 
-
     def export_packed(self, like, device):
         """Empty tensors shaped, strided and typed like each of `like` (tensors on any device,
         e.g. "meta"), packed into one new allocation on CUDA `device` that is exported once:
@@ -204,8 +209,7 @@ def pack_layout(like):
         total = -(-total // PACK_ALIGN) * PACK_ALIGN
         starts.append(total)
         if t.numel():
-            total += (1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))) \
-                * t.element_size()
+            total += reach(t.shape, t.stride()) * t.element_size()
     return starts, total
 
 
