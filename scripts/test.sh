@@ -44,6 +44,8 @@ fi
 "$CRUCIBLE_PYTHON" tests/harness/check_memory.py
 # The CPU stage's Triton dry run: its cache entries are the ones Triton's JIT looks up.
 "$CRUCIBLE_PYTHON" tests/harness/check_triton_aot.py
+# Which task processes make their CUDA context with one hardware queue.
+"$CRUCIBLE_PYTHON" tests/harness/check_contexts.py
 # Every environment variable the binaries read is documented in .env.example.
 "$CRUCIBLE_PYTHON" scripts/check_env_example.py
 # The built-in worked examples of one- and few-shot prompts: Triton ones run on CPU through the

@@ -25,10 +25,10 @@ import os
 import sys
 
 MODULES = (
-    "trusted", "errors", "channel", "spec", "tensors", "transport", "sandbox", "screen",
-    "selftest", "builds", "integrity", "triton_aot", "memory", "timing_check", "judge_setup",
-    "judge_load", "judge_correctness", "judge_verify", "judge_performance", "runner_checks",
-    "runner_profile", "runner", "judge",
+    "trusted", "errors", "contexts", "channel", "spec", "tensors", "transport", "sandbox",
+    "screen", "selftest", "builds", "integrity", "triton_aot", "memory", "timing_check",
+    "judge_setup", "judge_load", "judge_correctness", "judge_verify", "judge_performance",
+    "runner_checks", "runner_profile", "runner", "judge",
 )
 
 

@@ -23,6 +23,7 @@ import crucible_transport as transport
 import crucible_triton_aot as triton_aot
 from crucible_builds import REFERENCE_MODULE, import_file
 from crucible_channel import emit
+from crucible_contexts import one_queue_fits, source_of, use_one_queue
 from crucible_errors import CAUGHT, MAX_ERROR_CHARS, SetupError, Verdict
 from crucible_spec import MAX_BUILDS, read_spec
 from crucible_tensors import (FLUSH_BYTES, as_call_args, cpu_model_name, seed_all,
@@ -239,20 +240,28 @@ class SetupStage:
                           compiled=False)
         self.start_runner()
         # The runner makes its CUDA context (and loads the prebuilt extensions) while the judge
-        # makes its own: two contexts side by side instead of one after the other.
+        # makes its own: two contexts side by side instead of one after the other. Each with
+        # one hardware queue where its code cannot use a second (contexts.py): the driver
+        # makes the node's contexts one at a time, and their queues are most of what it does.
+        on_cuda = self.device == "cuda"
         self.ask("setup", device=self.device, backend=spec.backend,
                  cuda_arch=spec.cuda_arch, prebuilt=spec.prebuilt, pch_dir=spec.pch_dir,
+                 one_queue=on_cuda and one_queue_fits(source_of(self.cand_path)),
                  reply_later=True)
+        if on_cuda and one_queue_fits(source_of(self.ref_path)):
+            use_one_queue()
         self.exporter = transport.Exporter(torch, self.xfer_dir, "in")
         # The input seeds: drawn here, after the fork, never sent to the runner.
         import secrets
         self.input_seed = secrets.randbits(63)
         self.rng = random.Random(secrets.randbits(63))
         if self.device == "cuda":
+            started = perf_counter_ns()
             if not torch.cuda.is_available():
                 raise SetupError("spec asks for device 'cuda' but torch sees no CUDA device")
             self.result["device"] = {"kind": "cuda", "name": torch.cuda.get_device_name()}
             self.flush_buffer = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+            self.stage_ms["setup_judge_context"] = (perf_counter_ns() - started) / 1e6
             self.start_event = torch.cuda.Event(enable_timing=True)
             self.end_event = torch.cuda.Event(enable_timing=True)
             self.share_pool = torch.cuda.MemPool()
@@ -263,7 +272,10 @@ class SetupStage:
         if not self.checks:
             self.add_finding("integrity-checks-off", "this worker ran without the runtime "
                              "integrity checks (a benchmark setting)")
-        self.answer("setup")
+        context_ms = self.answer("setup").get("context_ms")
+        if isinstance(context_ms, (int, float)) and 0 <= context_ms < 1e7:
+            # Before any candidate code: the runner's own clock of its context, as data.
+            self.stage_ms["setup_runner_context"] = float(context_ms)
         self.check_runner()
         # Before any candidate code: what the judge compares the runner's threads with later.
         self.runner_threads_at_setup = self.runner.threads()

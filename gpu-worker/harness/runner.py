@@ -24,6 +24,7 @@ import crucible_selftest as selftest
 import crucible_transport as transport
 from crucible_builds import CANDIDATE_MODULE, ExtensionBuilds, import_file
 from crucible_channel import GATE_FD
+from crucible_contexts import use_one_queue
 from crucible_errors import CAUGHT, classify, format_error
 from crucible_memory import poison_free_memory
 from crucible_runner_checks import CandidateChecks
@@ -32,7 +33,7 @@ from crucible_tensors import (FLUSH_BYTES, flatten, model_to_precision, seed_all
                               timed_call, to_device)
 from crucible_triton_aot import TritonPrecompile, bounded_call, meta_tensor
 from crucible_trusted import (PR_SET_PDEATHSIG, Trusted, capture_trusted, finite_or_none,
-                              flush_std, os_exit, prctl, sync_device)
+                              flush_std, os_exit, perf_counter_ns, prctl, sync_device)
 
 
 class RunnerVerdict(Exception):
@@ -95,9 +96,14 @@ class Runner(CandidateChecks, KernelCounting):
         self.device = msg["device"]
         self.backend = msg["backend"]
         capture_trusted(torch)
+        reply = {}
         if self.device == "cuda":
+            started = perf_counter_ns()
+            if msg.get("one_queue"):
+                use_one_queue()
             torch.cuda.init()
             torch.empty(1, device="cuda")
+            reply["context_ms"] = (perf_counter_ns() - started) / 1e6
             self.flush_buffer = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
             self.start_event = torch.cuda.Event(enable_timing=True)
             self.end_event = torch.cuda.Event(enable_timing=True)
@@ -109,7 +115,7 @@ class Runner(CandidateChecks, KernelCounting):
                                       building=bool(msg.get("building")),
                                       pch_dir=msg.get("pch_dir"))
         self.current_frames = sys._current_frames
-        return {}
+        return reply
 
     def op_import(self, msg):
         self.arm_checks()

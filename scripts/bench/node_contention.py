@@ -2,11 +2,14 @@
 Triton cache. Measures, with no service running (docs/gpu-runs/2026-11-28-contention-h200/):
 
 1. `driver`: cuInit, the primary context and one allocation through libcuda alone (ctypes, no
-   torch), N processes at once, on one GPU and spread over the node's;
+   torch), N processes at once, on one GPU and spread over the node's; `ctxenv`: the same on
+   gpu0 under each of the driver's settings that could change a context's cost;
 2. `ctx`: the same through torch, as a device child does it (each makes two: judge, runner);
 3. `steady`: a process launching small kernels and timing them with events (host-included:
    `kernel_us`) and as a CUDA graph (the GPU's side alone: `graph_us`), alone and beside
    processes on another GPU (or its own) that create contexts or launch kernels themselves;
+   `queues`: `steady` alone with the driver's default hardware queues and with one, and 8
+   torch contexts at once with each (contexts.py gives a task's processes one queue);
 4. `triton`: the first call of a small Triton kernel in a fresh process, with an empty cache
    (a JIT) and with the cache a previous process filled; each call's cProfile is written to
    $OUT (or the temporary directory).
@@ -107,6 +110,71 @@ def part_ctx_driver(gpus):
                 row[k] = median([g[k] for g in got])
                 row[k.replace("_ms", "_max_ms")] = max(g[k] for g in got)
             rows.append(row)
+    return rows
+
+
+# The driver's own settings that could change what a context costs: its hardware work queues
+# (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default) are made with it.
+CTX_ENV_VARIANTS = (("default", {}), ("max connections 1", {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
+                    ("max connections 32", {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}))
+
+
+def part_ctxenv(gpus):
+    """The driver alone, as `driver`, under each of CTX_ENV_VARIANTS: 1 process (three
+    rounds) and 8 at once on gpu0 (two rounds); which setting shortens the node-wide queue."""
+    del gpus
+    rows = []
+    for label, extra in CTX_ENV_VARIANTS:
+        for n, rounds in ((1, 3), (8, 2)):
+            got = []
+            for _rep in range(rounds):
+                start_at = time.time() + 1.0
+                procs = [subprocess.Popen([sys.executable, "-c", CTYPES_CTX, str(start_at)],
+                                          stdout=subprocess.PIPE, text=True,
+                                          env=dict(os.environ, CUDA_VISIBLE_DEVICES="0", **extra))
+                         for _ in range(n)]
+                got += [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+            row = {"case": f"{label}, {n} at once", "n": len(got)}
+            for k in ("init_ms", "ctx_ms", "alloc_ms"):
+                row[k] = median([g[k] for g in got])
+                row[k.replace("_ms", "_max_ms")] = max(g[k] for g in got)
+            rows.append(row)
+    return rows
+
+
+def steady_with(env, gpu, seconds, start_at, role, out):
+    """Child: `steady` with `env` set before its first CUDA call."""
+    os.environ.update(env)
+    steady(gpu, seconds, start_at, role, out)
+
+
+def create_context_with(env, gpu, start_at, out):
+    """Child: `create_context` with `env` set before its first CUDA call."""
+    os.environ.update(env)
+    create_context(gpu, start_at, out)
+
+
+def part_queues(gpus, seconds):
+    """Whether one hardware queue changes what a single-stream program measures or what its
+    context costs through torch: `steady` alone under each of CTX_ENV_VARIANTS but the last
+    (kernel and graph times), then 8 torch contexts at once on gpu0 under each."""
+    del gpus
+    rows = []
+    for label, extra in CTX_ENV_VARIANTS[:2]:
+        for _rep in range(2):
+            start_at = time.time() + 2.0
+            me = run_together([(steady_with, (extra, 0, seconds, start_at, "measured"))], timeout=300)[0]
+            rows.append({"case": f"steady, {label}", **{k: me[k] for k in ("n", "kernel_us", "kernel_p90_us",
+                                                                             "graph_us", "graph_p90_us")},
+                         "ctx_ms": "", "ctx_max_ms": ""})
+    for label, extra in CTX_ENV_VARIANTS[:2]:
+        for _rep in range(2):
+            start_at = time.time() + 0.5
+            got = run_together([(create_context_with, (extra, 0, start_at)) for _ in range(8)], timeout=120)
+            ms = [g["ctx_ms"] for g in got]
+            rows.append({"case": f"8 torch contexts, {label}", "n": len(ms), "kernel_us": "",
+                         "kernel_p90_us": "", "graph_us": "", "graph_p90_us": "",
+                         "ctx_ms": median(ms), "ctx_max_ms": max(ms)})
     return rows
 
 
@@ -289,7 +357,8 @@ def main():
     for part in args.parts.split(","):
         t = time.time()
         rows = {"ctx": lambda: part_ctx(gpus), "steady": lambda: part_steady(gpus, args.seconds),
-                "triton": part_triton, "driver": lambda: part_ctx_driver(gpus)}[part]()
+                "triton": part_triton, "driver": lambda: part_ctx_driver(gpus),
+                "ctxenv": lambda: part_ctxenv(gpus), "queues": lambda: part_queues(gpus, args.seconds)}[part]()
         report[part] = rows
         print(f"\n== {part} ({time.time() - t:.0f} s)\n{table(rows)}", flush=True)
     if args.out:

@@ -23,7 +23,7 @@ pub const PCH_FILE: &str = "pch.py";
 /// The harness's own modules, written next to `harness.py`, which loads them from its own
 /// directory (its `MODULES`), bottom layer first as `tests/harness/check_layers.py` declares:
 /// `trusted.py` (functions captured before any candidate code runs), `errors.py`,
-/// `channel.py` (fd 3 and the gate), `spec.py` (the typed spec.json), `tensors.py`,
+/// `contexts.py` (the hardware queues a CUDA context is made with), `channel.py` (fd 3 and the gate), `spec.py` (the typed spec.json), `tensors.py`,
 /// `transport.py` (messages and tensors between the judge and the candidate's process),
 /// `sandbox.py` (entering the sandbox plan), `screen.py` (static screening before the
 /// candidate is imported), `selftest.py` (the start-up probes), `builds.py` (load_inline),
@@ -32,9 +32,10 @@ pub const PCH_FILE: &str = "pch.py";
 /// judge's own check of the candidate's claimed times and its quiet-device probe), the judge's stages
 /// (`judge_*.py`), `runner.py` (everything that runs in the candidate's process) and
 /// `judge.py`.
-pub const HARNESS_MODULES: [(&str, &str); 23] = [
+pub const HARNESS_MODULES: [(&str, &str); 24] = [
     ("trusted.py", include_str!("../../harness/trusted.py")),
     ("errors.py", include_str!("../../harness/errors.py")),
+    ("contexts.py", include_str!("../../harness/contexts.py")),
     ("channel.py", include_str!("../../harness/channel.py")),
     ("spec.py", include_str!("../../harness/spec.py")),
     ("tensors.py", include_str!("../../harness/tensors.py")),
