@@ -46,18 +46,23 @@ class CorrectnessStage:
         drawn by the seeded CUDA generator in place: KernelBench level-1 inputs reach 6.4 GB,
         and drawing them on the CPU and copying them over costs ~8 s per trial while the GPU
         waits. Tensors a problem pins to the CPU explicitly are still moved. If a problem's
-        get_inputs() cannot run that way, it runs on the CPU as KernelBench does."""
+        get_inputs() cannot run that way, it runs on the CPU as KernelBench does. With `seed`
+        None the generators are not seeded again: they go on from the previous draw."""
         torch = Trusted.torch
+
+        def seeded():
+            if seed is not None:
+                seed_all(seed, self.device)
         try:
             if self.device == "cuda":
                 try:
-                    seed_all(seed, self.device)
+                    seeded()
                     with torch.device("cuda"):
                         return to_precision(to_device(as_call_args(self.get_inputs()),
                                                       self.device), self.spec.precision)
                 except CAUGHT:
                     pass
-            seed_all(seed, self.device)
+            seeded()
             return to_precision(to_device(as_call_args(self.get_inputs()), self.device),
                                 self.spec.precision)
         except CAUGHT as e:
