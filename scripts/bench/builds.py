@@ -7,6 +7,11 @@
         worker's builds do), the two in turn (which goes first alternates), K pairs at a time.
         Prints the cold build wall times (p50, p90), the ratio of the p50s (target <= 1/3) and
         each translation unit's compile time from ninja's log; writes DIR/builds.json.
+    python3 scripts/bench/builds.py phases --out DIR [--workload W] [--count K]
+        nvcc's own time per compilation phase (`--time`) of K cold builds of distinct
+        candidates, one at a time: where a CUDA build's translation unit spends its wall time
+        (the host preprocessing, cudafe++, the device front end cicc, ptxas, the host
+        compiler). Writes DIR/phases.json.
     python3 scripts/bench/builds.py check --results R [--label L] [--workload W]
         The service's run of the same workload (bench.py, appended to R): every verdict the
         expected one, the extensions built in the CPU stage (`build` compile_pool, whatever
@@ -197,6 +202,58 @@ def side_by_side(args):
     return 1 if report["failed"] else 0
 
 
+def phase_times(csv_path):
+    """nvcc's --time table summed per phase: {phase: ms}. Its rows are `source, phase, ...,
+    milliseconds, unit`: the last number of a row is its time; a header row has none."""
+    import csv
+    took = {}
+    try:
+        with open(csv_path, newline="") as f:
+            for row in csv.reader(f):
+                row = [c.strip().strip('"') for c in row]
+                values = [float(c) for c in row[2:] if re.fullmatch(r"[0-9]+(\.[0-9]*)?", c)]
+                if len(row) >= 2 and values:
+                    took[row[1]] = took.get(row[1], 0.0) + values[-1]
+    except OSError:
+        pass
+    return took
+
+
+def phases(args):
+    _, entries = load_workload(args.workload)
+    entries = [e for e in entries if e["expect"] == "correct"]
+    os.makedirs(args.out, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix="phases-")
+    rows, seen = [], set()
+    for e in entries:
+        if len(rows) >= args.count:
+            break
+        calls = recorded_calls(e)
+        if not calls or e["problem"] in seen:
+            continue
+        seen.add(e["problem"])
+        d = os.path.join(scratch, str(len(rows)))
+        os.makedirs(d)
+        csv_path = os.path.join(d, "nvcc-time.csv")
+        call = dict(calls[0])
+        call["extra_cuda_cflags"] = list(call.get("extra_cuda_cflags") or []) + ["--time", csv_path]
+        try:
+            wall, targets = build(call, d, args.python)
+        except (RuntimeError, subprocess.SubprocessError, ValueError) as err:
+            print(f"  {os.path.basename(e['candidate'])}: build failed: {str(err)[-600:]}", flush=True)
+            continue
+        row = {"candidate": os.path.basename(e["candidate"]), "wall_s": round(wall, 1),
+               "targets_ms": targets, "nvcc_phases_ms": phase_times(csv_path)}
+        rows.append(row)
+        print(f"  {row['candidate']}: {wall:.1f} s; ninja {targets}", flush=True)
+        for phase, ms in sorted(row["nvcc_phases_ms"].items(), key=lambda kv: -kv[1]):
+            print(f"      {phase:40s} {ms:9.0f} ms", flush=True)
+    subprocess.run(["rm", "-rf", "--", scratch], check=False)
+    with open(os.path.join(args.out, "phases.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    return 0 if rows else 1
+
+
 def summarize(rows, pch_seconds):
     """Both arms' p50/p90 and each unit's p50 over the pairs where both built."""
     failed = [r for r in rows if r["torch"] is None or r["crucible"] is None]
@@ -265,13 +322,17 @@ def main():
     s.add_argument("--pch-root", default=None)
     s.add_argument("--scratch", default=None, help="where the build directories go")
     s.add_argument("--python", default=os.environ.get("CRUCIBLE_PYTHON", sys.executable))
+    ph = sub.add_parser("phases")
+    ph.add_argument("--out", required=True)
+    ph.add_argument("--count", type=int, default=3)
+    ph.add_argument("--python", default=os.environ.get("CRUCIBLE_PYTHON", sys.executable))
     c = sub.add_parser("check")
     c.add_argument("--results", required=True)
     c.add_argument("--label", default=None)
-    for p in (s, c):
+    for p in (s, ph, c):
         p.add_argument("--workload", default=os.path.join(HERE, "workload-cuda.json"))
     args = ap.parse_args()
-    return side_by_side(args) if args.mode == "side-by-side" else check(args)
+    return {"side-by-side": side_by_side, "phases": phases, "check": check}[args.mode](args)
 
 
 if __name__ == "__main__":
