@@ -118,9 +118,9 @@ def speedup_drift(base, run):
 
 
 # The per-stage medians the scale table is read with (stage_ms keys; see docs/BENCHMARKS.md).
-STAGES = ("setup", "setup_judge_context", "setup_runner_context", "correctness", "performance", "timing_loop", "timing_verify", "verify_sets",
-          "verify_share", "verify_run", "verify_compare", "parked", "timing_wait", "device_stage",
-          "cpu_stage", "child_wall")
+STAGES = ("setup", "setup_judge_context", "setup_runner_context", "correctness", "performance",
+          "timing_loop", "timing_verify", "verify_sets", "verify_share", "verify_run",
+          "verify_compare", "parked", "timing_wait", "device_stage", "cpu_stage", "child_wall")
 
 
 def stage_table(runs):
