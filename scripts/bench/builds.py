@@ -22,6 +22,7 @@ The workload is scripts/bench/workload-cuda.json (scripts/bench/make_cuda_candid
 """
 import argparse
 import concurrent.futures
+import csv
 import json
 import os
 import re
@@ -205,7 +206,6 @@ def side_by_side(args):
 def phase_times(csv_path):
     """nvcc's --time table summed per phase: {phase: ms}. Its rows are `source, phase, ...,
     milliseconds, unit`: the last number of a row is its time; a header row has none."""
-    import csv
     took = {}
     try:
         with open(csv_path, newline="") as f:

@@ -93,24 +93,32 @@ print(json.dumps({"init_ms": (t1 - t0) * 1e3, "ctx_ms": (t2 - t1) * 1e3, "alloc_
 """
 
 
+def driver_contexts(placement, env=None):
+    """One process per GPU index of `placement`, started together, each making its context
+    through the driver alone (CTYPES_CTX) with `env` added: their reports."""
+    start_at = time.time() + 1.0
+    procs = [subprocess.Popen([sys.executable, "-c", CTYPES_CTX, str(start_at)], stdout=subprocess.PIPE,
+                              text=True, env=dict(os.environ, CUDA_VISIBLE_DEVICES=str(g), **(env or {})))
+             for g in placement]
+    return [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+
+
+def driver_row(case, got):
+    """A table row of driver reports: median and max of each figure."""
+    row = {"case": case, "n": len(got)}
+    for k in ("init_ms", "ctx_ms", "alloc_ms"):
+        row[k] = median([g[k] for g in got])
+        row[k.replace("_ms", "_max_ms")] = max(g[k] for g in got)
+    return row
+
+
 def part_ctx_driver(gpus):
     """The driver alone (ctypes, no torch in the process): cuInit, the primary context, one
     allocation; N processes at once on gpu0, then spread."""
-    rows = []
-    for name, placement in [("1 on gpu0", [0]), ("8 on gpu0", [0] * 8),
-                            (f"8 over x{gpus}", [i % gpus for i in range(8)])]:
-        for _rep in range(2):
-            start_at = time.time() + 1.0
-            procs = [subprocess.Popen([sys.executable, "-c", CTYPES_CTX, str(start_at)], stdout=subprocess.PIPE,
-                                      text=True, env=dict(os.environ, CUDA_VISIBLE_DEVICES=str(g)))
-                     for g in placement]
-            got = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
-            row = {"case": name, "n": len(placement)}
-            for k in ("init_ms", "ctx_ms", "alloc_ms"):
-                row[k] = median([g[k] for g in got])
-                row[k.replace("_ms", "_max_ms")] = max(g[k] for g in got)
-            rows.append(row)
-    return rows
+    return [driver_row(name, driver_contexts(placement))
+            for name, placement in [("1 on gpu0", [0]), ("8 on gpu0", [0] * 8),
+                                    (f"8 over x{gpus}", [i % gpus for i in range(8)])]
+            for _rep in range(2)]
 
 
 # The driver's own settings that could change what a context costs: its hardware work queues
@@ -123,35 +131,15 @@ def part_ctxenv(gpus):
     """The driver alone, as `driver`, under each of CTX_ENV_VARIANTS: 1 process (three
     rounds) and 8 at once on gpu0 (two rounds); which setting shortens the node-wide queue."""
     del gpus
-    rows = []
-    for label, extra in CTX_ENV_VARIANTS:
-        for n, rounds in ((1, 3), (8, 2)):
-            got = []
-            for _rep in range(rounds):
-                start_at = time.time() + 1.0
-                procs = [subprocess.Popen([sys.executable, "-c", CTYPES_CTX, str(start_at)],
-                                          stdout=subprocess.PIPE, text=True,
-                                          env=dict(os.environ, CUDA_VISIBLE_DEVICES="0", **extra))
-                         for _ in range(n)]
-                got += [json.loads(p.communicate(timeout=120)[0]) for p in procs]
-            row = {"case": f"{label}, {n} at once", "n": len(got)}
-            for k in ("init_ms", "ctx_ms", "alloc_ms"):
-                row[k] = median([g[k] for g in got])
-                row[k.replace("_ms", "_max_ms")] = max(g[k] for g in got)
-            rows.append(row)
-    return rows
+    return [driver_row(f"{label}, {n} at once",
+                       [g for _rep in range(rounds) for g in driver_contexts([0] * n, extra)])
+            for label, extra in CTX_ENV_VARIANTS for n, rounds in ((1, 3), (8, 2))]
 
 
-def steady_with(env, gpu, seconds, start_at, role, out):
-    """Child: `steady` with `env` set before its first CUDA call."""
+def with_env(env, fn, *args):
+    """Child: `fn(*args)` with `env` set before its first CUDA call."""
     os.environ.update(env)
-    steady(gpu, seconds, start_at, role, out)
-
-
-def create_context_with(env, gpu, start_at, out):
-    """Child: `create_context` with `env` set before its first CUDA call."""
-    os.environ.update(env)
-    create_context(gpu, start_at, out)
+    fn(*args)
 
 
 def part_queues(gpus, seconds):
@@ -163,14 +151,16 @@ def part_queues(gpus, seconds):
     for label, extra in CTX_ENV_VARIANTS[:2]:
         for _rep in range(2):
             start_at = time.time() + 2.0
-            me = run_together([(steady_with, (extra, 0, seconds, start_at, "measured"))], timeout=300)[0]
+            me = run_together([(with_env, (extra, steady, 0, seconds, start_at, "measured"))],
+                              timeout=300)[0]
             rows.append({"case": f"steady, {label}", **{k: me[k] for k in ("n", "kernel_us", "kernel_p90_us",
                                                                              "graph_us", "graph_p90_us")},
                          "ctx_ms": "", "ctx_max_ms": ""})
     for label, extra in CTX_ENV_VARIANTS[:2]:
         for _rep in range(2):
             start_at = time.time() + 0.5
-            got = run_together([(create_context_with, (extra, 0, start_at)) for _ in range(8)], timeout=120)
+            got = run_together([(with_env, (extra, create_context, 0, start_at)) for _ in range(8)],
+                               timeout=120)
             ms = [g["ctx_ms"] for g in got]
             rows.append({"case": f"8 torch contexts, {label}", "n": len(ms), "kernel_us": "",
                          "kernel_p90_us": "", "graph_us": "", "graph_p90_us": "",
