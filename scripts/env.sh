@@ -143,6 +143,30 @@ check_prerequisites() {
 }
 
 # A C++ compiler: load_inline builds extensions (C++ on any machine, CUDA with nvcc on GPUs).
+# An nvcc for tests/harness/check_nvcc_overlap.py (it compiles and preprocesses; no GPU needed):
+# $CRUCIBLE_NVCC, the node's CUDA toolkit, else NVIDIA's own nvcc from PyPI (the
+# nvidia-cuda-nvcc wheel and the three it depends on: cicc, the runtime's headers, crt; ~320 MB
+# under the cache, a few seconds with a fast mirror; first time only). Exports CRUCIBLE_NVCC.
+NVCC_PYPI_VERSION=13.5.37
+ensure_nvcc() {
+  local found dir
+  found=${CRUCIBLE_NVCC:-$(command -v nvcc 2>/dev/null || true)}
+  [ -z "$found" ] && [ -x /usr/local/cuda/bin/nvcc ] && found=/usr/local/cuda/bin/nvcc
+  if [ -z "$found" ]; then
+    dir="${XDG_CACHE_HOME:-$HOME/.cache}/crucible/nvcc-$NVCC_PYPI_VERSION"
+    if [ ! -x "$dir/nvidia/cu13/bin/nvcc" ]; then
+      log "installing nvcc $NVCC_PYPI_VERSION from PyPI into $dir (first time only)"
+      rm -rf "$dir.partial"
+      "$CRUCIBLE_PYTHON" -m pip install --quiet --disable-pip-version-check \
+        --target "$dir.partial" "nvidia-cuda-nvcc==$NVCC_PYPI_VERSION" >&2
+      rm -rf "$dir" && mv "$dir.partial" "$dir"
+    fi
+    found="$dir/nvidia/cu13/bin/nvcc"
+  fi
+  "$found" --version >/dev/null || { log "no working nvcc at $found"; return 1; }
+  export CRUCIBLE_NVCC="$found"
+}
+
 ensure_cxx() {
   if command -v c++ >/dev/null 2>&1; then return 0; fi
   log "installing g++ from Debian"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need when missing (redis-server, openssl, the Python venv with torch and
-# triton, chromium for the status page's browser test, Schemathesis in a venv of its own, curl
-# and jq for the README's examples),
+# triton, NVIDIA's nvcc from PyPI, chromium for the status page's browser test, Schemathesis in
+# a venv of its own, curl and jq for the README's examples),
 # builds every binary, and runs the whole
 # suite: unit tests, broker contract tests against a real redis-server, the harness checks and
 # the end-to-end tests that start real API and worker processes (and a headless browser), the
@@ -46,6 +46,9 @@ fi
 "$CRUCIBLE_PYTHON" tests/harness/check_triton_aot.py
 # Which task processes make their CUDA context with one hardware queue.
 "$CRUCIBLE_PYTHON" tests/harness/check_contexts.py
+# nvcc's two front ends at once, against the real nvcc (installed from PyPI where missing).
+ensure_nvcc
+"$CRUCIBLE_PYTHON" tests/harness/check_nvcc_overlap.py
 # Every environment variable the binaries read is documented in .env.example.
 "$CRUCIBLE_PYTHON" scripts/check_env_example.py
 # The built-in worked examples of one- and few-shot prompts: Triton ones run on CPU through the

@@ -6,9 +6,10 @@ judge uses for the reference.
 Owns: import_file(), build_key() (what the worker's build cache is keyed on),
 ExtensionBuilds (the load_inline stand-in), ExtensionCalls (the wrapper that lets a profiled
 forward count calls into the candidate's extensions), the use of the node's precompiled headers
-(pch_variants, with_pch; the worker makes them: pch.py).
+(pch_variants, with_pch; the worker makes them: pch.py), nvcc's two front ends at once
+(use_nvcc_overlap: nvcc_overlap.py).
 
-May import: trusted, errors, spec.
+May import: trusted, errors, spec, nvcc_overlap.
 """
 import hashlib
 import importlib.machinery
@@ -19,6 +20,8 @@ import os
 import sys
 
 from crucible_errors import CAUGHT, note_caught
+from crucible_nvcc_overlap import SCRIPT as OVERLAP_SCRIPT
+from crucible_nvcc_overlap import overlap_command
 from crucible_spec import MAX_BUILDS
 from crucible_trusted import Trusted, json_dumps
 
@@ -102,6 +105,18 @@ def with_pch(arguments, variants):
     return arguments
 
 
+def use_nvcc_overlap(environ, python, cuda_home, script=OVERLAP_SCRIPT):
+    """Points torch's builds at the copy of nvcc_overlap.py at `script` in front of
+    `cuda_home`'s nvcc (through $PYTORCH_NVCC, which torch's ninja file runs as it is); an
+    operator's own PYTORCH_NVCC (a ccache, say) is kept, and without a CUDA toolkit or a
+    readable script nothing is set (torch's nvcc runs). Returns the value."""
+    if "PYTORCH_NVCC" not in environ and cuda_home and python and os.access(script, os.R_OK):
+        nvcc = os.path.join(cuda_home, "bin", "nvcc")
+        if os.path.isfile(nvcc):
+            environ["PYTORCH_NVCC"] = overlap_command(python, nvcc, script)
+    return environ.get("PYTORCH_NVCC")
+
+
 def load_extension_file(name, path, python_module):
     """Load a built extension the way load_inline would have after building it."""
     if not python_module:
@@ -175,6 +190,10 @@ class ExtensionBuilds:
             import torch.utils.cpp_extension as cpp
         except Exception:
             return
+        # The task directory's copy: a runner forked from the warm template loaded its
+        # modules from the template's directory, which the task's sandbox does not show.
+        use_nvcc_overlap(os.environ, sys.executable, cpp.CUDA_HOME,
+                         os.path.join(self.taskdir, os.path.basename(OVERLAP_SCRIPT)))
         real = cpp.load_inline
         signature = inspect.signature(real)
         builds = self

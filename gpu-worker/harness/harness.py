@@ -25,7 +25,7 @@ import os
 import sys
 
 MODULES = (
-    "trusted", "errors", "contexts", "channel", "spec", "tensors", "transport", "sandbox",
+    "trusted", "errors", "contexts", "nvcc_overlap", "channel", "spec", "tensors", "transport", "sandbox",
     "screen", "selftest", "builds", "integrity", "triton_aot", "memory", "timing_check",
     "judge_setup", "judge_load", "judge_correctness", "judge_verify", "judge_performance",
     "runner_checks", "runner_profile", "runner", "judge",

@@ -233,16 +233,19 @@ class Builds(unittest.TestCase):
                              {"main.o": 21000, "cuda.cuda.o": 30000, "ext.so": 290})
             self.assertEqual(builds.ninja_targets(os.path.join(d, "none")), {})
 
-    def test_summary_compares_the_p50s_and_each_unit(self):
-        rows = [{"torch": t, "crucible": c, "pch": True,
+    def test_summary_compares_each_arm_with_torch_and_each_unit(self):
+        rows = [{"torch": t, "overlap": c, "pch": False,
                  "torch_targets": {"main.o": 20000, "cuda.cuda.o": 30000},
-                 "crucible_targets": {"main.o": 5000, "cuda.cuda.o": 30000}}
+                 "overlap_targets": {"main.o": 20000, "cuda.cuda.o": 21000}}
                 for t, c in [(30.0, 30.0), (40.0, 31.0), (50.0, 32.0)]]
-        s = builds.summarize(rows, {"": 40.0})
-        self.assertEqual((s["torch"]["p50"], s["crucible"]["p50"]), (40.0, 31.0))
-        self.assertAlmostEqual(s["ratio_p50"], 31.0 / 40.0)
-        self.assertEqual((s["torch"]["main.cpp"], s["crucible"]["main.cpp"]), (20.0, 5.0))
-        self.assertEqual(s["with_pch"], 3)
+        rows.append({"torch": 45.0, "overlap": None, "pch": False, "torch_targets": {},
+                     "overlap_targets": {}})
+        s = builds.summarize(rows, ["torch", "overlap"], {})
+        self.assertEqual((s["torch"]["p50"], s["overlap"]["p50"]), (40.0, 31.0))
+        self.assertAlmostEqual(s["overlap"]["ratio_p50"], 31.0 / 40.0)
+        self.assertAlmostEqual(s["overlap"]["per_build_ratio_p50"], 31.0 / 40.0)
+        self.assertEqual((s["torch"]["cuda.cu"], s["overlap"]["cuda.cu"]), (30.0, 21.0))
+        self.assertEqual((s["builds"], s["failed"]), (3, 1), "a failed build leaves the table")
 
     def test_compiler_error_lines_are_recognised(self):
         for line in ['build/x/cuda.cu(138): error: identifier "AT_CUDA_CHECK" is undefined',

@@ -26,7 +26,7 @@ PREFIX = "crucible_"
 # Bottom first. A module may import only modules of strictly lower layers.
 LAYERS = (
     ("trusted",),                                   # captured before any candidate code runs
-    ("errors", "contexts"),                         # contexts: a CUDA context's queues
+    ("errors", "contexts", "nvcc_overlap"),         # a context's queues; nvcc's front ends
     ("channel", "spec"),                            # the result channel, the typed spec
     ("tensors", "transport", "sandbox", "screen", "selftest"),
     ("builds", "integrity", "triton_aot", "memory", "timing_check"),

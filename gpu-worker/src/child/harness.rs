@@ -32,10 +32,11 @@ pub const PCH_FILE: &str = "pch.py";
 /// judge's own check of the candidate's claimed times and its quiet-device probe), the judge's stages
 /// (`judge_*.py`), `runner.py` (everything that runs in the candidate's process) and
 /// `judge.py`.
-pub const HARNESS_MODULES: [(&str, &str); 24] = [
+pub const HARNESS_MODULES: [(&str, &str); 25] = [
     ("trusted.py", include_str!("../../harness/trusted.py")),
     ("errors.py", include_str!("../../harness/errors.py")),
     ("contexts.py", include_str!("../../harness/contexts.py")),
+    ("nvcc_overlap.py", include_str!("../../harness/nvcc_overlap.py")),
     ("channel.py", include_str!("../../harness/channel.py")),
     ("spec.py", include_str!("../../harness/spec.py")),
     ("tensors.py", include_str!("../../harness/tensors.py")),
