@@ -36,7 +36,10 @@ pub const HARNESS_MODULES: [(&str, &str); 25] = [
     ("trusted.py", include_str!("../../harness/trusted.py")),
     ("errors.py", include_str!("../../harness/errors.py")),
     ("contexts.py", include_str!("../../harness/contexts.py")),
-    ("nvcc_overlap.py", include_str!("../../harness/nvcc_overlap.py")),
+    (
+        "nvcc_overlap.py",
+        include_str!("../../harness/nvcc_overlap.py"),
+    ),
     ("channel.py", include_str!("../../harness/channel.py")),
     ("spec.py", include_str!("../../harness/spec.py")),
     ("tensors.py", include_str!("../../harness/tensors.py")),
