@@ -3,7 +3,8 @@ installs one): for sources that compile, warn, or fail in the preprocessor, the 
 or the device front end, with and without -MD, the same exit status, the same bytes on stdout
 and stderr, the same dependency file and the same symbols as nvcc itself; a kernel in an
 anonymous namespace registered under the module id both front ends read; what it refuses
-(relocatable device code) handed to nvcc; the pure parts on their own. With a GPU (the GPU
+(relocatable device code) or cannot plan (a --dryrun of another shape) handed to nvcc with
+the same arguments; the pure parts on their own. With a GPU (the GPU
 job), an extension built through it by torch's load_inline runs and gives the right numbers.
 Run by scripts/test.sh; exit 1 on the first failure."""
 import importlib.util
@@ -98,6 +99,34 @@ def pure_parts():
     shutil.rmtree(cuda)
 
 
+def falls_back():
+    """Whatever the overlap cannot plan runs the real nvcc, with the same arguments: a --dryrun
+    of a shape it does not know, and front ends that did not read the module id given."""
+    d = tempfile.mkdtemp(prefix="check-nvcc-overlap-fake-")
+    fake = os.path.join(d, "nvcc")
+    with open(fake, "w") as f:
+        f.write("#!/bin/sh\nif [ \"$1\" = --dryrun ]; then echo '#$ mystery-tool a b' >&2; exit 0; fi\n"
+                "echo \"real nvcc: $*\"; exit 3\n")
+    os.chmod(fake, 0o755)
+    out = subprocess.run([sys.executable, "-I", "-B", OVERLAP, fake, "-c", "a.cu", "-o", "a.o"],
+                         capture_output=True, text=True)
+    check(out.returncode == 3 and out.stdout == "real nvcc: -c a.cu -o a.o\n",
+          f"an unknown shape runs nvcc itself: {out.returncode} {out.stdout!r} {out.stderr!r}")
+    with open(os.path.join(d, "host.cpp"), "w") as f:
+        f.write("#define _NV_ANON_NAMESPACE _GLOBAL__N__ours\n")
+    with open(os.path.join(d, "stub.c"), "w") as f:
+        f.write("nothing of ours\n")
+    plan = overlap.Plan({}, [overlap.Step(0, ["gcc", "-E"]), overlap.Step(
+        1, ["cudafe++", "--gen_c_file_name", os.path.join(d, "host.cpp"), "x.ii"])],
+        [overlap.Step(2, ["cicc", "--stub_file_name", os.path.join(d, "stub.c"), "y.ii"])],
+        overlap.Step(3, ["gcc", "-c"]), "m", None)
+    check(not overlap.ids_agree(plan, "_ours"), "a stub without the id given: not agreed")
+    with open(os.path.join(d, "stub.c"), "w") as f:
+        f.write("_GLOBAL__N__ours\n")
+    check(overlap.ids_agree(plan, "_ours"), "both front ends name the id given")
+    shutil.rmtree(d)
+
+
 def compile_in(directory, command, name, flags):
     """One compile of `name` in `directory` by `command` (nvcc, or the overlap in front of it)."""
     out = subprocess.run(command + flags + ["-arch=sm_90", "-c", name, "-o", "out/" + name + ".o"],
@@ -185,6 +214,7 @@ torch::Tensor go(torch::Tensor x) {
 
 
 pure_parts()
+falls_back()
 if not NVCC:
     check(False, "CRUCIBLE_NVCC is not set (scripts/env.sh's ensure_nvcc sets it)")
 against_nvcc()
