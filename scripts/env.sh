@@ -142,7 +142,6 @@ check_prerequisites() {
   return "$missing"
 }
 
-# A C++ compiler: load_inline builds extensions (C++ on any machine, CUDA with nvcc on GPUs).
 # An nvcc for tests/harness/check_nvcc_overlap.py (it compiles and preprocesses; no GPU needed):
 # $CRUCIBLE_NVCC, the node's CUDA toolkit, else NVIDIA's own nvcc from PyPI (the
 # nvidia-cuda-nvcc wheel and the three it depends on: cicc, the runtime's headers, crt; ~320 MB
@@ -167,6 +166,7 @@ ensure_nvcc() {
   export CRUCIBLE_NVCC="$found"
 }
 
+# A C++ compiler: load_inline builds extensions (C++ on any machine, CUDA with nvcc on GPUs).
 ensure_cxx() {
   if command -v c++ >/dev/null 2>&1; then return 0; fi
   log "installing g++ from Debian"
