@@ -279,22 +279,38 @@ def replay(results, upto):
     return 0
 
 
-def carries(path, text):
-    """Whether the file at `path` holds `text` (a front end's output names the module id)."""
+# How a front end names the file's anonymous namespace: this, then the module id.
+ANON_NAMESPACE = b"_GLOBAL__N_"
+
+
+def names(path, given):
+    """Pure over the file at `path`: (how many times it names an anonymous namespace, whether
+    every one of them is by the module id `given`); (0, False) for a file not there."""
     try:
         with open(path, "rb") as f:
-            return text.encode() in f.read()
+            data = f.read()
     except (OSError, TypeError):
-        return False
+        return 0, False
+    ours = ANON_NAMESPACE + given.encode()
+    return data.count(ANON_NAMESPACE), data.count(ANON_NAMESPACE) == data.count(ours)
 
 
 def ids_agree(plan, given):
-    """Whether both front ends used the module id `given`: cudafe++'s C++ file and every cicc
-    stub name it. A front end that made its own would register the device code under another
-    name than the host code looks it up by, so then the plan's object is not used."""
-    host_file = _option_value(plan.host[-1].argv, "--gen_c_file_name")
-    stubs = [_option_value(s.argv, "--stub_file_name") for s in plan.device if s.tool == "cicc"]
-    return all(carries(path, given) for path in [host_file, *stubs])
+    """Whether both front ends used the module id `given`: cudafe++'s C++ file names the
+    anonymous namespace by it, and whatever cicc wrote (its stub, its device file, its PTX)
+    names none by another. A front end that made its own id would register the device code
+    under another name than the host code looks it up by; then the plan's object is not used."""
+    host_count, host_ours = names(_option_value(plan.host[-1].argv, "--gen_c_file_name"), given)
+    if host_count == 0 or not host_ours:
+        return False
+    for step in plan.device:
+        if step.tool != "cicc":
+            continue
+        for option in ("--stub_file_name", "--gen_device_file_name", "-o"):
+            count, ours = names(_option_value(step.argv, option), given)
+            if count and not ours:
+                return False
+    return True
 
 
 def run_plan(plan, source, target):

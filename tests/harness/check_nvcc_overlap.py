@@ -112,18 +112,23 @@ def falls_back():
                          capture_output=True, text=True)
     check(out.returncode == 3 and out.stdout == "real nvcc: -c a.cu -o a.o\n",
           f"an unknown shape runs nvcc itself: {out.returncode} {out.stdout!r} {out.stderr!r}")
-    with open(os.path.join(d, "host.cpp"), "w") as f:
-        f.write("#define _NV_ANON_NAMESPACE _GLOBAL__N__ours\n")
-    with open(os.path.join(d, "stub.c"), "w") as f:
-        f.write("nothing of ours\n")
     plan = overlap.Plan({}, [overlap.Step(0, ["gcc", "-E"]), overlap.Step(
         1, ["cudafe++", "--gen_c_file_name", os.path.join(d, "host.cpp"), "x.ii"])],
         [overlap.Step(2, ["cicc", "--stub_file_name", os.path.join(d, "stub.c"), "y.ii"])],
         overlap.Step(3, ["gcc", "-c"]), "m", None)
-    check(not overlap.ids_agree(plan, "_ours"), "a stub without the id given: not agreed")
-    with open(os.path.join(d, "stub.c"), "w") as f:
-        f.write("_GLOBAL__N__ours\n")
-    check(overlap.ids_agree(plan, "_ours"), "both front ends name the id given")
+    for host, stub, agreed, what in (
+            ("#define _NV_ANON_NAMESPACE _GLOBAL__N__ours\n", "no namespace\n", True,
+             "a stub that names no anonymous namespace"),
+            ("#define _NV_ANON_NAMESPACE _GLOBAL__N__ours\n", "_GLOBAL__N__ours\n", True,
+             "both name the id given"),
+            ("#define _NV_ANON_NAMESPACE _GLOBAL__N__ours\n", "_GLOBAL__N__theirs\n", False,
+             "a stub that names another id"),
+            ("#define _NV_ANON_NAMESPACE _GLOBAL__N__theirs\n", "", False,
+             "cudafe++ that made its own id")):
+        for name, text in (("host.cpp", host), ("stub.c", stub)):
+            with open(os.path.join(d, name), "w") as f:
+                f.write(text)
+        check(overlap.ids_agree(plan, "_ours") == agreed, what)
     shutil.rmtree(d)
 
 
@@ -139,6 +144,17 @@ def compile_in(directory, command, name, flags):
     depfile = os.path.join(directory, "out", name + ".d")
     deps = open(depfile).read() if os.path.exists(depfile) else None
     return out.returncode, out.stdout, out.stderr, symbols, deps
+
+
+def planned(directory, name, flags):
+    """The overlap's own status for a compile in `directory` (None: it would run nvcc)."""
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import nvcc_overlap as o; "
+             "s = o.overlapped(sys.argv[2], sys.argv[3:]); print('none' if s is None else s)")
+    out = subprocess.run([sys.executable, "-I", "-c", probe, os.path.dirname(OVERLAP), NVCC,
+                          *flags, "-arch=sm_90", "-c", name, "-o", "out/" + name + ".o"],
+                         cwd=directory, capture_output=True, text=True)
+    last = out.stdout.strip().splitlines()[-1:] or ["none"]
+    return None if last[0] == "none" else int(last[0])
 
 
 def against_nvcc():
@@ -161,6 +177,9 @@ def against_nvcc():
             check(have[4] == want[4], f"{label}: dependency file differs")
             if name != "anon.cu":
                 check(have[3] == want[3], f"{label}: symbols differ:\n{want[3]}\n{have[3]}")
+            if want[0] == 0 and "-rdc=true" not in flags:
+                check(planned(dirs["overlap"], name, flags) == 0,
+                      f"{label}: the overlap ran nvcc itself instead of its plan")
             print(f"  {label}: status {want[0]}, same output"
                   + (", same symbols" if name != "anon.cu" and want[3] else ""))
     # The anonymous namespace: named by the overlap's module id on the host's symbols and in
