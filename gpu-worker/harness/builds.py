@@ -21,7 +21,7 @@ import sys
 
 from crucible_errors import CAUGHT, note_caught
 from crucible_nvcc_overlap import SCRIPT as OVERLAP_SCRIPT
-from crucible_nvcc_overlap import overlap_command
+from crucible_nvcc_overlap import memory_allows, overlap_command
 from crucible_spec import MAX_BUILDS
 from crucible_trusted import Trusted, json_dumps
 
@@ -108,9 +108,12 @@ def with_pch(arguments, variants):
 def use_nvcc_overlap(environ, python, cuda_home, script=OVERLAP_SCRIPT):
     """Points torch's builds at the copy of nvcc_overlap.py at `script` in front of
     `cuda_home`'s nvcc (through $PYTORCH_NVCC, which torch's ninja file runs as it is); an
-    operator's own PYTORCH_NVCC (a ccache, say) is kept, and without a CUDA toolkit or a
-    readable script nothing is set (torch's nvcc runs). Returns the value."""
-    if "PYTORCH_NVCC" not in environ and cuda_home and python and os.access(script, os.R_OK):
+    operator's own PYTORCH_NVCC (a ccache, say) is kept, and without a CUDA toolkit, a
+    readable script or the memory for both front ends at once (memory_allows) nothing is set
+    (torch's nvcc runs). Returns the value."""
+    if "PYTORCH_NVCC" in environ or not memory_allows(environ):
+        return environ.get("PYTORCH_NVCC")
+    if cuda_home and python and os.access(script, os.R_OK):
         nvcc = os.path.join(cuda_home, "bin", "nvcc")
         if os.path.isfile(nvcc):
             environ["PYTORCH_NVCC"] = overlap_command(python, nvcc, script)

@@ -59,6 +59,14 @@ LINE_MARKER = re.compile(rb'^# \d+ "((?:[^"\\]|\\.)*)"', re.MULTILINE)
 ESCAPED = re.compile(r"\\(.)")
 
 
+# The task's host-memory bound in bytes, as the worker tells its children (task/stage.rs).
+TASK_MEMORY_VAR = "CRUCIBLE_TASK_MEMORY_BYTES"
+# What a build needs for the two front ends at once. One torch-including build (nvcc 13.5,
+# torch 2.15, 2-core CPU host), its processes' peaks: cicc 3.0 GiB, cudafe++ 2.2 GiB, the
+# bindings' cc1plus 1.5 GiB, the runner 0.5 GiB; the whole tree's peak 7.1 GiB with the overlap
+# against 4.3 GiB torch's way. Below this a task's build runs nvcc as it is, so the overlap can
+# never be what takes a build over the task's memory.
+MEMORY_FOR_OVERLAP = 8 << 30
 # This file where it was loaded from. A task's process loads it from its own directory, except
 # one forked from the warm template, which loaded it from the template's (hidden from tasks).
 SCRIPT = os.path.abspath(__file__)
@@ -68,6 +76,19 @@ def overlap_command(python, nvcc, script=SCRIPT):
     """What $PYTORCH_NVCC is set to (torch writes it into build.ninja as it is, run by ninja
     through sh): the copy of this file at `script` run by `python` in front of `nvcc`."""
     return shlex.join([python, "-I", "-B", script, nvcc])
+
+
+def memory_allows(environ):
+    """Pure: whether a task's memory bound (TASK_MEMORY_VAR in `environ`) holds both front ends
+    at once; no bound told (a build outside the service) allows it, a bound that does not
+    parse does not."""
+    told = environ.get(TASK_MEMORY_VAR)
+    if told is None:
+        return True
+    try:
+        return int(told) >= MEMORY_FOR_OVERLAP
+    except ValueError:
+        return False
 
 
 def refuses(args):

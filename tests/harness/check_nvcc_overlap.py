@@ -94,6 +94,12 @@ def pure_parts():
     kept = {"PYTORCH_NVCC": "ccache nvcc"}
     check(use_nvcc_overlap(kept, "/py/python", cuda) == "ccache nvcc", "the operator's is kept")
     check(use_nvcc_overlap({}, "/py/python", None) is None, "no toolkit: nothing set")
+    for told, allowed in ((None, True), (str(32 << 30), True), (str(8 << 30), True),
+                          (str(6 << 30), False), ("lots", False)):
+        environ = {} if told is None else {overlap.TASK_MEMORY_VAR: told}
+        check(overlap.memory_allows(environ) == allowed, f"memory bound {told}: {allowed}")
+        check((use_nvcc_overlap(environ, "/py/python", cuda) is not None) == allowed,
+              f"PYTORCH_NVCC set under a bound of {told}: {allowed}")
     check(use_nvcc_overlap({}, "/py/python", cuda, os.path.join(cuda, "nvcc_overlap.py")) is None,
           "a script the process cannot read (the template's copy, say): nothing set")
     shutil.rmtree(cuda)

@@ -18,6 +18,11 @@ use std::time::{Duration, Instant};
 /// Variables taken from the worker's environment when set: toolchain locations, nothing else.
 const INHERITED: &[&str] = &["CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH"];
 
+/// The task's host-memory bound in bytes, told to its children: the harness's choices that trade
+/// memory for time read it (nvcc_overlap.py runs nvcc's two front ends at once only where both
+/// fit). The watchdog and the task's cgroup enforce the bound whatever a child makes of it.
+pub const TASK_MEMORY_VAR: &str = "CRUCIBLE_TASK_MEMORY_BYTES";
+
 /// Names never passed to a child even if configured: the broker and credentials.
 fn is_secret_name(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
@@ -73,6 +78,10 @@ pub fn child_env(
             env.push(("TRITON_INTERPRET".into(), "1".into()));
         }
     }
+    env.push((
+        TASK_MEMORY_VAR.into(),
+        cfg.limits.max_memory_bytes.to_string(),
+    ));
     if let Some(n) = cfg.cpu_threads {
         env.push(("CRUCIBLE_CPU_THREADS".into(), n.to_string()));
         env.push(("OMP_NUM_THREADS".into(), n.to_string()));
@@ -188,14 +197,11 @@ mod tests {
             "LD_LIBRARY_PATH" => Some("/usr/local/cuda/lib64".to_owned()),
             _ => None,
         };
-        let env = child_env(
-            &cfg(DeviceSlot::Gpu {
-                index: 3,
-                name: "H100".into(),
-            }),
-            Path::new("/t/x"),
-            worker_env,
-        );
+        let gpu = cfg(DeviceSlot::Gpu {
+            index: 3,
+            name: "H100".into(),
+        });
+        let env = child_env(&gpu, Path::new("/t/x"), worker_env);
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some("3"));
         assert_eq!(get("HOME"), Some("/t/x"));
@@ -205,6 +211,8 @@ mod tests {
         assert_eq!(get("REDIS_URL"), None);
         assert_eq!(get("HF_TOKEN"), None);
         assert_eq!(get("TRITON_INTERPRET"), None);
+        let bound = gpu.limits.max_memory_bytes.to_string();
+        assert_eq!(get(TASK_MEMORY_VAR), Some(bound.as_str()));
 
         let cpu = child_env(
             &cfg(DeviceSlot::Cpu { name: "x".into() }),
