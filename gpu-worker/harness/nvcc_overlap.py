@@ -129,16 +129,17 @@ class Step:
 class Plan:
     """nvcc's --dryrun as two chains and a last step: host (the host preprocessing and
     cudafe++), device (the device preprocessing, cicc, ptxas, fatbinary), then the host
-    compile; the module id both front ends read; the dependency file -MD asks for, with the
-    number of steps nvcc runs before writing it."""
+    compile; the module id both front ends read; the dependency file -MD asks for (None
+    without -MD) and how many steps nvcc runs before it writes that file."""
 
-    def __init__(self, env, host, device, final, module_id_file, depfile):
+    def __init__(self, env, host, device, final, module_id_file, depfile, depfile_after=0):
         self.env = env
         self.host = host
         self.device = device
         self.final = final
         self.module_id_file = module_id_file
         self.depfile = depfile
+        self.depfile_after = depfile_after
 
 
 def _expand(token, env):
@@ -159,7 +160,7 @@ def _expand(token, env):
 def parse_plan(dryrun):
     """Pure: the Plan of nvcc's `--dryrun` text (its stderr), or None for a shape other than one
     host chain, one device chain and one host compile last, joined only by a module id."""
-    env, steps, depfile = {}, [], None
+    env, steps, depfile, depfile_after = {}, [], None, 0
     for line in dryrun.splitlines():
         if not line.startswith("#$ "):
             continue
@@ -169,7 +170,7 @@ def parse_plan(dryrun):
         if filtered:
             if depfile is not None:
                 return None
-            depfile = (filtered.group(1).strip(), len(steps))
+            depfile, depfile_after = filtered.group(1).strip(), len(steps)
             continue
         if assigned:
             env[assigned.group(1)] = assigned.group(2)
@@ -204,7 +205,7 @@ def parse_plan(dryrun):
     if not cicc or any(_option_value(s.argv, "--module_id_file_name") != module_id_file
                        for s in cicc):
         return None
-    return Plan(env, host, device, final, module_id_file, depfile)
+    return Plan(env, host, device, final, module_id_file, depfile, depfile_after)
 
 
 def module_id(source_path):
@@ -312,8 +313,8 @@ def names(path, given):
             data = f.read()
     except (OSError, TypeError):
         return 0, False
-    ours = ANON_NAMESPACE + given.encode()
-    return data.count(ANON_NAMESPACE), data.count(ANON_NAMESPACE) == data.count(ours)
+    count = data.count(ANON_NAMESPACE)
+    return count, count == data.count(ANON_NAMESPACE + given.encode())
 
 
 def ids_agree(plan, given):
@@ -349,12 +350,12 @@ def run_plan(plan, source, target):
         thread.start()
     for thread in threads:
         thread.join()
-    last = max(s.index for s in plan.host + plan.device)
-    if chains.first_failure is None and not ids_agree(plan, given):
-        return None
     failed = chains.first_failure
-    if plan.depfile is not None and (failed is None or failed >= plan.depfile[1]):
+    if failed is None and not ids_agree(plan, given):
+        return None
+    if plan.depfile is not None and (failed is None or failed >= plan.depfile_after):
         write_dependencies(plan, target)
+    last = max(s.index for s in plan.host + plan.device)
     status = replay(chains.results, last if failed is None else failed)
     if status != 0:
         return status
@@ -365,10 +366,10 @@ def write_dependencies(plan, target):
     """The dependency file, as nvcc writes it once its preprocessings are done."""
     texts = []
     for step in sorted(plan.host + plan.device, key=lambda s: s.index):
-        if "-E" in step.argv and step.index < plan.depfile[1]:
+        if "-E" in step.argv and step.index < plan.depfile_after:
             with open(step.output(), "rb") as f:
                 texts.append(f.read())
-    with open(plan.depfile[0], "w", encoding="utf-8") as f:
+    with open(plan.depfile, "w", encoding="utf-8") as f:
         f.write(dependencies(texts, target))
 
 

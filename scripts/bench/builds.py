@@ -190,11 +190,10 @@ def side_by_side(args):
 
     def one(i):
         label, style, call = work[i]
-        how = {"torch": (call, None), "overlap": (call, overlap_env),
-               "pch": (harness.with_pch(call, variants), overlap_env)}
+        headed = harness.with_pch(call, variants)
+        how = {"torch": (call, None), "overlap": (call, overlap_env), "pch": (headed, overlap_env)}
         order = arms[i % len(arms):] + arms[:i % len(arms)]
-        row = {"candidate": label, "style": style,
-               "pch": "pch" in arms and harness.with_pch(call, variants) is not call}
+        row = {"candidate": label, "style": style, "pch": "pch" in arms and headed is not call}
         for arm in order:
             d = os.path.join(scratch, f"{i}-{arm}")
             os.makedirs(d)
