@@ -315,7 +315,11 @@ def check(args):
     w, entries = load_workload(args.workload)
     with open(args.results) as f:
         runs = json.load(f)["runs"]
-    run = [r for r in runs if args.label in (None, r.get("label"))][-1]
+    # bench.py names a run's label `mode` (on, off, or the LABEL it was given).
+    chosen = [r for r in runs if args.label in (None, r.get("mode"))]
+    if not chosen:
+        raise SystemExit(f"no run labelled {args.label!r} in {args.results}")
+    run = chosen[-1]
     style = {os.path.basename(e["candidate"]): e.get("style") for e in entries}
     misses = []
     print(f"{'candidate':40s} {'style':10s} {'expect':12s} {'got':12s} {'build':13s} {'device s':>8s}")

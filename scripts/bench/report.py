@@ -120,6 +120,11 @@ def combine(runs):
                "any": sum(r["gpu"].get("busy_samples", 0) for r in runs) / gpu_n,
                "samples": gpu_n, "mem_max": max(mems) if mems else None,
                "mem_min": min(idle) if idle else None}
+    host = [r["host_cpu"] for r in runs if r.get("host_cpu")]
+    host_n = sum(h["samples"] for h in host)
+    host_cpu = None if not host_n else {
+        "mean": sum(h["mean"] * h["samples"] for h in host) / host_n,
+        "saturated": sum(h["saturated"] * h["samples"] for h in host) / host_n}
     q = {}
     for r in runs:
         for k, v in r.get("queue_delta", {}).items():
@@ -140,7 +145,7 @@ def combine(runs):
         "ovh95": pct([t["overhead_ms"] for t in ev], 95),
         "ovh50_warm": pct([t["overhead_ms"] for t in warm], 50), "n_warm": len(warm),
         "judged50": pct([judged_ms(t.get("stage_ms")) for t in ev], 50),
-        "gpu": gpu, "q": q, "stages": stage_totals(tasks),
+        "gpu": gpu, "host_cpu": host_cpu, "q": q, "stages": stage_totals(tasks),
         "cpu_decided": sum(bool(t.get("cpu_decided")) for t in tasks),
         "built_pool": sum(t.get("build") == "compile_pool" for t in tasks),
         "built_cache": sum(t.get("build") == "cache" for t in tasks),
@@ -219,6 +224,8 @@ def report(results_path, show_tasks, workload=None):
         ("  samples with a kernel running", lambda x: "n/a" if not x["gpu"] else f"{x['gpu']['any'] * 100:.0f} %", ""),
         ("GPU memory.used high-water", gpu_mem("mem_max"), ""),
         ("  memory.used lowest in the run", gpu_mem("mem_min"), ""),
+        ("host CPU busy (mean / samples >= 90 %)", lambda x: "n/a" if not x["host_cpu"] else
+         f"{x['host_cpu']['mean']:.0f} % / {x['host_cpu']['saturated'] * 100:.0f} %", ""),
         ("CPU stage p50 (overlapped)", lambda x: ms(x["cpu50"]), ""),
         ("CUDA builds: compile pool / build cache", lambda x: f"{x['built_pool']}/{x['built_cache']}", ""),
         ("result cache hits (queue status)", lambda x: f0(x["q"].get("cache_hits_total")), ""),

@@ -35,6 +35,7 @@ import time
 import types
 
 from crucible_mode import call, run_crucible
+from host_cpu import cpu_busy, cpu_times
 from report import pct
 from workload import REPO, expand_workload
 
@@ -187,24 +188,6 @@ def verdict_ok(rows):
 
 # ---------------------------------------------------------------------------------------------
 # processes
-
-
-def cpu_times():
-    """The host's CPU time so far (/proc/stat's first line): (busy, total) jiffies, or None."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)   # idle + iowait
-    return sum(fields) - idle, sum(fields)
-
-
-def cpu_busy(before, after):
-    """Pure: the share of the host's CPU time that was busy between two cpu_times(), in %."""
-    if before is None or after is None or after[1] <= before[1]:
-        return None
-    return 100.0 * (after[0] - before[0]) / (after[1] - before[1])
 
 
 class GpuSampler:

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 import unittest
 from contextlib import redirect_stdout
 
@@ -14,6 +15,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
 import builds  # noqa: E402
+import host_cpu  # noqa: E402
 import crucible_mode  # noqa: E402
 import report  # noqa: E402
 import scale  # noqa: E402
@@ -204,11 +206,25 @@ class Scale(unittest.TestCase):
         self.assertEqual(scale.speedup_drift(base, {"tasks": []}), (None, None, None))
 
     def test_host_cpu_busy_is_the_busy_share_between_two_readings(self):
-        self.assertEqual(scale.cpu_busy((100, 1000), (150, 1100)), 50.0)
-        self.assertIsNone(scale.cpu_busy(None, (1, 2)))
-        self.assertIsNone(scale.cpu_busy((1, 2), (1, 2)), "no time passed")
-        busy, total = scale.cpu_times()
+        self.assertEqual(host_cpu.cpu_busy((100, 1000), (150, 1100)), 50.0)
+        self.assertIsNone(host_cpu.cpu_busy(None, (1, 2)))
+        self.assertIsNone(host_cpu.cpu_busy((1, 2), (1, 2)), "no time passed")
+        busy, total = host_cpu.cpu_times()
         self.assertTrue(0 <= busy <= total, "this host's /proc/stat")
+
+    def test_host_cpu_summary_counts_saturated_samples(self):
+        summary = host_cpu.summarise([95.0, 50.0, None, 90.0, 10.0])
+        self.assertEqual(summary["samples"], 4, "an interval without a reading is left out")
+        self.assertEqual(summary["saturated"], 0.5, "90 % and above is saturated")
+        self.assertAlmostEqual(summary["mean"], 61.25)
+        self.assertIsNone(host_cpu.summarise([None]))
+        sampler = host_cpu.HostCpuSampler(interval_s=0.01).start()
+        deadline = time.monotonic() + 10
+        while all(x is None for x in sampler.samples) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        summary = sampler.stop()
+        self.assertIsNotNone(summary, "this host has /proc/stat")
+        self.assertTrue(0 <= summary["mean"] <= 100)
 
     def test_stage_table_has_a_median_per_mode(self):
         runs = [{"workers_n": n, "tasks": [task("a", 1, stage_ms={"setup": 100.0 * n}),
@@ -269,7 +285,7 @@ class Builds(unittest.TestCase):
             with open(workload, "w") as f:
                 json.dump({"problems_root": d, "entries": entries}, f)
 
-            def results(b_build, c_error):
+            def results(b_build, c_error, label=None):
                 tasks = [
                     {"label": "p|cuda/a", "expect": "correct", "got": "correct",
                      "build": "compile_pool", "stage_ms": {"device_stage": 3000}},
@@ -279,14 +295,21 @@ class Builds(unittest.TestCase):
                      "build": None, "error": c_error, "stage_ms": {}}]
                 path = os.path.join(d, "r.json")
                 with open(path, "w") as f:
-                    json.dump({"runs": [{"label": "x", "tasks": tasks}]}, f)
-                return argparse_namespace(results=path, label=None, workload=workload)
+                    # bench.py names a run's label `mode`; a later run of another label is
+                    # not the one asked for.
+                    json.dump({"runs": [{"mode": "x", "tasks": tasks},
+                                        {"mode": "y", "tasks": tasks[:1]}]}, f)
+                return argparse_namespace(results=path, label=label, workload=workload)
 
             good = "load_inline failed to build: compiler errors:\ncuda.cu(12): error: identifier"
             with redirect_stdout(io.StringIO()):
-                self.assertEqual(builds.check(results("compile_pool", good)), 0)
-                self.assertEqual(builds.check(results("device", good)), 1)
-                self.assertEqual(builds.check(results("compile_pool", "ninja: build stopped")), 1)
+                self.assertEqual(builds.check(results("compile_pool", good, label="x")), 0)
+                self.assertEqual(builds.check(results("device", good, label="x")), 1)
+                self.assertEqual(builds.check(results("compile_pool", "ninja: build stopped", label="x")), 1)
+                self.assertEqual(builds.check(results("device", good)), 0,
+                                 "no label: the last run, y, has only the candidate built in the pool")
+                with self.assertRaises(SystemExit):
+                    builds.check(results("compile_pool", good, label="z"))
 
 
 def argparse_namespace(**kw):
