@@ -42,6 +42,8 @@ fi
 "$CRUCIBLE_PYTHON" tests/harness/check_slots.py
 # The footprint a device child reports before it is let go, sized on the meta device.
 "$CRUCIBLE_PYTHON" tests/harness/check_memory.py
+# A task child's cores and priority: a CPU stage on lent device cores stays at SCHED_IDLE.
+"$CRUCIBLE_PYTHON" tests/harness/check_cores.py
 # The CPU stage's Triton dry run: its cache entries are the ones Triton's JIT looks up.
 "$CRUCIBLE_PYTHON" tests/harness/check_triton_aot.py
 # Which task processes make their CUDA context with one hardware queue.

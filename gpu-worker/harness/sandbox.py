@@ -32,6 +32,7 @@ import ctypes
 import errno
 import fcntl
 import os
+import resource
 import signal
 import socket
 import stat
@@ -117,6 +118,20 @@ def _prctl(option, arg2=0, arg3=0):
 # The task child (shim): cgroups, namespaces, the judge
 # ---------------------------------------------------------------------------------------------
 
+def enter_cores(plan):
+    """Pins the process to the plan's cores (one thread yet; the filter keeps it there) and,
+    for a CPU stage on lent device cores, drops it to SCHED_IDLE: every other thread on those
+    cores preempts it. RLIMIT_NICE 0 first, so that nothing it starts can leave SCHED_IDLE
+    again (that needs a nice ceiling of 20, or CAP_SYS_NICE in the host's namespace)."""
+    if plan.get("cpus"):
+        with _Layer("cores"):
+            os.sched_setaffinity(0, plan["cpus"])
+    if plan.get("idle_priority"):
+        with _Layer("cores"):
+            resource.setrlimit(resource.RLIMIT_NICE, (0, 0))
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
 def enter_task(plan):
     """Enters the plan; returns in the judge (pid 1 of the task's namespaces, every layer on)
     the names of the layers entered. The calling process becomes the shim and never returns
@@ -124,9 +139,7 @@ def enter_task(plan):
     namespaces = plan.get("namespaces") or []
     with _Layer("cgroup"):
         join_cgroups(plan.get("cgroup_procs") or [])
-    if plan.get("cpus"):
-        with _Layer("cores"):
-            os.sched_setaffinity(0, plan["cpus"])   # one thread yet; the filter keeps it here
+    enter_cores(plan)
     if "user" in namespaces:
         with _Layer("user"):
             unshare_namespaces(["user"])

@@ -13,6 +13,15 @@
 //! unified hierarchy delegates no `cpuset` controller to the worker, and a v1 `cpuset` would
 //! add nothing the pinning does not already enforce.
 //!
+//! A compile-bound node (CUDA candidates' builds) leaves the device cores idle while the stage
+//! cores are full: 36 cold load_inline builds on a 1×H200 kept its 16 cores 52 % busy, all of
+//! it the stage half. With `CRUCIBLE_LEND_DEVICE_CORES=1` a worker lends its device cores to
+//! CPU stages, which then run there too, but at idle priority (`SCHED_IDLE`, [`Placement`]): a
+//! device child's thread that wakes always preempts them, and a core is theirs only while no
+//! device child wants it. The child cannot raise itself back: it sets its `RLIMIT_NICE` to 0
+//! and has no `CAP_SYS_NICE` in the host's namespace, which leaving `SCHED_IDLE` needs. What
+//! lending still shares is a core's caches and its hyperthread sibling, so it is off by default.
+//!
 //! Where the node is too small to split (fewer than [`MIN_CORES_TO_SPLIT`] cores, or fewer
 //! than two per GPU worker) and on CPU workers (their "device" is the cores themselves),
 //! every child gets all of the worker's cores, as before, and [`Cores::isolated`] is false.
@@ -36,6 +45,17 @@ pub struct Cores {
     pub cpu_stage: Vec<usize>,
     /// Whether the two pools are disjoint; when not, why (for the start-up log).
     pub isolation: Isolation,
+    /// Whether CPU stages may also run on `device`, at idle priority (only when split).
+    pub lent: bool,
+}
+
+/// Where one child runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// The cores it pins itself to (sorted; empty: left as inherited).
+    pub cpus: Vec<usize>,
+    /// Whether it runs at `SCHED_IDLE`, below every other thread on those cores.
+    pub idle_priority: bool,
 }
 
 /// Whether device children have cores of their own.
@@ -59,6 +79,31 @@ impl Cores {
             device: all.to_vec(),
             cpu_stage: all.to_vec(),
             isolation: Isolation::Shared(why.into()),
+            lent: false,
+        }
+    }
+
+    /// Where a device-stage child runs: the worker's device cores, at normal priority.
+    pub fn device_placement(&self) -> Placement {
+        Placement {
+            cpus: self.device.clone(),
+            idle_priority: false,
+        }
+    }
+
+    /// Where a CPU-stage child runs: the stage pool, and where the device cores are lent,
+    /// those too, the whole child at idle priority.
+    pub fn cpu_stage_placement(&self) -> Placement {
+        if !self.lent {
+            return Placement {
+                cpus: self.cpu_stage.clone(),
+                idle_priority: false,
+            };
+        }
+        let cpus: BTreeSet<usize> = self.cpu_stage.iter().chain(&self.device).copied().collect();
+        Placement {
+            cpus: cpus.into_iter().collect(),
+            idle_priority: true,
         }
     }
 }
@@ -66,12 +111,22 @@ impl Cores {
 impl fmt::Display for Cores {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.isolation {
-            Isolation::Split => write!(
-                f,
-                "device children on {}, CPU stages on {}",
-                format_list(&self.device),
-                format_list(&self.cpu_stage)
-            ),
+            Isolation::Split => {
+                write!(
+                    f,
+                    "device children on {}, CPU stages on {}",
+                    format_list(&self.device),
+                    format_list(&self.cpu_stage)
+                )?;
+                if self.lent {
+                    write!(
+                        f,
+                        " (and on {} at idle priority)",
+                        format_list(&self.device)
+                    )?;
+                }
+                Ok(())
+            }
             Isolation::Shared(why) => {
                 write!(f, "every child on {} ({why})", format_list(&self.device))
             }
@@ -88,12 +143,14 @@ pub struct CoreSettings {
     pub device: Option<Vec<usize>>,
     /// `CRUCIBLE_STAGE_CPUS`: the CPU-stage pool.
     pub cpu_stage: Option<Vec<usize>>,
+    /// `CRUCIBLE_LEND_DEVICE_CORES=1`: CPU stages may use the device cores at idle priority.
+    pub lend_device_cores: bool,
 }
 
 impl CoreSettings {
     /// Reads `CRUCIBLE_CPUS`, `CRUCIBLE_DEVICE_CPUS` and `CRUCIBLE_STAGE_CPUS` (lists such as
-    /// `0-3,8`); the process's own affinity is `affinity`. A list naming a core outside it is
-    /// refused.
+    /// `0-3,8`) and `CRUCIBLE_LEND_DEVICE_CORES` (`1`/`0`); the process's own affinity is
+    /// `affinity`. A list naming a core outside it, or a switch that is neither, is refused.
     pub fn from_lookup(
         lookup: impl Fn(&str) -> Option<String>,
         affinity: Vec<usize>,
@@ -115,10 +172,23 @@ impl CoreSettings {
             cpus.map(|c| within(c, &available, key, "the worker's cores"))
                 .transpose()
         };
+        let lend_device_cores = match lookup("CRUCIBLE_LEND_DEVICE_CORES")
+            .as_deref()
+            .map(str::trim)
+        {
+            None | Some("" | "0" | "false" | "off" | "no") => false,
+            Some("1" | "true" | "on" | "yes") => true,
+            Some(other) => {
+                return Err(format!(
+                    "CRUCIBLE_LEND_DEVICE_CORES: {other:?} is not 1 or 0"
+                ));
+            }
+        };
         Ok(CoreSettings {
             device: inside(list("CRUCIBLE_DEVICE_CPUS")?, "CRUCIBLE_DEVICE_CPUS")?,
             cpu_stage: inside(list("CRUCIBLE_STAGE_CPUS")?, "CRUCIBLE_STAGE_CPUS")?,
             available,
+            lend_device_cores,
         })
     }
 
@@ -163,10 +233,12 @@ impl CoreSettings {
         } else {
             Isolation::Split
         };
+        let lent = self.lend_device_cores && isolation == Isolation::Split;
         Cores {
             device,
             cpu_stage: stage_pool,
             isolation,
+            lent,
         }
     }
 }
@@ -272,111 +344,4 @@ pub fn available() -> Vec<usize> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn settings(n: usize) -> CoreSettings {
-        CoreSettings {
-            available: (0..n).collect(),
-            ..CoreSettings::default()
-        }
-    }
-
-    #[test]
-    fn lists_read_and_write_as_the_kernel_writes_them() {
-        assert_eq!(
-            parse_list("0-3,8, 10-11").unwrap(),
-            vec![0, 1, 2, 3, 8, 10, 11]
-        );
-        assert_eq!(parse_list("5,5,4").unwrap(), vec![4, 5]);
-        assert_eq!(format_list(&[0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11");
-        assert_eq!(format_list(&[]), "");
-        for bad in ["", "a", "3-1", "1-", "0-99999"] {
-            assert!(parse_list(bad).is_err(), "{bad:?} must be refused");
-        }
-    }
-
-    #[test]
-    fn one_gpu_worker_on_sixteen_cores_gets_the_upper_half_to_itself() {
-        let cores = settings(16).cores_for(Some(0), 1);
-        assert_eq!(cores.device, (8..16).collect::<Vec<_>>());
-        assert_eq!(cores.cpu_stage, (0..8).collect::<Vec<_>>());
-        assert!(cores.isolated());
-        assert_eq!(
-            cores.to_string(),
-            "device children on 8-15, CPU stages on 0-7"
-        );
-    }
-
-    #[test]
-    fn gpu_workers_of_one_process_get_disjoint_device_slices_and_share_the_stage_pool() {
-        let s = settings(16);
-        let parts: Vec<Cores> = (0..4).map(|i| s.cores_for(Some(i), 4)).collect();
-        let mut seen = BTreeSet::new();
-        for p in &parts {
-            assert_eq!(p.device.len(), 2);
-            assert!(p.device.iter().all(|c| seen.insert(*c)), "slices overlap");
-            assert_eq!(p.cpu_stage, (0..8).collect::<Vec<_>>());
-            assert!(p.isolated());
-        }
-        // Three workers on an uneven pool: the first take the remainder.
-        let lens: Vec<usize> = (0..3)
-            .map(|i| settings(14).cores_for(Some(i), 3).device.len())
-            .collect();
-        assert_eq!(lens, vec![3, 2, 2]);
-    }
-
-    #[test]
-    fn small_hosts_and_cpu_workers_share_every_core_and_say_why() {
-        let two = settings(2).cores_for(Some(0), 1);
-        assert_eq!(two.device, vec![0, 1]);
-        assert_eq!(two.cpu_stage, vec![0, 1]);
-        assert!(!two.isolated());
-        assert!(two.to_string().contains("too few to split"));
-        assert!(
-            !settings(6).cores_for(Some(0), 4).isolated(),
-            "6 cores, 4 GPUs"
-        );
-        assert!(!settings(64).cores_for(None, 1).isolated());
-    }
-
-    #[test]
-    fn explicit_lists_win_and_each_alone_leaves_the_rest_to_the_other_pool() {
-        fn lookup(
-            device: Option<&'static str>,
-            stage: Option<&'static str>,
-        ) -> impl Fn(&str) -> Option<String> {
-            move |k: &str| match k {
-                "CRUCIBLE_DEVICE_CPUS" => device.map(str::to_owned),
-                "CRUCIBLE_STAGE_CPUS" => stage.map(str::to_owned),
-                _ => None,
-            }
-        }
-        let all: Vec<usize> = (0..2).collect();
-        // Two cores split on request: one for the device, one for the stages.
-        let s = CoreSettings::from_lookup(lookup(Some("1"), None), all.clone()).unwrap();
-        let c = s.cores_for(Some(0), 1);
-        assert_eq!((c.device, c.cpu_stage), (vec![1], vec![0]));
-        let s = CoreSettings::from_lookup(lookup(None, Some("0")), all.clone()).unwrap();
-        let c = s.cores_for(Some(0), 1);
-        assert_eq!((c.device, c.cpu_stage), (vec![1], vec![0]));
-        let s = CoreSettings::from_lookup(lookup(Some("0-1"), Some("1")), all.clone()).unwrap();
-        assert!(!s.cores_for(Some(0), 1).isolated(), "overlapping lists");
-        let err = CoreSettings::from_lookup(lookup(Some("7"), None), all.clone()).unwrap_err();
-        assert!(err.contains("core 7"), "{err}");
-        let cpus = |k: &str| (k == "CRUCIBLE_CPUS").then(|| "9".to_owned());
-        assert!(CoreSettings::from_lookup(cpus, all).is_err());
-    }
-
-    #[test]
-    fn more_gpu_workers_than_device_cores_share_them_round_robin() {
-        assert_eq!(slice(&[4, 5], 0, 3), vec![4]);
-        assert_eq!(slice(&[4, 5], 2, 3), vec![4]);
-        assert_eq!(slice(&[], 0, 1), Vec::<usize>::new());
-    }
-
-    #[test]
-    fn this_process_has_cores() {
-        assert!(!available().is_empty());
-    }
-}
+mod tests;

@@ -31,6 +31,7 @@ pub mod plan;
 pub mod seccomp;
 pub mod verify;
 
+use crate::process::cores::Placement;
 use crate::process::limits::ChildLimits;
 use base64::Engine;
 use cgroup::{Cgroups, TaskCgroup};
@@ -256,13 +257,14 @@ impl Host {
         self.cgroups.as_ref()
     }
 
-    /// The sandbox of one child with `active` layers under `limits`, on `cpus`: its identity,
-    /// cgroup, ruleset and plan; the task directory is handed to the child's user.
+    /// The sandbox of one child with `active` layers under `limits`, at `placement` (its cores
+    /// and priority): its identity, cgroup, ruleset and plan; the task directory is handed to
+    /// the child's user.
     pub fn child(
         &self,
         active: &BTreeSet<SandboxLayer>,
         limits: &ChildLimits,
-        cpus: &[usize],
+        placement: &Placement,
         task_dir: &Path,
         label: &str,
     ) -> Result<ChildSandbox, SandboxError> {
@@ -328,7 +330,8 @@ impl Host {
                 .as_ref()
                 .map(TaskCgroup::procs_files)
                 .unwrap_or_default(),
-            cpus: cpus.to_vec(),
+            cpus: placement.cpus.clone(),
+            idle_priority: placement.idle_priority,
             private_mounts,
             landlock: ruleset.as_ref().map(|_| plan::LandlockPlan {
                 fd: plan::RULESET_FD,

@@ -30,6 +30,9 @@ pub struct Plan {
     /// The cores the child pins itself to next, before it starts a thread (`crate::process::cores`);
     /// the seccomp filter keeps it there. Empty: left as inherited.
     pub cpus: Vec<usize>,
+    /// Whether it then drops to `SCHED_IDLE` with `RLIMIT_NICE` 0, so that it never takes a
+    /// core from another thread (a CPU stage on lent device cores, `crate::process::cores`).
+    pub idle_priority: bool,
     /// Fresh tmpfs mounts in the child's mount namespace (its /tmp and /dev/shm).
     pub private_mounts: Vec<PrivateMount>,
     /// The Landlock ruleset to restrict itself with; `None` when the layer is not in force.
@@ -69,6 +72,8 @@ pub(crate) struct PlanInputs<'a> {
     pub cgroup_procs: Vec<PathBuf>,
     /// The cores it runs on.
     pub cpus: Vec<usize>,
+    /// Whether at idle priority.
+    pub idle_priority: bool,
     /// The private tmpfs mounts.
     pub private_mounts: Vec<PrivateMount>,
     /// The ruleset, when Landlock is in force.
@@ -112,6 +117,7 @@ pub(crate) fn build(inputs: PlanInputs<'_>) -> Plan {
             Vec::new()
         },
         cpus: inputs.cpus,
+        idle_priority: inputs.idle_priority,
         private_mounts: if on(SandboxLayer::Mount) {
             inputs.private_mounts
         } else {
@@ -133,6 +139,7 @@ mod tests {
             identity: &identity,
             cgroup_procs: vec!["/sys/fs/cgroup/x/cgroup.procs".into()],
             cpus: vec![2, 3],
+            idle_priority: false,
             private_mounts: Vec::new(),
             landlock: Some(LandlockPlan {
                 fd: RULESET_FD,

@@ -122,10 +122,11 @@ fn task_stage_dir(
         }
         serde_json::to_value(harness).map_err(std::io::Error::other)
     };
-    // A CPU stage never runs on the cores a device child times on (crate::process::cores).
-    let cpus = match stage {
-        HarnessStage::Prepare => &cfg.cores.cpu_stage,
-        HarnessStage::Evaluate => &cfg.cores.device,
+    // A CPU stage never runs on the cores a device child times on, unless they are lent, and
+    // then below it (crate::process::cores).
+    let placement = match stage {
+        HarnessStage::Prepare => cfg.cores.cpu_stage_placement(),
+        HarnessStage::Evaluate => cfg.cores.device_placement(),
     };
     // A bounded space of its own where the sandbox's storage layer is in force.
     let space = ready
@@ -133,7 +134,10 @@ fn task_stage_dir(
         .map(|_| cfg.limits.space());
     stage_dir(cfg, label, space, fill, |path| {
         ready
-            .map(|r| r.host.child(&r.active, &cfg.limits, cpus, path, label))
+            .map(|r| {
+                r.host
+                    .child(&r.active, &cfg.limits, &placement, path, label)
+            })
             .transpose()
     })
 }

@@ -430,8 +430,14 @@ async fn run_selftest(
         targets.space,
         |_| Ok(spec),
         |path| {
-            host.child(active, &cfg.limits, &cfg.cores.device, path, "selftest")
-                .map(Some)
+            host.child(
+                active,
+                &cfg.limits,
+                &cfg.cores.device_placement(),
+                path,
+                "selftest",
+            )
+            .map(Some)
         },
     )
     .map_err(|e| SandboxError::Selftest(format!("self-test directory: {e}")))?;
