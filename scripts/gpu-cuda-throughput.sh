@@ -5,8 +5,9 @@
 #   LABEL=pch-off WORKER_ENV="CRUCIBLE_PCH=0" scripts/gpu-cuda-throughput.sh
 #   CHECK=1 also runs tests/harness/check_nvcc_overlap.py against the host's nvcc first.
 # Each call builds into a build cache of its own (every build cold, the precompiled headers made
-# at the worker's start as on a fresh node). Writes service-$LABEL.txt, check-$LABEL.txt and
-# results.json to $OUT.
+# at the worker's start as on a fresh node). Writes service-$LABEL.txt, check-$LABEL.txt,
+# results.json and the services' logs as one logs-$LABEL.tar.gz to $OUT (the device tool
+# brings back at most 8 files a call: two runs of this fit under two folders of $OUT).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-/tmp/crucible-cuda}
@@ -28,5 +29,8 @@ echo "service rc=$?"
 python3 scripts/bench/builds.py check --results "$OUT/results.json" --label "$LABEL" >"$OUT/check-$LABEL.txt" 2>&1
 echo "builds check rc=$?"
 tail -3 "$OUT/check-$LABEL.txt"
+logs=(on-api.log on-redis.log on-worker.log on.log gpu.txt)
+tar -C "$OUT" -czf "$OUT/logs-$LABEL.tar.gz" --ignore-failed-read "${logs[@]}" 2>/dev/null
+(cd "$OUT" && rm -f "${logs[@]}")
 grep -E "verdicts as expected|total wall|per minute|latency p50|host CPU|CPU stage p50|compile pool /|  cpu_stage|build_dry_run|compile_slot_wait" \
   "$OUT/service-$LABEL.txt"
