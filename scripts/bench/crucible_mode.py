@@ -9,7 +9,7 @@ import urllib.error
 import urllib.request
 
 from gpu_sampler import GpuSampler
-from host_cpu import HostCpuSampler
+from host_usage import HostSampler
 from report import judged_ms
 from workload import verdict_of
 
@@ -73,7 +73,7 @@ def queue_counters(api):
 def run_crucible(args, items):
     q0 = queue_counters(args.api)
     sampler = GpuSampler(args.gpu).start()
-    host = HostCpuSampler().start()
+    host = HostSampler().start()
     t0 = time.time()
     task_ids = []
     for i in range(0, len(items), 500):
@@ -150,14 +150,14 @@ def run_crucible(args, items):
     t_end = max(finished) if len(finished) == len(records) and finished else t_seen
     wall = max(t_end, t_submitted) - t0
     gpu = sampler.stop(t0, t0 + wall)
-    host_cpu = host.stop()
+    host = host.stop()
     counters = {}
     for k in ("cache_hits_total", "cache_misses_total", "coalesced_total", "ref_cache_hits_total",
               "ref_cache_misses_total", "done_total", "failed_total", "requeued_total"):
         if k in q1:
             counters[k] = q1[k] - q0.get(k, 0)
     _, workers = call(args.api, "GET", "/workers/status")
-    return {"wall_s": wall, "submit_s": t_submitted - t0, "tasks": records, "gpu": gpu, "host_cpu": host_cpu,
+    return {"wall_s": wall, "submit_s": t_submitted - t0, "tasks": records, "gpu": gpu, "host": host,
             "queue_delta": counters,
             "complete": all(r["got"] != "UNFINISHED" for r in records),
             "workers": [{k: w.get(k) for k in ("worker_id", "device", "state", "tasks_done")}

@@ -120,11 +120,14 @@ def combine(runs):
                "any": sum(r["gpu"].get("busy_samples", 0) for r in runs) / gpu_n,
                "samples": gpu_n, "mem_max": max(mems) if mems else None,
                "mem_min": min(idle) if idle else None}
-    host = [r["host_cpu"] for r in runs if r.get("host_cpu")]
+    # "host_cpu": the name of the runs of 2026-12-03 (CPU figures only).
+    host = [r.get("host") or r["host_cpu"] for r in runs if r.get("host") or r.get("host_cpu")]
     host_n = sum(h["samples"] for h in host)
-    host_cpu = None if not host_n else {
+    peaks = [h["memory_peak_bytes"] for h in host if h.get("memory_peak_bytes") is not None]
+    host_use = None if not host_n else {
         "mean": sum(h["mean"] * h["samples"] for h in host) / host_n,
-        "saturated": sum(h["saturated"] * h["samples"] for h in host) / host_n}
+        "saturated": sum(h["saturated"] * h["samples"] for h in host) / host_n,
+        "memory_peak": max(peaks) if peaks else None}
     q = {}
     for r in runs:
         for k, v in r.get("queue_delta", {}).items():
@@ -145,7 +148,7 @@ def combine(runs):
         "ovh95": pct([t["overhead_ms"] for t in ev], 95),
         "ovh50_warm": pct([t["overhead_ms"] for t in warm], 50), "n_warm": len(warm),
         "judged50": pct([judged_ms(t.get("stage_ms")) for t in ev], 50),
-        "gpu": gpu, "host_cpu": host_cpu, "q": q, "stages": stage_totals(tasks),
+        "gpu": gpu, "host": host_use, "q": q, "stages": stage_totals(tasks),
         "cpu_decided": sum(bool(t.get("cpu_decided")) for t in tasks),
         "built_pool": sum(t.get("build") == "compile_pool" for t in tasks),
         "built_cache": sum(t.get("build") == "cache" for t in tasks),
@@ -224,8 +227,10 @@ def report(results_path, show_tasks, workload=None):
         ("  samples with a kernel running", lambda x: "n/a" if not x["gpu"] else f"{x['gpu']['any'] * 100:.0f} %", ""),
         ("GPU memory.used high-water", gpu_mem("mem_max"), ""),
         ("  memory.used lowest in the run", gpu_mem("mem_min"), ""),
-        ("host CPU busy (mean / samples >= 90 %)", lambda x: "n/a" if not x["host_cpu"] else
-         f"{x['host_cpu']['mean']:.0f} % / {x['host_cpu']['saturated'] * 100:.0f} %", ""),
+        ("host CPU busy (mean / samples >= 90 %)", lambda x: "n/a" if not x["host"] else
+         f"{x['host']['mean']:.0f} % / {x['host']['saturated'] * 100:.0f} %", ""),
+        ("host memory in use, peak", lambda x: "n/a" if not x["host"] or x["host"]["memory_peak"] is None
+         else f"{x['host']['memory_peak'] / 2**30:.1f} GiB", ""),
         ("CPU stage p50 (overlapped)", lambda x: ms(x["cpu50"]), ""),
         ("CUDA builds: compile pool / build cache", lambda x: f"{x['built_pool']}/{x['built_cache']}", ""),
         ("result cache hits (queue status)", lambda x: f0(x["q"].get("cache_hits_total")), ""),

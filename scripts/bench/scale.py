@@ -35,7 +35,7 @@ import time
 import types
 
 from crucible_mode import call, run_crucible
-from host_cpu import cpu_busy, cpu_times
+from host_usage import cpu_busy, cpu_times
 from report import pct
 from workload import REPO, expand_workload
 

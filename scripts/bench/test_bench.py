@@ -15,7 +15,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
 import builds  # noqa: E402
-import host_cpu  # noqa: E402
+import host_usage  # noqa: E402
 import crucible_mode  # noqa: E402
 import report  # noqa: E402
 import scale  # noqa: E402
@@ -96,6 +96,21 @@ class Pure(unittest.TestCase):
         self.assertIn("adaptive 24.00x naive (met, >= 12x)", text)
         self.assertIn("slots=4 vs slots=1 speedups agree within 2.5 % p50", text)
         self.assertIn("(1 runs of other workloads", text)
+
+    def test_report_shows_the_hosts_cpu_and_memory_of_either_naming(self):
+        host = {"mean": 52.0, "saturated": 0.25, "samples": 100, "memory_peak_bytes": 3 << 30}
+        runs = [dict(run("lent", [task("x", 1.0)]), host=host),
+                dict(run("split", [task("x", 1.0)]),
+                     host_cpu={"mean": 40.0, "saturated": 0.0, "samples": 50}),
+                run("none", [task("x", 1.0)])]
+        text = report_text(runs, "scripts/bench/workload-small.json")
+        row = next(line for line in text.splitlines() if line.startswith("host CPU busy"))
+        self.assertIn("52 % / 25 %", row)
+        self.assertIn("40 % / 0 %", row, "a run of 2026-12-03 named them host_cpu")
+        self.assertIn("n/a", row, "a run without them")
+        memory = next(line for line in text.splitlines() if line.startswith("host memory in use"))
+        self.assertIn("3.0 GiB", memory)
+        self.assertEqual(memory.count("n/a"), 2, "no memory figure: n/a")
 
     def test_kernelbench_targets_take_the_fastest_row(self):
         big = lambda r: dict(r, workload="scripts/bench/workload.json")
@@ -206,25 +221,26 @@ class Scale(unittest.TestCase):
         self.assertEqual(scale.speedup_drift(base, {"tasks": []}), (None, None, None))
 
     def test_host_cpu_busy_is_the_busy_share_between_two_readings(self):
-        self.assertEqual(host_cpu.cpu_busy((100, 1000), (150, 1100)), 50.0)
-        self.assertIsNone(host_cpu.cpu_busy(None, (1, 2)))
-        self.assertIsNone(host_cpu.cpu_busy((1, 2), (1, 2)), "no time passed")
-        busy, total = host_cpu.cpu_times()
+        self.assertEqual(host_usage.cpu_busy((100, 1000), (150, 1100)), 50.0)
+        self.assertIsNone(host_usage.cpu_busy(None, (1, 2)))
+        self.assertIsNone(host_usage.cpu_busy((1, 2), (1, 2)), "no time passed")
+        busy, total = host_usage.cpu_times()
         self.assertTrue(0 <= busy <= total, "this host's /proc/stat")
 
     def test_host_cpu_summary_counts_saturated_samples(self):
-        summary = host_cpu.summarise([95.0, 50.0, None, 90.0, 10.0])
+        summary = host_usage.summarise([95.0, 50.0, None, 90.0, 10.0])
         self.assertEqual(summary["samples"], 4, "an interval without a reading is left out")
         self.assertEqual(summary["saturated"], 0.5, "90 % and above is saturated")
         self.assertAlmostEqual(summary["mean"], 61.25)
-        self.assertIsNone(host_cpu.summarise([None]))
-        sampler = host_cpu.HostCpuSampler(interval_s=0.01).start()
+        self.assertIsNone(host_usage.summarise([None]))
+        sampler = host_usage.HostSampler(interval_s=0.01).start()
         deadline = time.monotonic() + 10
         while all(x is None for x in sampler.samples) and time.monotonic() < deadline:
             time.sleep(0.01)
         summary = sampler.stop()
         self.assertIsNotNone(summary, "this host has /proc/stat")
         self.assertTrue(0 <= summary["mean"] <= 100)
+        self.assertGreater(summary["memory_peak_bytes"], 0, "this host has /proc/meminfo")
 
     def test_stage_table_has_a_median_per_mode(self):
         runs = [{"workers_n": n, "tasks": [task("a", 1, stage_ms={"setup": 100.0 * n}),
