@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 
@@ -91,8 +92,8 @@ def main():
         header = os.path.join(tmp, "tu.cpp")
         with open(header, "w") as f:
             f.write("#include <torch/extension.h>\n")
-        includes = " ".join(f"-I{d}" for d in cpp.include_paths()) + f" -I{__import__('sysconfig').get_paths()['include']}"
-        header = f"{includes} {header}"
+        includes = [*cpp.include_paths(), sysconfig.get_paths()["include"]]
+        header = " ".join(f"-I{d}" for d in includes) + f" {header}"
         modes = [("quiet", []), ("stage", [(stage, False)]),
                  ("lend", [(stage, True), (device, True)]), ("shared", [(cores, False)])]
         rows = {}
