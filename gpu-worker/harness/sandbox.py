@@ -137,9 +137,11 @@ def enter_task(plan):
     the names of the layers entered. The calling process becomes the shim and never returns
     from here. Raises SandboxError (in whichever process failed)."""
     namespaces = plan.get("namespaces") or []
+    # Pinned before it joins its cgroup: from the moment the worker can list a thread there,
+    # the thread's cores are the worker's to move (process/lending.rs), never again its own.
+    enter_cores(plan)
     with _Layer("cgroup"):
         join_cgroups(plan.get("cgroup_procs") or [])
-    enter_cores(plan)
     if "user" in namespaces:
         with _Layer("user"):
             unshare_namespaces(["user"])

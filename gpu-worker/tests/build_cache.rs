@@ -95,6 +95,7 @@ async fn run_prepare(
         cuda_arch: Some(ARCH),
         software,
         broker: Some(broker),
+        lent_cores: None,
     };
     let cancel = CancellationToken::new();
     prepare(&ctx, spec, label, Launcher::Direct, cancel)
@@ -273,6 +274,7 @@ async fn unrecorded_and_refreshed_entries_are_rebuilt() {
         cuda_arch: Some(ARCH),
         software: Some(sw.clone()),
         broker: Some(&forgetful),
+        lent_cores: None,
     };
     let cancel = CancellationToken::new();
     let unrecorded = ready(

@@ -68,6 +68,7 @@ async fn run(
         cuda_arch: Some("9.0"),
         software: Some(software(&cfg.python)),
         broker: Some(broker),
+        lent_cores: None,
     };
     match prepare(
         &ctx,

@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
 import builds  # noqa: E402
 import host_usage  # noqa: E402
+import lent_threads  # noqa: E402
 import crucible_mode  # noqa: E402
 import report  # noqa: E402
 import scale  # noqa: E402
@@ -252,6 +253,31 @@ class Scale(unittest.TestCase):
         self.assertEqual(lines[2].split()[:2], ["2", "400"])
         self.assertIn("n/a", lines[1], "a stage no task reported")
 
+
+
+class LentThreads(unittest.TestCase):
+    def test_core_lists_are_read_as_the_worker_writes_them(self):
+        self.assertEqual(lent_threads.parse_cpus("0-3,8"), [0, 1, 2, 3, 8])
+        self.assertEqual(lent_threads.parse_cpus("15"), [15])
+
+    def test_time_on_a_device_core_is_counted_inside_timing_windows_less_the_grace(self):
+        lines = [
+            {"t": 10.0, "tid": 1, "cpus": [0, 1, 8, 9]},   # lent
+            {"t": 10.5, "tid": 2, "cpus": [0, 1]},         # vacated
+            {"t": 11.0, "tid": 1, "cpus": [0, 1]},         # moved off at 11.0
+            {"t": 12.0, "tid": 1, "cpus": [0, 1, 8, 9]},   # lent again
+            {"t": 12.2, "tid": 1, "cpus": None},           # gone
+            {"t": 13.0, "tid": 3, "cpus": [8]},            # open until the end
+            {"t": 14.0, "tid": 2, "cpus": None},
+        ]
+        spans = lent_threads.intervals(lines, {8, 9}, end=14.0)
+        self.assertEqual(sorted(spans), [(10.0, 11.0), (12.0, 12.2), (13.0, 14.0)])
+        # A window from 10.99 (the move at 11.0 is 10 ms late: inside the grace), one from
+        # 11.0 to 12.1 (0.1 s of tid 1 after it was lent again) and one with nobody lent.
+        inside, hit = lent_threads.overlap(spans, [(10.99, 11.5), (11.0, 12.1), (12.3, 12.9)],
+                                           grace_s=0.025)
+        self.assertAlmostEqual(inside, 0.1)
+        self.assertEqual(hit, 1)
 
 
 class Builds(unittest.TestCase):

@@ -20,7 +20,9 @@
 //! device child's thread that wakes always preempts them, and a core is theirs only while no
 //! device child wants it. The child cannot raise itself back: it sets its `RLIMIT_NICE` to 0
 //! and has no `CAP_SYS_NICE` in the host's namespace, which leaving `SCHED_IDLE` needs. What
-//! lending still shares is a core's caches and its hyperthread sibling, so it is off by default.
+//! idle priority still shares is a core's caches and its hyperthread sibling, so while a
+//! device child of the worker times, the worker moves its lent CPU stages back onto the stage
+//! cores ([`super::lending`]); a stage is lent only where its cgroup lists its threads.
 //!
 //! Where the node is too small to split (fewer than [`MIN_CORES_TO_SPLIT`] cores, or fewer
 //! than two per GPU worker) and on CPU workers (their "device" is the cores themselves),
@@ -83,6 +85,13 @@ impl Cores {
         }
     }
 
+    /// The worker's lending of its device cores ([`super::lending`]), where they are lent.
+    pub fn lent_cores(&self) -> Option<std::sync::Arc<super::lending::LentCores>> {
+        self.lent
+            .then(|| super::lending::LentCores::new(&self.cpu_stage, &self.device))
+            .flatten()
+    }
+
     /// Where a device-stage child runs: the worker's device cores, at normal priority.
     pub fn device_placement(&self) -> Placement {
         Placement {
@@ -91,10 +100,11 @@ impl Cores {
         }
     }
 
-    /// Where a CPU-stage child runs: the stage pool, and where the device cores are lent,
-    /// those too, the whole child at idle priority.
-    pub fn cpu_stage_placement(&self) -> Placement {
-        if !self.lent {
+    /// Where a CPU-stage child runs: the stage pool, and where the device cores are lent and
+    /// the child `trackable` (its threads can be found, to be moved off while the device
+    /// times: [`super::lending`]), those too, the whole child at idle priority.
+    pub fn cpu_stage_placement(&self, trackable: bool) -> Placement {
+        if !(self.lent && trackable) {
             return Placement {
                 cpus: self.cpu_stage.clone(),
                 idle_priority: false,

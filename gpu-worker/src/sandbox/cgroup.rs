@@ -298,6 +298,17 @@ impl TaskCgroup {
             .map(|n| n.to_string_lossy().into_owned())
     }
 
+    /// The file that lists the ids of every thread in the task's cgroup (each hierarchy has
+    /// the same members: the first one's), for the worker to move them
+    /// ([`crate::process::lending`]).
+    pub fn threads_file(&self) -> Option<PathBuf> {
+        match (&self.v2, self.dirs().next()) {
+            (Some(v2), _) => Some(v2.join("cgroup.threads")),
+            (None, Some(v1)) => Some(v1.join("tasks")),
+            (None, None) => None,
+        }
+    }
+
     /// The files the child writes "0" into to join (it must, before it drops privileges).
     pub fn procs_files(&self) -> Vec<PathBuf> {
         self.dirs().map(|d| d.join("cgroup.procs")).collect()

@@ -7,6 +7,7 @@ use crate::cache::build_cache::{BuildCache, CachedBuild};
 use crate::child::protocol::SoftwareReport;
 use crate::child::supervisor::{ChildOutcome, GateChild, KillReason, Launcher, run_child};
 use crate::config::WorkerConfig;
+use crate::process::lending::LentCores;
 use crate::process::task_dir::TaskDir;
 use crate::sandbox::SandboxInForce;
 use crate::task::budget::task_budget;
@@ -16,6 +17,7 @@ use crate::task::stage::{StageDir, child_env, harness_child, stage_dir};
 use crate::task::verdict::{Classified, VerdictContext, classify, over_space};
 use crucible_shared::{Backend, BuildSource, EvalResult, RuntimeStats, SandboxLayer, TaskSpec};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -33,6 +35,9 @@ pub struct StageInputs {
     pub budget: Option<Duration>,
     /// The CPU stage dry-runs a Triton candidate to compile its kernels for `cuda_arch`.
     pub triton_precompile: bool,
+    /// The worker's lent device cores: a CPU stage runs there too, and is moved off while
+    /// the worker's device times ([`crate::process::lending`]).
+    pub lent_cores: Option<Arc<LentCores>>,
 }
 
 /// A build cache entry to install into the task directory (CUDA extensions, or a Triton
@@ -123,9 +128,14 @@ fn task_stage_dir(
         serde_json::to_value(harness).map_err(std::io::Error::other)
     };
     // A CPU stage never runs on the cores a device child times on, unless they are lent, and
-    // then below it (crate::process::cores).
+    // then below it and off them while it times (crate::process::cores): only where its
+    // cgroup will list its threads for the worker to move.
+    let trackable = inputs.lent_cores.is_some()
+        && ready.is_some_and(|r| {
+            r.active.contains(&SandboxLayer::Cgroup) && r.host.cgroups().is_some()
+        });
     let placement = match stage {
-        HarnessStage::Prepare => cfg.cores.cpu_stage_placement(),
+        HarnessStage::Prepare => cfg.cores.cpu_stage_placement(trackable),
         HarnessStage::Evaluate => cfg.cores.device_placement(),
     };
     // A bounded space of its own where the sandbox's storage layer is in force.
@@ -198,6 +208,13 @@ pub async fn run_prepare_child(
 ) -> std::io::Result<(ChildOutcome, TaskDir)> {
     let ready = sandbox_selftest::ready(cfg, launcher).await?;
     let mut stage = task_stage_dir(cfg, ready, spec, label, HarnessStage::Prepare, inputs)?;
+    // Registered before the child starts, so a timing that begins meanwhile moves it too.
+    let _lent = inputs
+        .lent_cores
+        .as_ref()
+        .zip(stage.sandbox.as_ref().filter(|s| s.plan.idle_priority))
+        .and_then(|(lent, s)| s.cgroup.as_ref()?.threads_file().map(|f| (lent, f)))
+        .map(|(lent, file)| lent.register(vec![file]));
     let env = prepare_env(cfg, stage.dir.path(), inputs.cuda_arch.as_deref(), |k| {
         std::env::var(k).ok()
     });

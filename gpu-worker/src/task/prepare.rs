@@ -27,11 +27,13 @@ use crate::child::protocol::{PreparedReport, Stage};
 use crate::child::supervisor::{ChildOutcome, KillReason, Launcher};
 use crate::config::WorkerConfig;
 use crate::metrics::COMPILE_SLOT_WAIT_STAGE;
+use crate::process::lending::LentCores;
 use crate::task::evaluation::{Prebuilt, StageInputs, run_prepare_child};
 use crate::task::verdict::{Classified, VerdictContext, classify, space_result};
 use crucible_shared::{Backend, BuildSource, TaskSpec, VerdictCode};
 use crucible_task_manager::Broker;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -131,6 +133,8 @@ pub struct PrepareContext<'a> {
     pub software: Option<SoftwareVersions>,
     /// Where entry digests are kept; without a broker no entry is reused.
     pub broker: Option<&'a dyn Broker>,
+    /// The worker's lent device cores, where it lends them ([`crate::process::lending`]).
+    pub lent_cores: Option<&'a Arc<LentCores>>,
 }
 
 /// An entry whose digests the broker has: the only kind a task may reuse.
@@ -217,6 +221,7 @@ pub async fn prepare(
         // Compiled kernels need somewhere to go: the cache, and a target to compile for. A
         // CUDA candidate's dry run builds what ModelNew builds lazily, for the cache too.
         triton_precompile: (triton || cuda) && cache.is_some() && ctx.cuda_arch.is_some(),
+        lent_cores: ctx.lent_cores.cloned(),
         ..StageInputs::default()
     };
     let child_started = Instant::now();

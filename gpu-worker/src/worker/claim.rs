@@ -203,6 +203,7 @@ impl Worker {
                 cuda_arch: self.cuda_arch.as_deref(),
                 software: self.software.lock().expect("software lock").clone(),
                 broker: Some(&*self.broker),
+                lent_cores: self.lent_cores.as_ref(),
             };
             let label = format!("{}_cpu", task.lease.task_id);
             // Its own token, so that a drain stops the CPU stage and not the task's lease.

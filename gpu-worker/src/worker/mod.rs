@@ -25,6 +25,7 @@ use crate::child::template::{Template, TemplateSlot};
 use crate::config::WorkerConfig;
 use crate::device::{DeviceSlot, check_gpu};
 use crate::metrics::WorkerMetrics;
+use crate::process::lending::LentCores;
 use crate::task::stage::child_env;
 use chrono::Utc;
 use crucible_shared::{TaskId, WorkerId, WorkerInfo, WorkerState};
@@ -71,6 +72,9 @@ pub struct Worker {
     cuda_arch: Option<String>,
     /// The process's worker metrics, shared by its workers.
     metrics: Arc<WorkerMetrics>,
+    /// Its CPU stages on its lent device cores, moved off while its device times
+    /// (`CRUCIBLE_LEND_DEVICE_CORES`; [`crate::process::lending`]).
+    lent_cores: Option<Arc<LentCores>>,
     /// Shut while an ack is retried through a broker outage: the claimer waits on it.
     acks: ack::AckGate,
     /// Cancelled when the worker starts draining ([`Worker::drain`]): by SIGTERM, or by an
@@ -120,6 +124,7 @@ impl Worker {
         Self {
             broker,
             metrics,
+            lent_cores: cfg.cores.lent_cores(),
             driver,
             build_cache,
             cuda_arch,

@@ -294,9 +294,16 @@ impl DevicePipeline {
         }
     }
 
-    /// Opens what may open now: the longest waiting timer's gate once every other child is
-    /// blocked at a gate; with nobody timing or waiting to, every parked child's gate.
+    /// [`Self::advance_with`] with nothing to do before a timing.
+    #[cfg(test)]
     pub(super) fn advance(&mut self) {
+        self.advance_with(|| {});
+    }
+
+    /// Opens what may open now: the longest waiting timer's gate once every other child is
+    /// blocked at a gate (`before_timing` called first: the worker takes its lent cores
+    /// back); with nobody timing or waiting to, every parked child's gate.
+    pub(super) fn advance_with(&mut self, before_timing: impl FnOnce()) {
         if self.held || self.timing_now() {
             return;
         }
@@ -314,6 +321,7 @@ impl DevicePipeline {
                 .enumerate()
                 .all(|(i, c)| i == timer || c.phase.quiet());
             if alone {
+                before_timing();
                 let child = &mut self.children[timer];
                 open(child);
                 child.phase = Phase::Timing;

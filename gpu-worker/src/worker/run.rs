@@ -163,6 +163,8 @@ impl Worker {
             crate::device::DeviceSlot::Gpu { .. }
         ));
         let mut drain_until: Option<tokio::time::Instant> = None;
+        let mut lent_sweep = tokio::time::interval(crate::process::lending::SWEEP_INTERVAL);
+        lent_sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         while !shutdown.is_cancelled() {
             let draining = self.drain.is_cancelled();
             if draining {
@@ -215,7 +217,8 @@ impl Worker {
                 let timing = self.cached_reference(&spec).await;
                 device.go(&task_id, timing);
             }
-            device.advance();
+            self.advance_device(&mut device);
+            let vacated = self.lent_cores.as_ref().is_some_and(|l| l.vacated());
             self.set(
                 if draining {
                     WorkerState::Draining
@@ -232,6 +235,12 @@ impl Worker {
             );
             tokio::select! {
                 Some((task_id, event)) = tasks.events.recv() => device.on_event(&task_id, event),
+                // A CPU stage that joined its cgroup after the timing began.
+                _ = lent_sweep.tick(), if vacated => {
+                    if let Some(lent) = &self.lent_cores {
+                        lent.sweep();
+                    }
+                }
                 Some(joined) = tasks.children.join_next(), if !tasks.children.is_empty() => {
                     let Ok(done) = joined else {
                         tracing::error!(worker_id = %self.id, "device stage task panicked, its lease will expire");
@@ -297,6 +306,22 @@ impl Worker {
         Ok(())
     }
 
+    /// Opens the device's gates that may open ([`DevicePipeline::advance_with`]); its lent
+    /// cores are taken back before a timing's gate opens, and lent again once no child of
+    /// this device times ([`crate::process::lending`]).
+    fn advance_device(&self, device: &mut DevicePipeline) {
+        let Some(lent) = &self.lent_cores else {
+            device.advance_with(|| {});
+            return;
+        };
+        device.advance_with(|| {
+            lent.vacate();
+        });
+        if !device.timing_now() {
+            lent.restore();
+        }
+    }
+
     /// Forks (or spawns) the device-stage child of a prepared task. It sets itself up and
     /// imports the reference, then waits at its gate for its turn: see [`DevicePipeline`].
     async fn start_device_stage(
@@ -315,6 +340,8 @@ impl Worker {
             budget: Some(ready.budget),
             // The dry run is the CPU stage's; the device stage only finds its kernels.
             triton_precompile: false,
+            // A device child is never lent anything: it has its own cores.
+            lent_cores: None,
         };
         let events = tasks.events_tx.clone();
         let id = task_id.clone();
@@ -328,7 +355,7 @@ impl Worker {
             ready.task.lease.spec.clone(),
             ready.task.lease.attempt > 1,
         );
-        device.advance();
+        self.advance_device(device);
         let me = self.clone();
         tasks.children.spawn(async move {
             let launcher = template

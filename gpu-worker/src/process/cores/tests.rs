@@ -49,7 +49,7 @@ fn lent_device_cores_take_cpu_stages_at_idle_priority_and_only_where_split() {
         "device children keep their slice, at normal priority"
     );
     assert_eq!(
-        cores.cpu_stage_placement(),
+        cores.cpu_stage_placement(true),
         Placement {
             cpus: (0..8).chain(12..16).collect(),
             idle_priority: true
@@ -60,14 +60,24 @@ fn lent_device_cores_take_cpu_stages_at_idle_priority_and_only_where_split() {
         cores.to_string(),
         "device children on 12-15, CPU stages on 0-7 (and on 12-15 at idle priority)"
     );
-    let unlent = settings(16).cores_for(Some(0), 1).cpu_stage_placement();
+    let unlent = settings(16).cores_for(Some(0), 1).cpu_stage_placement(true);
     assert_eq!(
         (unlent.cpus, unlent.idle_priority),
         ((0..8).collect(), false)
     );
     let small = lend(2).cores_for(Some(0), 1);
     assert!(!small.lent, "nothing split, nothing to lend");
-    assert!(!small.cpu_stage_placement().idle_priority);
+    assert!(!small.cpu_stage_placement(true).idle_priority);
+    assert_eq!(
+        cores.cpu_stage_placement(false),
+        Placement {
+            cpus: (0..8).collect(),
+            idle_priority: false
+        },
+        "a stage whose threads cannot be found is not lent the device cores"
+    );
+    assert!(cores.lent_cores().is_some());
+    assert!(small.lent_cores().is_none());
     let switch =
         |v: &'static str| move |k: &str| (k == "CRUCIBLE_LEND_DEVICE_CORES").then(|| v.to_owned());
     assert!(

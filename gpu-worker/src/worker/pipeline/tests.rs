@@ -351,3 +351,34 @@ fn without_a_known_memory_children_go_by_slots_alone() {
     let (_b, b_gate) = sized(&mut device, "b", 500);
     assert_eq!((opened(&a_gate), opened(&b_gate)), (1, 1));
 }
+
+/// The worker takes its lent cores back (`before_timing`) only when a timing's gate is about
+/// to open: once per timing, before the opening, and not for any other gate.
+#[test]
+fn before_timing_runs_once_a_timing_just_before_its_gate_opens() {
+    let mut device = DevicePipeline::new(2, None);
+    let (a, a_gate) = working(&mut device, "a");
+    let (b, b_gate) = working(&mut device, "b");
+    let mut calls = 0;
+    stage(&mut device, &a, "timing_gate");
+    device.advance_with(|| calls += 1);
+    assert_eq!(calls, 0, "b is at work: a does not time yet");
+    device.on_event(&b, ChildEvent::Park);
+    let mut opened_before = None;
+    device.advance_with(|| {
+        calls += 1;
+        opened_before = Some(opened(&a_gate));
+    });
+    assert_eq!(
+        (calls, opened_before),
+        (1, Some(0)),
+        "called before a's gate opened"
+    );
+    assert_eq!(opened(&a_gate), 1, "then a times");
+    device.advance_with(|| calls += 1);
+    assert_eq!(calls, 1, "a is timing: no second call");
+    stage(&mut device, &a, "integrity");
+    assert!(!device.timing_now());
+    assert_eq!(opened(&b_gate), 1, "b's park opened without a call");
+    assert_eq!(calls, 1);
+}

@@ -1,0 +1,268 @@
+//! Lent device cores are taken back while the device times. With `CRUCIBLE_LEND_DEVICE_CORES=1`
+//! ([`super::cores`]) a worker's CPU stages also run on its device cores, at idle priority.
+//! Idle priority keeps them off a core a device child's thread wants, but not off that core's
+//! hyperthread sibling, its caches or its memory bandwidth. So while one of the worker's device
+//! children times, the worker moves every thread of its lent CPU stages onto the stage cores
+//! ([`LentCores::vacate`]), and lends the device cores again once the timing is over
+//! ([`LentCores::restore`]): during a timing its device cores hold what they hold without
+//! lending. Builds go on meanwhile, on the stage cores.
+//!
+//! A CPU stage's threads are the members of its cgroup (`cgroup.threads` in the unified
+//! hierarchy, `tasks` in v1), so a CPU stage is lent the device cores only where the cgroup
+//! layer is in force. The child pins itself *before* it joins its cgroup (harness/sandbox.py)
+//! and cannot pin itself again (seccomp refuses `sched_setaffinity`): a member the worker has
+//! moved stays moved. A thread started while the worker moves the others inherits its parent's
+//! cores, so the worker lists the members again until a listing holds nobody new
+//! ([`repin_until_stable`]). A stage that joins its cgroup after a timing began is moved by the
+//! next sweep ([`SWEEP_INTERVAL`], [`LentCores::sweep`]), at idle priority until then.
+//!
+//! Moving a thread is one `sched_setaffinity` by the worker (root, or the children's own user);
+//! a vacate of eight building stages (a few hundred threads) takes a fraction of a millisecond.
+
+use nix::errno::Errno;
+use nix::sched::CpuSet;
+use nix::unistd::Pid;
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often, while a timing is under way, the worker looks for lent threads it has not moved
+/// yet (a CPU stage that joined its cgroup after the timing began).
+pub const SWEEP_INTERVAL: Duration = Duration::from_millis(20);
+/// Listings of one stage's members per move: a stage that keeps starting threads faster than
+/// they can be moved (its `pids.max` bounds it) is left after this many, its failure counted.
+const MAX_PASSES: usize = 16;
+
+/// The CPU stages of one worker that run on its lent device cores, and whether they are off
+/// those cores now (a timing is under way).
+#[derive(Debug)]
+pub struct LentCores {
+    /// Where a lent stage runs while the device times: the stage cores.
+    stage: CpuSet,
+    /// Where it runs otherwise: the stage cores and the worker's device cores.
+    lent: CpuSet,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// The stages are on the stage cores only (between a vacate and a restore).
+    vacated: bool,
+    next_id: u64,
+    stages: BTreeMap<u64, LentStageThreads>,
+}
+
+#[derive(Debug)]
+struct LentStageThreads {
+    /// The files that list its cgroup's threads.
+    threads_files: Vec<PathBuf>,
+    /// The threads moved onto the stage cores since the last restore.
+    moved: HashSet<i32>,
+}
+
+/// What one move did, for the log.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Moved {
+    /// Threads moved now.
+    pub threads: usize,
+    /// Threads that could not be moved (not counting those that ended meanwhile), and stages
+    /// left still starting threads after [`MAX_PASSES`] listings.
+    pub failed: usize,
+}
+
+impl Moved {
+    fn add(&mut self, other: Moved) {
+        self.threads += other.threads;
+        self.failed += other.failed;
+    }
+}
+
+/// A CPU stage registered with [`LentCores::register`]; forgotten when dropped (its child is
+/// gone).
+#[derive(Debug)]
+pub struct LentStage {
+    lent: Arc<LentCores>,
+    id: u64,
+}
+
+impl Drop for LentStage {
+    fn drop(&mut self) {
+        self.lent.lock().stages.remove(&self.id);
+    }
+}
+
+impl LentCores {
+    /// Lending between `stage` cores and a worker's `device` cores; `None` when either is
+    /// empty or a core is beyond what a CPU set holds.
+    pub fn new(stage: &[usize], device: &[usize]) -> Option<Arc<Self>> {
+        if stage.is_empty() || device.is_empty() {
+            return None;
+        }
+        let set = |cpus: &mut dyn Iterator<Item = &usize>| -> Option<CpuSet> {
+            let mut set = CpuSet::new();
+            for &cpu in cpus {
+                set.set(cpu).ok()?;
+            }
+            Some(set)
+        };
+        Some(Arc::new(LentCores {
+            stage: set(&mut stage.iter())?,
+            lent: set(&mut stage.iter().chain(device))?,
+            state: Mutex::new(State::default()),
+        }))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding it leaves nothing half-done that matters: the next move lists
+        // every member again.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers a lent CPU stage by the files listing its cgroup's threads, for as long as
+    /// the returned guard lives; moved at once when a timing is under way.
+    pub fn register(self: &Arc<Self>, threads_files: Vec<PathBuf>) -> LentStage {
+        let mut state = self.lock();
+        let id = state.next_id;
+        state.next_id += 1;
+        let mut threads = LentStageThreads {
+            threads_files,
+            moved: HashSet::new(),
+        };
+        if state.vacated {
+            move_stage(&mut threads, &self.stage);
+        }
+        state.stages.insert(id, threads);
+        LentStage {
+            lent: self.clone(),
+            id,
+        }
+    }
+
+    /// Moves every lent stage onto the stage cores, before a device child times. Called again
+    /// while vacated, moves only the threads not moved yet.
+    pub fn vacate(&self) -> Moved {
+        let started = Instant::now();
+        let mut state = self.lock();
+        let first = !state.vacated;
+        state.vacated = true;
+        let mut moved = Moved::default();
+        for threads in state.stages.values_mut() {
+            moved.add(move_stage(threads, &self.stage));
+        }
+        if first {
+            tracing::debug!(
+                stages = state.stages.len(),
+                threads = moved.threads,
+                failed = moved.failed,
+                took_us = started.elapsed().as_micros() as u64,
+                "lent cores vacated for a timing"
+            );
+        }
+        moved
+    }
+
+    /// While vacated, moves the threads that have joined a lent stage since (see the module's
+    /// comment); nothing otherwise.
+    pub fn sweep(&self) -> Moved {
+        if !self.vacated() {
+            return Moved::default();
+        }
+        let moved = self.vacate();
+        if moved != Moved::default() {
+            tracing::debug!(
+                threads = moved.threads,
+                failed = moved.failed,
+                "lent threads moved by a sweep"
+            );
+        }
+        moved
+    }
+
+    /// Lends the device cores again once no device child times; nothing when not vacated.
+    pub fn restore(&self) -> Moved {
+        let mut state = self.lock();
+        if !std::mem::take(&mut state.vacated) {
+            return Moved::default();
+        }
+        let mut moved = Moved::default();
+        for threads in state.stages.values_mut() {
+            let mut back = HashSet::new();
+            moved.add(repin_until_stable(
+                &mut back,
+                || list_threads(&threads.threads_files),
+                |tid| set_affinity(tid, &self.lent),
+            ));
+            threads.moved.clear();
+        }
+        moved
+    }
+
+    /// Whether the lent stages are off the device cores now.
+    pub fn vacated(&self) -> bool {
+        self.lock().vacated
+    }
+}
+
+fn move_stage(threads: &mut LentStageThreads, to: &CpuSet) -> Moved {
+    let files = &threads.threads_files;
+    repin_until_stable(
+        &mut threads.moved,
+        || list_threads(files),
+        |tid| set_affinity(tid, to),
+    )
+}
+
+/// Pins every thread `list` names that is not in `done` yet with `pin`, and lists again, until
+/// a listing names nobody new (a thread started meanwhile inherits its parent's cores: once
+/// every parent is pinned, so is every thread they start) or [`MAX_PASSES`] listings were
+/// made (counted as a failure). A thread that ended before it was pinned (`ESRCH`) is no
+/// failure. Pure but for what `list` and `pin` do.
+pub(crate) fn repin_until_stable(
+    done: &mut HashSet<i32>,
+    mut list: impl FnMut() -> Vec<i32>,
+    mut pin: impl FnMut(i32) -> Result<(), Errno>,
+) -> Moved {
+    let mut moved = Moved::default();
+    for _ in 0..MAX_PASSES {
+        let fresh: Vec<i32> = list().into_iter().filter(|t| !done.contains(t)).collect();
+        if fresh.is_empty() {
+            return moved;
+        }
+        for tid in fresh {
+            done.insert(tid);
+            match pin(tid) {
+                Ok(()) => moved.threads += 1,
+                Err(Errno::ESRCH) => {}
+                Err(_) => moved.failed += 1,
+            }
+        }
+    }
+    moved.failed += 1;
+    moved
+}
+
+/// The thread ids the files list (a cgroup gone, or unreadable, lists none).
+fn list_threads(files: &[PathBuf]) -> Vec<i32> {
+    let mut tids = Vec::new();
+    for file in files {
+        if let Ok(text) = std::fs::read_to_string(file) {
+            tids.extend(parse_threads(&text));
+        }
+    }
+    tids
+}
+
+/// Pure: the ids of a `cgroup.threads` or `tasks` file, one a line.
+pub(crate) fn parse_threads(text: &str) -> impl Iterator<Item = i32> + '_ {
+    text.lines()
+        .filter_map(|l| l.trim().parse::<i32>().ok())
+        .filter(|&t| t > 0)
+}
+
+fn set_affinity(tid: i32, cpus: &CpuSet) -> Result<(), Errno> {
+    nix::sched::sched_setaffinity(Pid::from_raw(tid), cpus)
+}
+
+#[cfg(test)]
+mod tests;
