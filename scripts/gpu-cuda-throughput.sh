@@ -5,7 +5,7 @@
 #   LABEL=pch-off WORKER_ENV="CRUCIBLE_PCH=0" scripts/gpu-cuda-throughput.sh
 #   CHECK=1 also runs tests/harness/check_nvcc_overlap.py against the host's nvcc first.
 #   SAMPLE_LENT=1 watches the CPU stages' threads meanwhile (scripts/bench/lent_threads.py):
-#   with CRUCIBLE_LEND_DEVICE_CORES=1, how long they could run on a device core inside the
+#   with the device cores lent (the default), how long they could run on a device core inside the
 #   worker's timing windows and outside them (lent-check-$LABEL.json).
 # Each call builds into a build cache of its own (every build cold, the precompiled headers made
 # at the worker's start as on a fresh node). Writes service-$LABEL.txt, check-$LABEL.txt,
@@ -37,7 +37,7 @@ OUT=$OUT LABEL=$LABEL WORKLOAD=scripts/bench/workload-cuda.json DEADLINE_S=${DEA
 echo "service rc=$?"
 if [[ -n "$sampler" ]]; then
   kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
-  device_cpus=$(grep -ao 'device children on [0-9,-]*' "$OUT/on-worker.log" | head -1 | awk '{print $4}')
+  device_cpus=$(grep -ao 'device children on [0-9,-]*' "$OUT/on-worker.log" | head -1 | awk '{print $4}' | sed 's/,$//')
   python3 scripts/bench/lent_threads.py check --samples "$OUT/lent-$LABEL.jsonl" \
     --log "$OUT/on-worker.log" --device-cpus "${device_cpus:-0}" >"$OUT/lent-check-$LABEL.json" 2>&1
   echo "lent threads (device cores ${device_cpus:-unknown}): $(tr -d '\n' <"$OUT/lent-check-$LABEL.json")"

@@ -7,8 +7,8 @@
         candidates at a time: `torch` as torch does it; `overlap` with $PYTORCH_NVCC set to
         gpu-worker/harness/nvcc_overlap.py, as the worker's builds run (nvcc's host and device
         front ends at once); `pch` as `overlap` and with the node's precompiled header of
-        torch/extension.h first on the include path (CRUCIBLE_PCH=1; the headers are made
-        first with gpu-worker/harness/pch.py, timed). Prints each arm's cold build wall times
+        torch/extension.h first on the include path (CRUCIBLE_PCH, on by default; the headers
+        are made first with gpu-worker/harness/pch.py, timed). Prints each arm's cold build wall times
         (p50, p90), its p50 over torch's (target <= 1/3) and each translation unit's compile
         time from ninja's log; writes DIR/builds.json.
     python3 scripts/bench/builds.py phases --out DIR [--workload W] [--count K]

@@ -1,5 +1,5 @@
-"""Whether a worker that lends its device cores (CRUCIBLE_LEND_DEVICE_CORES=1) takes them back
-while its device times (gpu-worker/src/process/lending.rs), seen from outside the worker.
+"""Whether a worker that lends its device cores (CRUCIBLE_LEND_DEVICE_CORES, the default) takes
+them back while its device times (gpu-worker/src/process/lending.rs), seen from outside it.
 
 `sample` watches the threads of every CPU stage (`<task>_cpu-*` cgroups under the workers'
 `crucible-w<pid>` cgroups), every `--interval-ms`, and writes one JSON line whenever a

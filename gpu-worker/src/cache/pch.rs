@@ -1,7 +1,7 @@
 //! The node's precompiled headers of `torch/extension.h`, which halve the compile of a
 //! candidate's `load_inline` bindings file (`main.cpp`) without changing what it builds (a CUDA
 //! build's wall time is nvcc's `cuda.cu`, which no precompiled header reaches: docs/BENCHMARKS.md,
-//! "CUDA builds"). Off unless `CRUCIBLE_PCH=1`.
+//! "CUDA builds"). On where the compile pool is, unless `CRUCIBLE_PCH=0`.
 //!
 //! torch starts every extension's `main.cpp` with `#include <torch/extension.h>`, and most of
 //! that translation unit's compile is the header. GCC looks for `torch/extension.h.gch` in each

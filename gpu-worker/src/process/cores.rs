@@ -15,7 +15,7 @@
 //!
 //! A compile-bound node (CUDA candidates' builds) leaves the device cores idle while the stage
 //! cores are full: 36 cold load_inline builds on a 1×H200 kept its 16 cores 52 % busy, all of
-//! it the stage half. With `CRUCIBLE_LEND_DEVICE_CORES=1` a worker lends its device cores to
+//! it the stage half. So a worker lends its device cores (unless `CRUCIBLE_LEND_DEVICE_CORES=0`) to
 //! CPU stages, which then run there too, but at idle priority (`SCHED_IDLE`, [`Placement`]): a
 //! device child's thread that wakes always preempts them, and a core is theirs only while no
 //! device child wants it. The child cannot raise itself back: it sets its `RLIMIT_NICE` to 0
@@ -37,6 +37,11 @@ use std::fmt;
 
 /// Below this many cores nothing is split: one pool would be left with nothing.
 pub const MIN_CORES_TO_SPLIT: usize = 4;
+/// Whether a split worker lends its device cores to CPU stages unless told
+/// (`CRUCIBLE_LEND_DEVICE_CORES`): on, since the worker takes them back for every timing
+/// ([`super::lending`]), and a compile-bound node gains 1.58x by it on a 1×H200
+/// (docs/BENCHMARKS.md, "Lending the device cores").
+pub const DEFAULT_LEND_DEVICE_CORES: bool = true;
 
 /// The cores of one worker's children.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,7 +158,8 @@ pub struct CoreSettings {
     pub device: Option<Vec<usize>>,
     /// `CRUCIBLE_STAGE_CPUS`: the CPU-stage pool.
     pub cpu_stage: Option<Vec<usize>>,
-    /// `CRUCIBLE_LEND_DEVICE_CORES=1`: CPU stages may use the device cores at idle priority.
+    /// `CRUCIBLE_LEND_DEVICE_CORES` (default [`DEFAULT_LEND_DEVICE_CORES`]): CPU stages may use
+    /// the device cores at idle priority, and leave them while the device times.
     pub lend_device_cores: bool,
 }
 
@@ -186,7 +192,8 @@ impl CoreSettings {
             .as_deref()
             .map(str::trim)
         {
-            None | Some("" | "0" | "false" | "off" | "no") => false,
+            None | Some("") => DEFAULT_LEND_DEVICE_CORES,
+            Some("0" | "false" | "off" | "no") => false,
             Some("1" | "true" | "on" | "yes") => true,
             Some(other) => {
                 return Err(format!(

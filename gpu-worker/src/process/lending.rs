@@ -1,5 +1,6 @@
-//! Lent device cores are taken back while the device times. With `CRUCIBLE_LEND_DEVICE_CORES=1`
-//! ([`super::cores`]) a worker's CPU stages also run on its device cores, at idle priority.
+//! Lent device cores are taken back while the device times. A split worker lends its device
+//! cores to its CPU stages (`CRUCIBLE_LEND_DEVICE_CORES`, on by default; [`super::cores`]):
+//! they also run there, at idle priority.
 //! Idle priority keeps them off a core a device child's thread wants, but not off that core's
 //! hyperthread sibling, its caches or its memory bandwidth. So while one of the worker's device
 //! children times, the worker moves every thread of its lent CPU stages onto the stage cores
@@ -64,7 +65,8 @@ struct LentStageThreads {
 /// What one move did, for the log.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Moved {
-    /// Threads moved now.
+    /// Threads moved now (not counting those already where they were to go: a thread a
+    /// stage started inherits its parent's cores).
     pub threads: usize,
     /// Threads that could not be moved (not counting those that ended meanwhile), and stages
     /// left still starting threads after [`MAX_PASSES`] listings.
@@ -191,7 +193,7 @@ impl LentCores {
             moved.add(repin_until_stable(
                 &mut back,
                 || list_threads(&threads.threads_files),
-                |tid| set_affinity(tid, &self.lent),
+                |tid| move_thread(tid, &self.lent),
             ));
             threads.moved.clear();
         }
@@ -209,11 +211,12 @@ fn move_stage(threads: &mut LentStageThreads, to: &CpuSet) -> Moved {
     repin_until_stable(
         &mut threads.moved,
         || list_threads(files),
-        |tid| set_affinity(tid, to),
+        |tid| move_thread(tid, to),
     )
 }
 
-/// Pins every thread `list` names that is not in `done` yet with `pin`, and lists again, until
+/// Pins every thread `list` names that is not in `done` yet with `pin` (true: it was moved,
+/// false: it was there already), and lists again, until
 /// a listing names nobody new (a thread started meanwhile inherits its parent's cores: once
 /// every parent is pinned, so is every thread they start) or [`MAX_PASSES`] listings were
 /// made (counted as a failure). A thread that ended before it was pinned (`ESRCH`) is no
@@ -221,7 +224,7 @@ fn move_stage(threads: &mut LentStageThreads, to: &CpuSet) -> Moved {
 pub(crate) fn repin_until_stable(
     done: &mut HashSet<i32>,
     mut list: impl FnMut() -> Vec<i32>,
-    mut pin: impl FnMut(i32) -> Result<(), Errno>,
+    mut pin: impl FnMut(i32) -> Result<bool, Errno>,
 ) -> Moved {
     let mut moved = Moved::default();
     for _ in 0..MAX_PASSES {
@@ -232,7 +235,8 @@ pub(crate) fn repin_until_stable(
         for tid in fresh {
             done.insert(tid);
             match pin(tid) {
-                Ok(()) => moved.threads += 1,
+                Ok(true) => moved.threads += 1,
+                Ok(false) => {}
                 Err(Errno::ESRCH) => {}
                 Err(_) => moved.failed += 1,
             }
@@ -260,8 +264,13 @@ pub(crate) fn parse_threads(text: &str) -> impl Iterator<Item = i32> + '_ {
         .filter(|&t| t > 0)
 }
 
-fn set_affinity(tid: i32, cpus: &CpuSet) -> Result<(), Errno> {
-    nix::sched::sched_setaffinity(Pid::from_raw(tid), cpus)
+/// Pins thread `tid` to `cpus`; false when it was pinned there already.
+fn move_thread(tid: i32, cpus: &CpuSet) -> Result<bool, Errno> {
+    let pid = Pid::from_raw(tid);
+    if nix::sched::sched_getaffinity(pid)? == *cpus {
+        return Ok(false);
+    }
+    nix::sched::sched_setaffinity(pid, cpus).map(|()| true)
 }
 
 #[cfg(test)]

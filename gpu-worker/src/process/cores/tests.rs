@@ -90,6 +90,13 @@ fn lent_device_cores_take_cpu_stages_at_idle_priority_and_only_where_split() {
             .unwrap()
             .lend_device_cores
     );
+    assert_eq!(
+        CoreSettings::from_lookup(|_| None, vec![0, 1])
+            .unwrap()
+            .lend_device_cores,
+        DEFAULT_LEND_DEVICE_CORES,
+        "unset: the default"
+    );
     let err = CoreSettings::from_lookup(switch("maybe"), vec![0, 1]).unwrap_err();
     assert!(err.contains("CRUCIBLE_LEND_DEVICE_CORES"), "{err}");
 }
