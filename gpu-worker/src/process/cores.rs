@@ -15,14 +15,15 @@
 //!
 //! A compile-bound node (CUDA candidates' builds) leaves the device cores idle while the stage
 //! cores are full: 36 cold load_inline builds on a 1×H200 kept its 16 cores 52 % busy, all of
-//! it the stage half. So a worker lends its device cores (unless `CRUCIBLE_LEND_DEVICE_CORES=0`) to
-//! CPU stages, which then run there too, but at idle priority (`SCHED_IDLE`, [`Placement`]): a
+//! it the stage half. So a worker lends its device cores (unless `CRUCIBLE_LEND_DEVICE_CORES=0`)
+//! to CPU stages, which then run there too, but at idle priority (`SCHED_IDLE`, [`Placement`]): a
 //! device child's thread that wakes always preempts them, and a core is theirs only while no
 //! device child wants it. The child cannot raise itself back: it sets its `RLIMIT_NICE` to 0
 //! and has no `CAP_SYS_NICE` in the host's namespace, which leaving `SCHED_IDLE` needs. What
 //! idle priority still shares is a core's caches and its hyperthread sibling, so while a
 //! device child of the worker times, the worker moves its lent CPU stages back onto the stage
-//! cores ([`super::lending`]); a stage is lent only where its cgroup lists its threads.
+//! cores ([`super::lending`]). A lent stage starts on the stage cores, and only the worker
+//! lends it the device cores, where its cgroup lists its threads.
 //!
 //! Where the node is too small to split (fewer than [`MIN_CORES_TO_SPLIT`] cores, or fewer
 //! than two per GPU worker) and on CPU workers (their "device" is the cores themselves),
@@ -105,20 +106,13 @@ impl Cores {
         }
     }
 
-    /// Where a CPU-stage child runs: the stage pool, and where the device cores are lent and
-    /// the child `trackable` (its threads can be found, to be moved off while the device
-    /// times: [`super::lending`]), those too, the whole child at idle priority.
+    /// Where a CPU-stage child starts: the stage pool; where the device cores are lent and
+    /// the child `trackable` (its threads can be found), at idle priority, for the worker to
+    /// lend it the device cores outside timings ([`super::lending`]: only the worker does).
     pub fn cpu_stage_placement(&self, trackable: bool) -> Placement {
-        if !(self.lent && trackable) {
-            return Placement {
-                cpus: self.cpu_stage.clone(),
-                idle_priority: false,
-            };
-        }
-        let cpus: BTreeSet<usize> = self.cpu_stage.iter().chain(&self.device).copied().collect();
         Placement {
-            cpus: cpus.into_iter().collect(),
-            idle_priority: true,
+            cpus: self.cpu_stage.clone(),
+            idle_priority: self.lent && trackable,
         }
     }
 }

@@ -1,21 +1,24 @@
 //! Lent device cores are taken back while the device times. A split worker lends its device
 //! cores to its CPU stages (`CRUCIBLE_LEND_DEVICE_CORES`, on by default; [`super::cores`]):
-//! they also run there, at idle priority.
-//! Idle priority keeps them off a core a device child's thread wants, but not off that core's
-//! hyperthread sibling, its caches or its memory bandwidth. So while one of the worker's device
-//! children times, the worker moves every thread of its lent CPU stages onto the stage cores
-//! ([`LentCores::vacate`]), and lends the device cores again once the timing is over
-//! ([`LentCores::restore`]): during a timing its device cores hold what they hold without
-//! lending. Builds go on meanwhile, on the stage cores.
+//! they also run there, at idle priority. Idle priority keeps them off a core a device child's
+//! thread wants, but not off that core's hyperthread sibling, its caches or its memory
+//! bandwidth. So while one of the worker's device children times, the worker moves every
+//! thread of its lent CPU stages onto the stage cores ([`LentCores::vacate`]), and lends the
+//! device cores again once the timing is over ([`LentCores::restore`]): during a timing its
+//! device cores hold what they hold without lending. Builds go on meanwhile, on the stage cores.
 //!
-//! A CPU stage's threads are the members of its cgroup (`cgroup.threads` in the unified
-//! hierarchy, `tasks` in v1), so a CPU stage is lent the device cores only where the cgroup
-//! layer is in force. The child pins itself *before* it joins its cgroup (harness/sandbox.py)
-//! and cannot pin itself again (seccomp refuses `sched_setaffinity`): a member the worker has
-//! moved stays moved. A thread started while the worker moves the others inherits its parent's
-//! cores, so the worker lists the members again until a listing holds nobody new
-//! ([`repin_until_stable`]). A stage that joins its cgroup after a timing began is moved by the
-//! next sweep ([`SWEEP_INTERVAL`], [`LentCores::sweep`]), at idle priority until then.
+//! Only the worker lends: a lent stage's child pins itself to the stage cores (its plan's),
+//! *before* it joins its cgroup (harness/sandbox.py), and cannot pin itself again (seccomp
+//! refuses `sched_setaffinity`). The worker finds its threads among the cgroup's members
+//! (`cgroup.threads` in the unified hierarchy, `tasks` in v1; a CPU stage is lent nothing
+//! where the cgroup layer is not in force) and lends them the device cores once they are
+//! there ([`LentCores::sweep`], every [`SWEEP_INTERVAL`] outside timings). A thread started
+//! while the worker moves the others inherits its parent's cores, so the worker lists the
+//! members again until a listing holds nobody new ([`repin_until_stable`]). So no thread of a
+//! lent stage may run on a device core during a timing: one there before it was moved off,
+//! one that starts or joins after is where its parent or its plan put it, on the stage cores,
+//! and the worker lends nothing until the timing is over. A stage that starts in a timing
+//! waits for its end to be lent the device cores.
 //!
 //! Moving a thread is one `sched_setaffinity` by the worker (root, or the children's own user);
 //! a vacate of eight building stages (a few hundred threads) takes a fraction of a millisecond.
@@ -28,9 +31,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// How often, while a timing is under way, the worker looks for lent threads it has not moved
-/// yet (a CPU stage that joined its cgroup after the timing began).
-pub const SWEEP_INTERVAL: Duration = Duration::from_millis(20);
+/// How often, outside timings, the worker looks for threads of its lent stages it has not lent
+/// the device cores yet (a CPU stage that has just started): a stage waits this long at most,
+/// on the stage cores, before it may use them.
+pub const SWEEP_INTERVAL: Duration = Duration::from_millis(50);
 /// Listings of one stage's members per move: a stage that keeps starting threads faster than
 /// they can be moved (its `pids.max` bounds it) is left after this many, its failure counted.
 const MAX_PASSES: usize = 16;
@@ -58,8 +62,8 @@ struct State {
 struct LentStageThreads {
     /// The files that list its cgroup's threads.
     threads_files: Vec<PathBuf>,
-    /// The threads moved onto the stage cores since the last restore.
-    moved: HashSet<i32>,
+    /// The threads placed where lent threads are now, since the last vacate or restore.
+    placed: HashSet<i32>,
 }
 
 /// What one move did, for the log.
@@ -121,19 +125,24 @@ impl LentCores {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Where a lent stage's threads go now: the stage cores while the device times, else
+    /// the stage and device cores.
+    fn target(&self, vacated: bool) -> &CpuSet {
+        if vacated { &self.stage } else { &self.lent }
+    }
+
     /// Registers a lent CPU stage by the files listing its cgroup's threads, for as long as
-    /// the returned guard lives; moved at once when a timing is under way.
+    /// the returned guard lives. Its child starts on the stage cores (its plan's); the worker
+    /// lends it the device cores once its threads are listed there ([`Self::sweep`]).
     pub fn register(self: &Arc<Self>, threads_files: Vec<PathBuf>) -> LentStage {
         let mut state = self.lock();
         let id = state.next_id;
         state.next_id += 1;
         let mut threads = LentStageThreads {
             threads_files,
-            moved: HashSet::new(),
+            placed: HashSet::new(),
         };
-        if state.vacated {
-            move_stage(&mut threads, &self.stage);
-        }
+        place(&mut threads, self.target(state.vacated));
         state.stages.insert(id, threads);
         LentStage {
             lent: self.clone(),
@@ -142,16 +151,12 @@ impl LentCores {
     }
 
     /// Moves every lent stage onto the stage cores, before a device child times. Called again
-    /// while vacated, moves only the threads not moved yet.
+    /// while vacated, moves only the threads not placed yet.
     pub fn vacate(&self) -> Moved {
         let started = Instant::now();
         let mut state = self.lock();
-        let first = !state.vacated;
-        state.vacated = true;
-        let mut moved = Moved::default();
-        for threads in state.stages.values_mut() {
-            moved.add(move_stage(threads, &self.stage));
-        }
+        let first = !std::mem::replace(&mut state.vacated, true);
+        let moved = place_all(&mut state, &self.stage, first);
         if first {
             tracing::debug!(
                 stages = state.stages.len(),
@@ -164,40 +169,21 @@ impl LentCores {
         moved
     }
 
-    /// While vacated, moves the threads that have joined a lent stage since (see the module's
-    /// comment); nothing otherwise.
-    pub fn sweep(&self) -> Moved {
-        if !self.vacated() {
-            return Moved::default();
-        }
-        let moved = self.vacate();
-        if moved != Moved::default() {
-            tracing::debug!(
-                threads = moved.threads,
-                failed = moved.failed,
-                "lent threads moved by a sweep"
-            );
-        }
-        moved
-    }
-
     /// Lends the device cores again once no device child times; nothing when not vacated.
     pub fn restore(&self) -> Moved {
         let mut state = self.lock();
         if !std::mem::take(&mut state.vacated) {
             return Moved::default();
         }
-        let mut moved = Moved::default();
-        for threads in state.stages.values_mut() {
-            let mut back = HashSet::new();
-            moved.add(repin_until_stable(
-                &mut back,
-                || list_threads(&threads.threads_files),
-                |tid| move_thread(tid, &self.lent),
-            ));
-            threads.moved.clear();
-        }
-        moved
+        place_all(&mut state, &self.lent, true)
+    }
+
+    /// Places the threads that joined a lent stage since the last look where lent threads are
+    /// now: outside timings, the device cores are lent to a stage that has just started.
+    pub fn sweep(&self) -> Moved {
+        let mut state = self.lock();
+        let to = *self.target(state.vacated);
+        place_all(&mut state, &to, false)
     }
 
     /// Whether the lent stages are off the device cores now.
@@ -206,10 +192,23 @@ impl LentCores {
     }
 }
 
-fn move_stage(threads: &mut LentStageThreads, to: &CpuSet) -> Moved {
+/// Places every registered stage's threads on `to`: all of them again when `anew` (the
+/// state changed), else only those not placed yet.
+fn place_all(state: &mut State, to: &CpuSet, anew: bool) -> Moved {
+    let mut moved = Moved::default();
+    for threads in state.stages.values_mut() {
+        if anew {
+            threads.placed.clear();
+        }
+        moved.add(place(threads, to));
+    }
+    moved
+}
+
+fn place(threads: &mut LentStageThreads, to: &CpuSet) -> Moved {
     let files = &threads.threads_files;
     repin_until_stable(
-        &mut threads.moved,
+        &mut threads.placed,
         || list_threads(files),
         |tid| move_thread(tid, to),
     )

@@ -235,8 +235,8 @@ impl Worker {
             );
             tokio::select! {
                 Some((task_id, event)) = tasks.events.recv() => device.on_event(&task_id, event),
-                // A CPU stage that joined its cgroup after the timing began.
-                _ = lent_sweep.tick(), if vacated => {
+                // Outside timings: lends the device cores to CPU stages that have just started.
+                _ = lent_sweep.tick(), if self.lent_cores.is_some() && !vacated => {
                     if let Some(lent) = &self.lent_cores {
                         lent.sweep();
                     }
