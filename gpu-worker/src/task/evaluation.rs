@@ -35,8 +35,8 @@ pub struct StageInputs {
     pub budget: Option<Duration>,
     /// The CPU stage dry-runs a Triton candidate to compile its kernels for `cuda_arch`.
     pub triton_precompile: bool,
-    /// The worker's lent device cores: a CPU stage runs there too, and is moved off while
-    /// the worker's device times ([`crate::process::lending`]).
+    /// The worker's lent device cores: the worker lends them to a CPU stage outside its
+    /// device's timings ([`crate::process::lending`]).
     pub lent_cores: Option<Arc<LentCores>>,
 }
 
@@ -127,9 +127,9 @@ fn task_stage_dir(
         }
         serde_json::to_value(harness).map_err(std::io::Error::other)
     };
-    // A CPU stage never runs on the cores a device child times on, unless they are lent, and
-    // then below it and off them while it times (crate::process::cores): only where its
-    // cgroup will list its threads for the worker to move.
+    // A CPU stage never runs on the cores a device child times on: it starts on the stage
+    // cores, and where its cgroup will list its threads, at idle priority, for the worker to
+    // lend it the device cores between timings (crate::process::lending).
     let trackable = inputs.lent_cores.is_some()
         && ready.is_some_and(|r| {
             r.active.contains(&SandboxLayer::Cgroup) && r.host.cgroups().is_some()
@@ -208,7 +208,8 @@ pub async fn run_prepare_child(
 ) -> std::io::Result<(ChildOutcome, TaskDir)> {
     let ready = sandbox_selftest::ready(cfg, launcher).await?;
     let mut stage = task_stage_dir(cfg, ready, spec, label, HarnessStage::Prepare, inputs)?;
-    // Registered before the child starts, so a timing that begins meanwhile moves it too.
+    // Registered before the child starts (it starts on the stage cores): the worker lends its
+    // threads the device cores once its cgroup lists them, outside timings.
     let _lent = inputs
         .lent_cores
         .as_ref()
