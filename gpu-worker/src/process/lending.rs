@@ -27,7 +27,7 @@ use nix::errno::Errno;
 use nix::sched::CpuSet;
 use nix::unistd::Pid;
 use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -60,8 +60,8 @@ struct State {
 
 #[derive(Debug)]
 struct LentStageThreads {
-    /// The files that list its cgroup's threads.
-    threads_files: Vec<PathBuf>,
+    /// The file that lists its cgroup's threads.
+    threads_file: PathBuf,
     /// The threads placed where lent threads are now, since the last vacate or restore.
     placed: HashSet<i32>,
 }
@@ -131,18 +131,18 @@ impl LentCores {
         if vacated { &self.stage } else { &self.lent }
     }
 
-    /// Registers a lent CPU stage by the files listing its cgroup's threads, for as long as
-    /// the returned guard lives. Its child starts on the stage cores (its plan's); the worker
-    /// lends it the device cores once its threads are listed there ([`Self::sweep`]).
-    pub fn register(self: &Arc<Self>, threads_files: Vec<PathBuf>) -> LentStage {
+    /// Registers a lent CPU stage by the file listing its cgroup's threads, for as long as
+    /// the returned guard lives. Its child starts on the stage cores (its plan's), before it
+    /// is listed there; the worker lends it the device cores at the next [`Self::sweep`]
+    /// outside a timing.
+    pub fn register(self: &Arc<Self>, threads_file: PathBuf) -> LentStage {
         let mut state = self.lock();
         let id = state.next_id;
         state.next_id += 1;
-        let mut threads = LentStageThreads {
-            threads_files,
+        let threads = LentStageThreads {
+            threads_file,
             placed: HashSet::new(),
         };
-        place(&mut threads, self.target(state.vacated));
         state.stages.insert(id, threads);
         LentStage {
             lent: self.clone(),
@@ -182,8 +182,8 @@ impl LentCores {
     /// now: outside timings, the device cores are lent to a stage that has just started.
     pub fn sweep(&self) -> Moved {
         let mut state = self.lock();
-        let to = *self.target(state.vacated);
-        place_all(&mut state, &to, false)
+        let to = self.target(state.vacated);
+        place_all(&mut state, to, false)
     }
 
     /// Whether the lent stages are off the device cores now.
@@ -206,10 +206,10 @@ fn place_all(state: &mut State, to: &CpuSet, anew: bool) -> Moved {
 }
 
 fn place(threads: &mut LentStageThreads, to: &CpuSet) -> Moved {
-    let files = &threads.threads_files;
+    let file = &threads.threads_file;
     repin_until_stable(
         &mut threads.placed,
-        || list_threads(files),
+        || list_threads(file),
         |tid| move_thread(tid, to),
     )
 }
@@ -245,15 +245,11 @@ pub(crate) fn repin_until_stable(
     moved
 }
 
-/// The thread ids the files list (a cgroup gone, or unreadable, lists none).
-fn list_threads(files: &[PathBuf]) -> Vec<i32> {
-    let mut tids = Vec::new();
-    for file in files {
-        if let Ok(text) = std::fs::read_to_string(file) {
-            tids.extend(parse_threads(&text));
-        }
-    }
-    tids
+/// The thread ids the file lists (a cgroup gone, or unreadable, lists none).
+fn list_threads(file: &Path) -> Vec<i32> {
+    std::fs::read_to_string(file)
+        .map(|text| parse_threads(&text).collect())
+        .unwrap_or_default()
 }
 
 /// Pure: the ids of a `cgroup.threads` or `tasks` file, one a line.

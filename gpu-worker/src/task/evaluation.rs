@@ -10,6 +10,7 @@ use crate::config::WorkerConfig;
 use crate::process::lending::LentCores;
 use crate::process::task_dir::TaskDir;
 use crate::sandbox::SandboxInForce;
+use crate::sandbox::cgroup::TaskCgroup;
 use crate::task::budget::task_budget;
 use crate::task::sandbox_selftest;
 use crate::task::spec::{HarnessStage, harness_spec};
@@ -210,12 +211,14 @@ pub async fn run_prepare_child(
     let mut stage = task_stage_dir(cfg, ready, spec, label, HarnessStage::Prepare, inputs)?;
     // Registered before the child starts (it starts on the stage cores): the worker lends its
     // threads the device cores once its cgroup lists them, outside timings.
-    let _lent = inputs
-        .lent_cores
-        .as_ref()
-        .zip(stage.sandbox.as_ref().filter(|s| s.plan.idle_priority))
-        .and_then(|(lent, s)| s.cgroup.as_ref()?.threads_file().map(|f| (lent, f)))
-        .map(|(lent, file)| lent.register(vec![file]));
+    let _lent = match (&inputs.lent_cores, &stage.sandbox) {
+        (Some(lent), Some(sandbox)) if sandbox.plan.idle_priority => sandbox
+            .cgroup
+            .as_ref()
+            .and_then(TaskCgroup::threads_file)
+            .map(|file| lent.register(file)),
+        _ => None,
+    };
     let env = prepare_env(cfg, stage.dir.path(), inputs.cuda_arch.as_deref(), |k| {
         std::env::var(k).ok()
     });

@@ -310,14 +310,15 @@ impl Worker {
     /// cores are taken back before a timing's gate opens, and lent again once no child of
     /// this device times ([`crate::process::lending`]).
     fn advance_device(&self, device: &mut DevicePipeline) {
-        let Some(lent) = &self.lent_cores else {
-            device.advance_with(|| {});
-            return;
-        };
+        let lent = self.lent_cores.as_deref();
         device.advance_with(|| {
-            lent.vacate();
+            if let Some(lent) = lent {
+                lent.vacate();
+            }
         });
-        if !device.timing_now() {
+        if let Some(lent) = lent
+            && !device.timing_now()
+        {
             lent.restore();
         }
     }

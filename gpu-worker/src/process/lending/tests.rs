@@ -134,7 +134,7 @@ fn the_worker_lends_real_threads_the_device_cores_and_takes_them_back_for_a_timi
         path
     };
     // Its cgroup lists nobody yet when it registers, as a stage's does before its child runs.
-    let first = lent.register(vec![file("a", &[])]);
+    let first = lent.register(file("a", &[]));
     assert_eq!(
         lent.restore(),
         Moved::default(),
@@ -167,7 +167,7 @@ fn the_worker_lends_real_threads_the_device_cores_and_takes_them_back_for_a_timi
         "a second vacate moves nobody twice"
     );
     // Registered during the timing: left on the stage core, a sweep changes nothing.
-    let late = lent.register(vec![file("b", &tids[2..])]);
+    let late = lent.register(file("b", &tids[2..]));
     assert_eq!(lent.sweep(), Moved::default());
     assert_eq!(cpus_of(tids[2]), stage);
     let back = lent.restore();
